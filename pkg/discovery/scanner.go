@@ -1,0 +1,158 @@
+package discovery
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Scanner reads one node. The zero value is not useful: set SysRoot ("/sys")
+// and, to get NVIDIA UUIDs, ProcRoot ("/proc").
+type Scanner struct {
+	SysRoot  string
+	ProcRoot string
+	// Workers bounds the goroutines reading devices; 0 means 4.
+	Workers int
+}
+
+// Scan reads every RDMA device and GPU and computes their affinity. It fails
+// only when the roots are unusable; a device it cannot read is skipped and
+// named in Node.Warnings.
+func (s Scanner) Scan() (*Node, error) {
+	if err := s.checkRoots(); err != nil {
+		return nil, err
+	}
+	n := &Node{RDMADevices: []RDMADevice{}, GPUs: []GPU{}, Affinity: []Affinity{}}
+	var rdmaWarn, gpuWarn []string
+	var rdmaErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { n.RDMADevices, rdmaWarn, rdmaErr = s.scanRDMA() })
+	gpus, gpuWarn, gpuErr := s.scanGPUs()
+	wg.Wait()
+	if rdmaErr != nil {
+		return nil, rdmaErr
+	}
+	if gpuErr != nil {
+		return nil, gpuErr
+	}
+	n.GPUs = gpus
+	n.Warnings = append(rdmaWarn, gpuWarn...)
+	numa := s.numaNodes()
+	for _, g := range n.GPUs {
+		for _, d := range n.RDMADevices {
+			n.Affinity = append(n.Affinity, Affinity{
+				GPU: g.PCIAddress, RDMADevice: d.Name, Level: Distance(g.Location(), d.Location(), numa),
+			})
+		}
+	}
+	return n, nil
+}
+
+// NUMANodes returns how many NUMA nodes the host has (0 when sysfs does not
+// say), as Distance wants it.
+func (s Scanner) NUMANodes() int { return s.numaNodes() }
+
+func (s Scanner) checkRoots() error {
+	if s.SysRoot == "" {
+		return fmt.Errorf("sysfs root is not set")
+	}
+	fi, err := os.Stat(filepath.Join(s.SysRoot, "devices"))
+	if err != nil {
+		return fmt.Errorf("sysfs root %q is not a sysfs tree: %w", s.SysRoot, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("sysfs root %q is not a sysfs tree: %s is not a directory", s.SysRoot, filepath.Join(s.SysRoot, "devices"))
+	}
+	if _, err := readDirNames(filepath.Join(s.SysRoot, "devices")); err != nil {
+		return fmt.Errorf("sysfs root %q is not readable: %w", s.SysRoot, err)
+	}
+	if s.ProcRoot != "" {
+		if _, err := os.Stat(s.ProcRoot); err != nil {
+			return fmt.Errorf("procfs root %q: %w", s.ProcRoot, err)
+		}
+	}
+	return nil
+}
+
+func (s Scanner) numaNodes() int {
+	names, _ := readDirNames(filepath.Join(s.SysRoot, "devices/system/node"))
+	n := 0
+	for _, name := range names {
+		if rest, ok := strings.CutPrefix(name, "node"); ok {
+			if _, err := strconv.Atoi(rest); err == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (s Scanner) workers() int {
+	if s.Workers > 0 {
+		return s.Workers
+	}
+	return 4
+}
+
+// parallel runs fn(i) for i in [0, n) on a bounded number of goroutines.
+func parallel(n, workers int, fn func(i int)) {
+	if workers > n {
+		workers = n
+	}
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				next.Lock()
+				j := i
+				i++
+				next.Unlock()
+				if j >= n {
+					return
+				}
+				fn(j)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// naturalLess orders "mlx5_2" before "mlx5_10".
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		ad, bd := digitPrefix(a), digitPrefix(b)
+		if ad > 0 && bd > 0 {
+			an, _ := strconv.Atoi(a[:ad])
+			bn, _ := strconv.Atoi(b[:bd])
+			if c := cmp.Compare(an, bn); c != 0 {
+				return c
+			}
+			a, b = a[ad:], b[bd:]
+			continue
+		}
+		if c := cmp.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digitPrefix(s string) int {
+	i := 0
+	for i < len(s) && i < 9 && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func sortDevices(devs []RDMADevice) {
+	slices.SortFunc(devs, func(a, b RDMADevice) int { return naturalCompare(a.Name, b.Name) })
+}
