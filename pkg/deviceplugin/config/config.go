@@ -1,0 +1,137 @@
+// Package config owns the device plugin's configuration file: its schema
+// (YAML, or JSON which is a subset), validation with errors that name the
+// offending field, the built-in default, and the selector that decides which
+// RDMA devices a pool takes.
+//
+// It reads no sysfs and talks to no kubelet: Select works on discovery.RDMADevice
+// values handed in by the caller.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Mode says how a pool turns RDMA devices into kubelet devices.
+type Mode string
+
+const (
+	// Exclusive advertises one kubelet device per RDMA device (PF, VF, SF or
+	// rxe); a pod gets the devices it was allocated and nothing else.
+	Exclusive Mode = "exclusive"
+	// Shared advertises the pool's whole device set as Slots kubelet
+	// devices; every pod that gets a slot gets all of the set.
+	Shared Mode = "shared"
+)
+
+// DefaultPrefix is the resource prefix of the built-in configuration.
+const DefaultPrefix = "rdma.kube-rdma.io"
+
+// DefaultSlots is how many slots a shared pool advertises when Slots is 0.
+const DefaultSlots = 100
+
+// Config is the whole configuration file.
+type Config struct {
+	// ResourcePrefix is the resource name's domain: a pool "hca" is
+	// advertised as "<ResourcePrefix>/hca".
+	ResourcePrefix string `json:"resourcePrefix"`
+	Pools          []Pool `json:"pools"`
+}
+
+// Pool is one kubelet extended resource.
+type Pool struct {
+	Name string `json:"name"`
+	Mode Mode   `json:"mode"`
+	// Slots is the number of kubelet devices a shared pool advertises
+	// (DefaultSlots when 0); it must be 0 for an exclusive pool.
+	Slots     int       `json:"slots,omitempty"`
+	Selectors Selectors `json:"selectors"`
+}
+
+// Selectors choose RDMA devices. A device matches when it matches every
+// non-empty field (AND); a field matches when any of its values does (OR).
+type Selectors struct {
+	// Vendors are PCI vendor IDs, hex without 0x ("15b3").
+	Vendors []string `json:"vendors,omitempty"`
+	// DeviceIDs are PCI device IDs, hex without 0x ("1021").
+	DeviceIDs []string `json:"deviceIDs,omitempty"`
+	// Drivers are kernel driver names of the PCI function ("mlx5_core").
+	Drivers []string `json:"drivers,omitempty"`
+	// Netdevs are names of the device's network interfaces ("ibp24s0").
+	Netdevs []string `json:"netdevs,omitempty"`
+	// RDMADevices are RDMA device names ("mlx5_0").
+	RDMADevices []string `json:"rdmaDevices,omitempty"`
+	// PCIAddresses are PCI functions ("0000:18:00.0"); an SF matches its PF's.
+	PCIAddresses []string `json:"pciAddresses,omitempty"`
+	// LinkLayers are "InfiniBand" or "Ethernet" (port 1's link layer).
+	LinkLayers []string `json:"linkLayers,omitempty"`
+	// Kinds are "PF", "VF", "SF" or "virtual": ["PF"] is PF-only, ["VF"] VF-only.
+	Kinds []string `json:"kinds,omitempty"`
+	// PFNames select VFs by their PF: its netdev name, RDMA device name or
+	// PCI address. A device that is not a VF never matches this field.
+	PFNames []string `json:"pfNames,omitempty"`
+}
+
+// IsEmpty reports whether no selector field is set.
+func (s Selectors) IsEmpty() bool {
+	return len(s.Vendors)+len(s.DeviceIDs)+len(s.Drivers)+len(s.Netdevs)+len(s.RDMADevices)+
+		len(s.PCIAddresses)+len(s.LinkLayers)+len(s.Kinds)+len(s.PFNames) == 0
+}
+
+// ResourceName returns the kubelet resource name of a pool.
+func (c Config) ResourceName(p Pool) string { return c.ResourcePrefix + "/" + p.Name }
+
+// SlotCount returns how many kubelet devices a shared pool advertises.
+func (p Pool) SlotCount() int {
+	if p.Slots > 0 {
+		return p.Slots
+	}
+	return DefaultSlots
+}
+
+// Default is the configuration used without a file: one exclusive pool "hca"
+// with every RDMA device.
+func Default() Config {
+	return Config{
+		ResourcePrefix: DefaultPrefix,
+		Pools: []Pool{{
+			Name: "hca", Mode: Exclusive,
+			Selectors: Selectors{Kinds: []string{"PF", "VF", "SF", "virtual"}},
+		}},
+	}
+}
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid device plugin config")
+
+// Parse decodes YAML or JSON, rejecting unknown fields, and validates it.
+func Parse(data []byte) (Config, error) {
+	var c Config
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, fmt.Errorf("%w: file is empty", ErrInvalid)
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Load reads and parses one file.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read device plugin config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return c, fmt.Errorf("load %s: %w", path, err)
+	}
+	return c, nil
+}

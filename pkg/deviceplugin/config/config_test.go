@@ -1,0 +1,211 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+func TestParseGood(t *testing.T) {
+	yamlText := `
+resourcePrefix: rdma.example.com
+pools:
+- name: gpu-nics
+  mode: exclusive
+  selectors:
+    vendors: ["0x15B3"]
+    linkLayers: [InfiniBand]
+- name: roce_shared
+  mode: shared
+  slots: 8
+  selectors:
+    linkLayers: [Ethernet]
+`
+	jsonText := `{"resourcePrefix":"rdma.example.com","pools":[
+ {"name":"gpu-nics","mode":"exclusive","selectors":{"vendors":["0x15B3"],"linkLayers":["InfiniBand"]}},
+ {"name":"roce_shared","mode":"shared","slots":8,"selectors":{"linkLayers":["Ethernet"]}}]}`
+	want := Config{ResourcePrefix: "rdma.example.com", Pools: []Pool{
+		{Name: "gpu-nics", Mode: Exclusive, Selectors: Selectors{Vendors: []string{"0x15B3"}, LinkLayers: []string{"InfiniBand"}}},
+		{Name: "roce_shared", Mode: Shared, Slots: 8, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
+	}}
+	for name, text := range map[string]string{"yaml": yamlText, "json": jsonText} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse([]byte(text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	pool := func(name, mode, sel string) string {
+		return "- name: " + name + "\n  mode: " + mode + "\n  selectors: " + sel + "\n"
+	}
+	head := "resourcePrefix: rdma.example.com\npools:\n"
+	tests := []struct {
+		name string
+		text string
+		want string
+	}{
+		{"empty file", "", "invalid device plugin config: file is empty"},
+		{"unknown field", head + pool("a", "exclusive", "{vendors: [15b3]}") + "  colour: red\n",
+			`invalid device plugin config: error unmarshaling JSON: while decoding JSON: json: unknown field "colour"`},
+		{"unknown selector", head + pool("a", "exclusive", "{vendor: [15b3]}"),
+			`invalid device plugin config: error unmarshaling JSON: while decoding JSON: json: unknown field "vendor"`},
+		{"no pools", "resourcePrefix: rdma.example.com\n", "pools: at least one pool is required"},
+		{"empty selectors", head + pool("a", "exclusive", "{}"),
+			"pools[0].selectors: at least one selector is required (to take every device, use kinds: [PF, VF, SF, virtual])"},
+		{"missing prefix", "pools:\n" + pool("a", "exclusive", "{vendors: [15b3]}"),
+			"resourcePrefix: is required (a DNS subdomain such as rdma.example.com)"},
+		{"upper-case prefix", "resourcePrefix: RDMA.example.com\npools:\n" + pool("a", "exclusive", "{vendors: [15b3]}"),
+			`resourcePrefix: "RDMA.example.com" is not a DNS subdomain (lower-case letters, digits, '-' and '.')`},
+		{"prefix with slash", "resourcePrefix: example.com/rdma\npools:\n" + pool("a", "exclusive", "{vendors: [15b3]}"),
+			`resourcePrefix: "example.com/rdma" is not a DNS subdomain (lower-case letters, digits, '-' and '.')`},
+		{"kubernetes.io prefix", "resourcePrefix: rdma.kubernetes.io\npools:\n" + pool("a", "exclusive", "{vendors: [15b3]}"),
+			`resourcePrefix: "rdma.kubernetes.io" is reserved for Kubernetes; the kubelet does not accept device plugin resources in it`},
+		{"pool name with slash", head + pool("a/b", "exclusive", "{vendors: [15b3]}"),
+			`pools[0].name: "a/b" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or the kubelet rejects the resource name`},
+		{"pool name ends with dash", head + pool("hca-", "exclusive", "{vendors: [15b3]}"),
+			`pools[0].name: "hca-" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or the kubelet rejects the resource name`},
+		{"pool name too long", head + pool("a123456789012345678901234567890123456789012345678901234567890123", "exclusive", "{vendors: [15b3]}"),
+			`pools[0].name: "a123456789012345678901234567890123456789012345678901234567890123" is longer than 63 characters, the kubelet rejects the resource name`},
+		{"duplicate pool", head + pool("a", "exclusive", "{linkLayers: [Ethernet]}") + pool("a", "exclusive", "{linkLayers: [InfiniBand]}"),
+			`pools[1].name: "a" is also the name of pools[0]`},
+		{"same env name", head + pool("a-b", "shared", "{linkLayers: [Ethernet]}") + pool("a.b", "shared", "{linkLayers: [InfiniBand]}"),
+			`pools[1].name: "a.b" gives the same environment variable prefix A_B as pools[0]`},
+		{"bad mode", head + pool("a", "partial", "{vendors: [15b3]}"), `pools[0].mode: "partial" is not exclusive or shared`},
+		{"slots on exclusive", head + "- name: a\n  mode: exclusive\n  slots: 4\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].slots: is only valid for a shared pool"},
+		{"bad vendor", head + pool("a", "exclusive", "{vendors: [mellanox]}"),
+			`pools[0].selectors.vendors[0]: "mellanox" is not a 4-digit hex PCI ID such as 15b3`},
+		{"bad link layer", head + pool("a", "exclusive", "{linkLayers: [RoCE]}"),
+			`pools[0].selectors.linkLayers[0]: "RoCE" is not InfiniBand or Ethernet`},
+		{"bad kind", head + pool("a", "exclusive", "{kinds: [pf]}"), `pools[0].selectors.kinds[0]: "pf" is not PF, VF, SF or virtual`},
+		{"bad pci address", head + pool("a", "exclusive", "{pciAddresses: [3b:00.0]}"),
+			`pools[0].selectors.pciAddresses[0]: "3b:00.0" is not a PCI address such as 0000:18:00.0`},
+		{"pfNames without VF", head + pool("a", "exclusive", "{kinds: [PF], pfNames: [ens1f0]}"),
+			"pools[0].selectors.pfNames: selects VFs but kinds does not include VF, so the pool is always empty"},
+		{"overlapping exclusive pools", head + pool("ib", "exclusive", "{vendors: [15b3]}") + pool("all-ib", "exclusive", "{linkLayers: [InfiniBand]}"),
+			`pools[1].selectors: exclusive pool "all-ib" may select the same devices as exclusive pool "ib" (pools[0]); give both a selector field with no value in common`},
+		{"overlapping exclusive pools, shared value", head + pool("a", "exclusive", "{rdmaDevices: [mlx5_0, mlx5_1]}") + pool("b", "exclusive", "{rdmaDevices: [mlx5_1]}"),
+			`pools[1].selectors: exclusive pool "b" may select the same devices as exclusive pool "a" (pools[0]); give both a selector field with no value in common`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.text))
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse: got %v, want an error wrapping ErrInvalid", err)
+			}
+			if diff := cmp.Diff(tt.want, err.Error()); diff != "" {
+				t.Errorf("message (-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseFieldError(t *testing.T) {
+	_, err := Parse([]byte("resourcePrefix: x.io\npools:\n- name: a\n  mode: shared\n  selectors: {kinds: [PF]}\n  slots: -1\n"))
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("got %v, want a *FieldError", err)
+	}
+	if diff := cmp.Diff("pools[0].slots", fe.Field); diff != "" {
+		t.Errorf("field (-want +got)\n%s", diff)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "config.yaml")
+	if _, err := Load(p); err == nil {
+		t.Fatal("Load of a missing file: got nil error")
+	}
+	if err := os.WriteFile(p, []byte("resourcePrefix: x.io\npools: [{name: a, mode: shared, selectors: {kinds: [PF]}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ResourceName(c.Pools[0]); got != "x.io/a" {
+		t.Errorf("ResourceName = %q, want x.io/a", got)
+	}
+}
+
+func dev(name string, kind discovery.DeviceKind, pci, physfn, ll string, netdevs ...string) discovery.RDMADevice {
+	return discovery.RDMADevice{Name: name, Kind: kind, PCIAddress: pci, PhysFn: physfn, LinkLayer: ll,
+		Vendor: "15b3", Device: "1021", Driver: "mlx5_core", Netdevs: netdevs}
+}
+
+func TestAssign(t *testing.T) {
+	devs := []discovery.RDMADevice{
+		dev("mlx5_0", discovery.KindPF, "0000:18:00.0", "", "InfiniBand", "ibp24s0"),
+		dev("mlx5_1", discovery.KindPF, "0000:3b:00.0", "", "Ethernet", "ens1f0"),
+		dev("mlx5_2", discovery.KindVF, "0000:3b:00.2", "0000:3b:00.0", "Ethernet", "ens1f0v0"),
+		dev("mlx5_3", discovery.KindVF, "0000:3b:00.3", "0000:3b:00.0", "Ethernet", "ens1f0v1"),
+		{Name: "rxe0", Kind: discovery.KindVirtual, LinkLayer: "Ethernet", Netdevs: []string{"eth0"}},
+	}
+	names := func(m map[string][]discovery.RDMADevice) map[string][]string {
+		out := map[string][]string{}
+		for k, v := range m {
+			out[k] = []string{}
+			for _, d := range v {
+				out[k] = append(out[k], d.Name)
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		pools   []Pool
+		want    map[string][]string
+		overlap bool
+	}{
+		{"default takes all", Default().Pools, map[string][]string{"hca": {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "rxe0"}}, false},
+		{"pf name by netdev", []Pool{{Name: "v", Mode: Exclusive, Selectors: Selectors{PFNames: []string{"ens1f0"}}}},
+			map[string][]string{"v": {"mlx5_2", "mlx5_3"}}, false},
+		{"pf name by pci, and by rdma name", []Pool{
+			{Name: "a", Mode: Shared, Selectors: Selectors{PFNames: []string{"0000:3B:00.0"}}},
+			{Name: "b", Mode: Shared, Selectors: Selectors{PFNames: []string{"mlx5_1"}, Netdevs: []string{"ens1f0v1"}}}},
+			map[string][]string{"a": {"mlx5_2", "mlx5_3"}, "b": {"mlx5_3"}}, false},
+		{"and across fields, or within", []Pool{{Name: "x", Mode: Exclusive, Selectors: Selectors{
+			LinkLayers: []string{"Ethernet"}, Kinds: []string{"PF", "virtual"}}}},
+			map[string][]string{"x": {"mlx5_1", "rxe0"}}, false},
+		{"ids and addresses", []Pool{{Name: "x", Mode: Exclusive, Selectors: Selectors{
+			Vendors: []string{"15B3"}, DeviceIDs: []string{"0x1021"}, Drivers: []string{"mlx5_core"},
+			PCIAddresses: []string{"0000:18:00.0", "0000:3b:00.2"}}}},
+			map[string][]string{"x": {"mlx5_0", "mlx5_2"}}, false},
+		{"shared pools may overlap", []Pool{
+			{Name: "a", Mode: Shared, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
+			{Name: "b", Mode: Shared, Selectors: Selectors{Kinds: []string{"VF"}}}},
+			map[string][]string{"a": {"mlx5_1", "mlx5_2", "mlx5_3", "rxe0"}, "b": {"mlx5_2", "mlx5_3"}}, false},
+		{"exclusive overlap at run time", []Pool{
+			{Name: "a", Mode: Exclusive, Selectors: Selectors{Netdevs: []string{"ens1f0v0"}}},
+			{Name: "b", Mode: Exclusive, Selectors: Selectors{Kinds: []string{"VF"}}}},
+			map[string][]string{"a": {"mlx5_2"}, "b": {"mlx5_3"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{ResourcePrefix: "x.io", Pools: tt.pools}
+			got, err := c.Assign(devs)
+			if got, want := errors.Is(err, ErrOverlap), tt.overlap; got != want {
+				t.Errorf("errors.Is(%v, ErrOverlap) = %v, want %v", err, got, want)
+			}
+			if diff := cmp.Diff(tt.want, names(got)); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
