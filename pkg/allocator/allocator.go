@@ -1,0 +1,183 @@
+// Package allocator chooses devices. It is pure and deterministic: a
+// topology and a request go in, a choice comes out; it does no I/O, reads no
+// clock and logs nothing, so every policy is tested on golden topologies.
+//
+// A policy is one comparator over candidate picks plus one over finished
+// sets (see policy). Closest, the device plugin's GetPreferredAllocation,
+// packs devices close to each other; NearestTo, for binding NICs to the GPUs
+// of a pod, picks free devices close to given locations.
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+var (
+	// ErrUnknownDevice: a request names a device the topology does not have.
+	ErrUnknownDevice = errors.New("unknown device")
+	// ErrBadRequest: the request cannot be satisfied as asked.
+	ErrBadRequest = errors.New("bad allocation request")
+)
+
+// Device is one allocatable device and where it sits.
+type Device struct {
+	ID       string
+	Location discovery.Location
+}
+
+// Topology is every device the caller knows, and the NUMA node count that
+// discovery.Distance needs.
+type Topology struct {
+	Devices   []Device
+	NUMANodes int
+}
+
+// Request asks for Size devices out of Available, keeping every MustInclude.
+type Request struct {
+	Available   []string
+	MustInclude []string
+	Size        int
+}
+
+// Closest picks Size devices from Available that are closest to each other:
+// first the fewest, shortest PCIe hops (same switch, then same root complex,
+// then same NUMA node, then anything), with MustInclude always in. Ties go
+// to the lexically smallest IDs. The result is sorted.
+func Closest(t Topology, r Request) ([]string, error) {
+	return choose(t, r, closeness{})
+}
+
+// NearestTo picks Size devices from Available closest to the targets (GPU
+// locations), serving the targets in turn (one NIC per GPU first): pick k is
+// the device closest to target k mod len(targets), then closest to all of
+// them, then to the devices already picked. The result is sorted.
+func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, error) {
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("%w: no targets", ErrBadRequest)
+	}
+	return choose(t, r, nearest{targets: targets})
+}
+
+// problem is a request resolved to indexes into a sorted device list, with
+// the pairwise PCIe distance ranks.
+type problem struct {
+	devs  []Device
+	numa  int
+	avail []int
+	must  []int
+	size  int
+	rank  []int8 // rank[i*len(devs)+j]
+}
+
+func (p *problem) dist(i, j int) int { return int(p.rank[i*len(p.devs)+j]) }
+
+func resolve(t Topology, r Request) (*problem, error) {
+	byID := map[string]Device{}
+	for _, d := range t.Devices {
+		byID[d.ID] = d
+	}
+	ids := slices.Clone(r.Available)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	p := &problem{numa: t.NUMANodes, size: r.Size}
+	index := map[string]int{}
+	for _, id := range ids {
+		d, ok := byID[id]
+		if !ok {
+			return nil, fmt.Errorf("available device %q: %w", id, ErrUnknownDevice)
+		}
+		index[id] = len(p.devs)
+		p.devs = append(p.devs, d)
+	}
+	for _, id := range r.MustInclude {
+		i, ok := index[id]
+		if !ok {
+			if _, known := byID[id]; !known {
+				return nil, fmt.Errorf("must-include device %q: %w", id, ErrUnknownDevice)
+			}
+			return nil, fmt.Errorf("%w: must-include device %q is not available", ErrBadRequest, id)
+		}
+		if !slices.Contains(p.must, i) {
+			p.must = append(p.must, i)
+		}
+	}
+	switch {
+	case r.Size <= 0:
+		return nil, fmt.Errorf("%w: size %d", ErrBadRequest, r.Size)
+	case r.Size > len(p.devs):
+		return nil, fmt.Errorf("%w: size %d, only %d available", ErrBadRequest, r.Size, len(p.devs))
+	case len(p.must) > r.Size:
+		return nil, fmt.Errorf("%w: %d must-include devices for size %d", ErrBadRequest, len(p.must), r.Size)
+	}
+	n := len(p.devs)
+	p.rank = make([]int8, n*n)
+	for i := range n {
+		p.avail = append(p.avail, i)
+		for j := i + 1; j < n; j++ {
+			r := int8(discovery.Distance(p.devs[i].Location, p.devs[j].Location, p.numa).Rank())
+			p.rank[i*n+j], p.rank[j*n+i] = r, r
+		}
+	}
+	return p, nil
+}
+
+// policy is what a selection strategy decides.
+type policy interface {
+	// pick compares two candidates a and b for the next slot given the
+	// chosen set; negative means a is better.
+	pick(p *problem, chosen []int, a, b int) int
+	// seeded says whether, with nothing chosen yet, every device should be
+	// tried as the first pick (and the finished sets compared with better).
+	seeded() bool
+	// better compares two finished sets; negative means a is better.
+	better(p *problem, a, b []int) int
+}
+
+func choose(t Topology, r Request, pol policy) ([]string, error) {
+	p, err := resolve(t, r)
+	if err != nil {
+		return nil, err
+	}
+	var best []int
+	if len(p.must) == 0 && pol.seeded() {
+		for _, s := range p.avail {
+			set := grow(p, pol, []int{s})
+			if best == nil || pol.better(p, set, best) < 0 {
+				best = set
+			}
+		}
+	} else {
+		best = grow(p, pol, slices.Clone(p.must))
+	}
+	out := make([]string, len(best))
+	for i, d := range best {
+		out[i] = p.devs[d].ID
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// grow adds the best candidate until the set has size devices. Candidates
+// are scanned in ID order and a later one wins only when strictly better.
+func grow(p *problem, pol policy, chosen []int) []int {
+	in := make([]bool, len(p.devs))
+	for _, c := range chosen {
+		in[c] = true
+	}
+	for len(chosen) < p.size {
+		pick := -1
+		for _, c := range p.avail {
+			if !in[c] && (pick < 0 || pol.pick(p, chosen, c, pick) < 0) {
+				pick = c
+			}
+		}
+		in[pick] = true
+		chosen = append(chosen, pick)
+	}
+	slices.Sort(chosen)
+	return chosen
+}
