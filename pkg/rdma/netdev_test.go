@@ -87,3 +87,14 @@ func TestMoveFailureLeavesDeviceHome(t *testing.T) {
 		})
 	}
 }
+
+func TestRDMAReportsMissingNetlink(t *testing.T) {
+	host := netnstest.New(t)
+	_, err := rdma.Devices{}.NetnsMode(host.Handle)
+	if err == nil {
+		t.Skip("this kernel has RDMA netlink; the missing-RDMA path cannot be exercised")
+	}
+	if !errors.Is(err, rdma.ErrNoRDMA) {
+		t.Errorf("NetnsMode error = %v, want ErrNoRDMA", err)
+	}
+}

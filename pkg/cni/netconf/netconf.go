@@ -1,0 +1,235 @@
+// Package netconf parses and validates the kube-rdma CNI plugin's network
+// configuration and plans which device gets which interface name. It is pure:
+// no I/O, no netlink, no logging.
+package netconf
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// PluginType is the "type" the plugin is configured under.
+const PluginType = "kube-rdma"
+
+// Defaults for fields the configuration leaves out.
+const (
+	DefaultStateDir      = "/var/lib/cni/kube-rdma"
+	DefaultSysfsRoot     = "/sys"
+	DefaultKubeletSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+// Netns modes the configuration may ask for.
+const (
+	ModeAuto      = "auto"
+	ModeShared    = "shared"
+	ModeExclusive = "exclusive"
+)
+
+// ErrInvalid marks a configuration that is malformed or inconsistent.
+var ErrInvalid = errors.New("invalid network configuration")
+
+// Conf is a validated configuration with defaults applied.
+type Conf struct {
+	CNIVersion string
+	Name       string
+	// IPAMType is the IPAM plugin to delegate to; "" for none.
+	IPAMType string
+	// DeviceID is the device Multus (or the runtime) chose:
+	// runtimeConfig.deviceID, else the top-level deviceID Multus writes.
+	DeviceID string
+	MTU      int
+	// MAC is the address to give the pod interface (runtimeConfig.mac wins
+	// over mac); nil to keep the device's own.
+	MAC            net.HardwareAddr
+	ResourceName   string
+	InterfaceNames []string
+	KubeletSocket  string
+	StateDir       string
+	SysfsRoot      string
+	NetnsMode      string
+	LogFile        string
+	// PrevResult is the previous plugin's result when chained, converted to
+	// the current result version; nil otherwise.
+	PrevResult       *types100.Result
+	ValidAttachments []types.GCAttachment
+}
+
+// Standalone reports whether devices come from the kubelet's PodResources
+// API rather than from a deviceID.
+func (c *Conf) Standalone() bool { return c.DeviceID == "" && c.ResourceName != "" }
+
+type runtimeConfig struct {
+	DeviceID string   `json:"deviceID,omitempty"`
+	MAC      string   `json:"mac,omitempty"`
+	IPs      []string `json:"ips,omitempty"` // read by the IPAM plugin
+}
+
+// raw lists every field accepted; anything else is an error.
+type raw struct {
+	CNIVersion       string               `json:"cniVersion"`
+	Name             string               `json:"name"`
+	Type             string               `json:"type"`
+	Capabilities     map[string]bool      `json:"capabilities,omitempty"`
+	IPAM             json.RawMessage      `json:"ipam,omitempty"`
+	DNS              json.RawMessage      `json:"dns,omitempty"`
+	PrevResult       json.RawMessage      `json:"prevResult,omitempty"`
+	RuntimeConfig    *runtimeConfig       `json:"runtimeConfig,omitempty"`
+	Args             json.RawMessage      `json:"args,omitempty"`
+	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
+
+	DeviceID       string   `json:"deviceID,omitempty"`
+	MTU            int      `json:"mtu,omitempty"`
+	MAC            string   `json:"mac,omitempty"`
+	ResourceName   string   `json:"resourceName,omitempty"`
+	InterfaceNames []string `json:"interfaceNames,omitempty"`
+	KubeletSocket  string   `json:"kubeletSocket,omitempty"`
+	StateDir       string   `json:"stateDir,omitempty"`
+	SysfsRoot      string   `json:"sysfsRoot,omitempty"`
+	RdmaNetnsMode  string   `json:"rdmaNetnsMode,omitempty"`
+	LogFile        string   `json:"logFile,omitempty"`
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// Parse decodes and validates stdin data. It does not require a device:
+// DEL, CHECK, GC and STATUS work without one; see RequireDevice.
+func Parse(data []byte) (*Conf, error) {
+	var r raw
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, invalid("decode: %v", err)
+	}
+	if dec.More() {
+		return nil, invalid("trailing data after the configuration object")
+	}
+	c := &Conf{
+		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
+		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
+		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
+		NetnsMode: r.RdmaNetnsMode, LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
+	}
+	if r.Type != PluginType {
+		return nil, invalid("type is %q, want %q", r.Type, PluginType)
+	}
+	if r.Name == "" {
+		return nil, invalid("name is empty")
+	}
+	if r.CNIVersion == "" {
+		return nil, invalid("cniVersion is empty")
+	}
+	if len(r.IPAM) > 0 && string(r.IPAM) != "null" {
+		var ipam struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(r.IPAM, &ipam); err != nil {
+			return nil, invalid("ipam: %v", err)
+		}
+		if ipam.Type == "" || strings.ContainsAny(ipam.Type, "/\\") || ipam.Type == "." || ipam.Type == ".." {
+			return nil, invalid("ipam.type %q is not a plugin name", ipam.Type)
+		}
+		c.IPAMType = ipam.Type
+	}
+	mac := r.MAC
+	if rc := r.RuntimeConfig; rc != nil {
+		if rc.DeviceID != "" {
+			c.DeviceID = rc.DeviceID
+		}
+		if rc.MAC != "" {
+			mac = rc.MAC
+		}
+	}
+	if mac != "" {
+		m, err := net.ParseMAC(mac)
+		if err != nil || len(m) != 6 {
+			return nil, invalid("mac %q is not an Ethernet address", mac)
+		}
+		if m[0]&1 != 0 {
+			return nil, invalid("mac %q is a multicast address", mac)
+		}
+		c.MAC = m
+	}
+	if c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535) {
+		return nil, invalid("mtu %d is outside 68..65535", c.MTU)
+	}
+	if strings.ContainsAny(c.DeviceID, "/\x00") || len(c.DeviceID) > 64 {
+		return nil, invalid("deviceID %q is not a device name or PCI address", c.DeviceID)
+	}
+	seen := map[string]bool{}
+	for _, n := range c.InterfaceNames {
+		if err := ValidIfName(n); err != nil {
+			return nil, invalid("interfaceNames: %v", err)
+		}
+		if seen[n] {
+			return nil, invalid("interfaceNames: %q appears twice", n)
+		}
+		seen[n] = true
+	}
+	switch c.NetnsMode {
+	case "":
+		c.NetnsMode = ModeAuto
+	case ModeAuto, ModeShared, ModeExclusive:
+	default:
+		return nil, invalid("rdmaNetnsMode %q is not auto, shared or exclusive", c.NetnsMode)
+	}
+	for _, p := range []struct {
+		v   *string
+		def string
+	}{{&c.StateDir, DefaultStateDir}, {&c.SysfsRoot, DefaultSysfsRoot}, {&c.KubeletSocket, DefaultKubeletSocket}} {
+		if *p.v == "" {
+			*p.v = p.def
+		}
+		if !strings.HasPrefix(*p.v, "/") {
+			return nil, invalid("path %q is not absolute", *p.v)
+		}
+	}
+	if len(r.PrevResult) > 0 && string(r.PrevResult) != "null" {
+		prev, err := parsePrevResult(r.CNIVersion, r.PrevResult)
+		if err != nil {
+			return nil, err
+		}
+		c.PrevResult = prev
+	}
+	return c, nil
+}
+
+func parsePrevResult(ver string, data json.RawMessage) (*types100.Result, error) {
+	nc := &types.NetConf{CNIVersion: ver}
+	if err := json.Unmarshal(data, &nc.RawPrevResult); err != nil {
+		return nil, invalid("prevResult: %v", err)
+	}
+	if err := version.ParsePrevResult(nc); err != nil {
+		return nil, invalid("prevResult: %v", err)
+	}
+	res, err := types100.NewResultFromResult(nc.PrevResult)
+	if err != nil {
+		return nil, invalid("prevResult: %v", err)
+	}
+	return res, nil
+}
+
+// RequireDevice checks that an ADD knows where its devices come from.
+func (c *Conf) RequireDevice() error {
+	if c.DeviceID == "" && c.ResourceName == "" {
+		return invalid("missing deviceID: set runtimeConfig.deviceID (Multus) or resourceName (PodResources)")
+	}
+	return nil
+}
+
+// ValidIfName checks a Linux interface name.
+func ValidIfName(n string) error {
+	if n == "" || len(n) > 15 || n == "." || n == ".." || strings.ContainsAny(n, "/: \t\n\x00") {
+		return fmt.Errorf("%q is not a valid interface name", n)
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package netconf
+
+import (
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestParse(t *testing.T) {
+	mac, _ := net.ParseMAC("02:00:00:00:00:01")
+	for _, tc := range []struct {
+		name    string
+		in      string
+		want    *Conf
+		wantErr bool
+	}{
+		{
+			name: "multus with runtimeConfig",
+			in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","ipam":{"type":"host-local","ranges":[]},
+				"mtu":9000,"runtimeConfig":{"deviceID":"rxe0","mac":"02:00:00:00:00:01"}}`,
+			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", IPAMType: "host-local", DeviceID: "rxe0", MTU: 9000, MAC: mac,
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
+		},
+		{
+			name: "top-level deviceID as multus writes it, standard fields accepted",
+			in: `{"cniVersion":"0.4.0","name":"rdma","type":"kube-rdma","deviceID":"0000:3b:00.0","dns":{},"args":{"cni":{}},
+				"capabilities":{"mac":true},"rdmaNetnsMode":"exclusive","stateDir":"/tmp/s"}`,
+			want: &Conf{CNIVersion: "0.4.0", Name: "rdma", DeviceID: "0000:3b:00.0",
+				KubeletSocket: DefaultKubeletSocket, StateDir: "/tmp/s", SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeExclusive},
+		},
+		{
+			name: "standalone",
+			in:   `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","resourceName":"rdma.kube-rdma.io/hca","interfaceNames":["ib0","ib1"]}`,
+			want: &Conf{CNIVersion: "1.0.0", Name: "rdma", ResourceName: "rdma.kube-rdma.io/hca", InterfaceNames: []string{"ib0", "ib1"},
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
+		},
+		{name: "malformed json", in: `{"cniVersion":`, wantErr: true},
+		{name: "unknown field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","master":"eth0"}`, wantErr: true},
+		{name: "unknown runtimeConfig field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","runtimeConfig":{"foo":1}}`, wantErr: true},
+		{name: "wrong type", in: `{"cniVersion":"1.1.0","name":"rdma","type":"host-device"}`, wantErr: true},
+		{name: "no name", in: `{"cniVersion":"1.1.0","type":"kube-rdma"}`, wantErr: true},
+		{name: "bad mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"zz"}`, wantErr: true},
+		{name: "multicast mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"01:00:5e:00:00:01"}`, wantErr: true},
+		{name: "mtu", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mtu":70000}`, wantErr: true},
+		{name: "mode", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","rdmaNetnsMode":"private"}`, wantErr: true},
+		{name: "relative state dir", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","stateDir":"state"}`, wantErr: true},
+		{name: "ipam without type", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{}}`, wantErr: true},
+		{name: "ipam type with path", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{"type":"../x"}}`, wantErr: true},
+		{name: "duplicate interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a","a"]}`, wantErr: true},
+		{name: "bad interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a/b"]}`, wantErr: true},
+		{name: "trailing data", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"} {}`, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.in))
+			if tc.wantErr {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("Parse error = %v, want ErrInvalid", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParsePrevResult(t *testing.T) {
+	in := `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","runtimeConfig":{"deviceID":"rxe0"},
+		"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}`
+	c, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PrevResult == nil || len(c.PrevResult.Interfaces) != 1 || c.PrevResult.IPs[0].Address.String() != "10.0.0.2/24" {
+		t.Errorf("PrevResult = %+v", c.PrevResult)
+	}
+}
+
+func TestRequireDevice(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequireDevice(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("RequireDevice = %v, want ErrInvalid", err)
+	}
+}
+
+func TestPlanNames(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		conf    Conf
+		ifName  string
+		devices []string
+		want    []Assignment
+		wantErr bool
+	}{
+		{name: "multus", conf: Conf{DeviceID: "mlx5_0"}, ifName: "net3", devices: []string{"mlx5_0"},
+			want: []Assignment{{"mlx5_0", "net3"}}},
+		{name: "standalone default names skip the runtime's", conf: Conf{ResourceName: "r"}, ifName: "net1",
+			devices: []string{"mlx5_0", "mlx5_1"}, want: []Assignment{{"mlx5_0", "net2"}, {"mlx5_1", "net3"}}},
+		{name: "standalone configured names", conf: Conf{ResourceName: "r", InterfaceNames: []string{"ib0", "ib1"}}, ifName: "eth0",
+			devices: []string{"mlx5_0"}, want: []Assignment{{"mlx5_0", "ib0"}}},
+		{name: "too few names", conf: Conf{ResourceName: "r", InterfaceNames: []string{"ib0"}}, ifName: "eth0",
+			devices: []string{"mlx5_0", "mlx5_1"}, wantErr: true},
+		{name: "configured name is the runtime's", conf: Conf{ResourceName: "r", InterfaceNames: []string{"eth0"}}, ifName: "eth0",
+			devices: []string{"mlx5_0"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PlanNames(&tc.conf, tc.ifName, tc.devices)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("PlanNames error = %v, wantErr %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("PlanNames (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSortDevices(t *testing.T) {
+	ids := []string{"mlx5_10", "mlx5_2", "0000:3b:00.1", "mlx5_1"}
+	SortDevices(ids)
+	if diff := cmp.Diff([]string{"0000:3b:00.1", "mlx5_1", "mlx5_2", "mlx5_10"}, ids); diff != "" {
+		t.Errorf("SortDevices (-want +got):\n%s", diff)
+	}
+}
+
+// FuzzParse checks that Parse never panics and that what it accepts is
+// consistent: a known mode, absolute paths, a unicast MAC, a sane MTU.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		`{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","ipam":{"type":"static"},"mtu":9000,"runtimeConfig":{"deviceID":"rxe0"}}`,
+		`{"cniVersion":"1.0.0","name":"r","type":"kube-rdma","resourceName":"x","interfaceNames":["net1"],"mac":"02:00:00:00:00:01"}`,
+		`{"cniVersion":"1.1.0","name":"r","type":"kube-rdma","prevResult":{"cniVersion":"1.1.0","interfaces":[]}}`,
+		`{}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		switch c.NetnsMode {
+		case ModeAuto, ModeShared, ModeExclusive:
+		default:
+			t.Fatalf("accepted mode %q", c.NetnsMode)
+		}
+		if c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535) {
+			t.Fatalf("accepted mtu %d", c.MTU)
+		}
+		if c.MAC != nil && c.MAC[0]&1 != 0 {
+			t.Fatalf("accepted multicast mac %v", c.MAC)
+		}
+		for _, p := range []string{c.StateDir, c.SysfsRoot, c.KubeletSocket} {
+			if p == "" || p[0] != '/' {
+				t.Fatalf("accepted path %q", p)
+			}
+		}
+	})
+}

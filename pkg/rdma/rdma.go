@@ -1,0 +1,103 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoRDMA is returned when the kernel has no RDMA netlink (ib_core is not
+// loaded or not built).
+var ErrNoRDMA = errors.New("rdma netlink not available")
+
+// ErrDeviceNotFound is returned when no RDMA device of that name is visible in
+// the namespace asked about.
+var ErrDeviceNotFound = errors.New("rdma device not found")
+
+// Netns modes of the RDMA subsystem (rdma system show netns).
+const (
+	ModeShared    = "shared"
+	ModeExclusive = "exclusive"
+)
+
+// Devices operates on RDMA devices through RDMA netlink sockets bound to the
+// namespace each call names. The zero value is ready to use.
+type Devices struct{}
+
+func rdmaHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_RDMA)
+	if errors.Is(err, unix.EPROTONOSUPPORT) {
+		return nil, fmt.Errorf("open rdma netlink socket: %w: %w", ErrNoRDMA, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open rdma netlink socket in netns %s: %w", ns, err)
+	}
+	return h, nil
+}
+
+// NetnsMode returns ModeShared or ModeExclusive.
+func (Devices) NetnsMode(ns netns.NsHandle) (string, error) {
+	h, err := rdmaHandle(ns)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	m, err := h.RdmaSystemGetNetnsMode()
+	if err != nil {
+		return "", fmt.Errorf("read rdma netns mode: %w", err)
+	}
+	return m, nil
+}
+
+// List returns the names of the RDMA devices visible in ns.
+func (Devices) List(ns netns.NsHandle) ([]string, error) {
+	h, err := rdmaHandle(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	ls, err := h.RdmaLinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list rdma devices: %w", err)
+	}
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Attrs.Name)
+	}
+	return out, nil
+}
+
+// Move moves the RDMA device name from one namespace to another; the kernel
+// allows it only in exclusive mode.
+func (Devices) Move(from netns.NsHandle, name string, to netns.NsHandle) error {
+	h, err := rdmaHandle(from)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.RdmaLinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find rdma device %q: %w: %w", name, ErrDeviceNotFound, err)
+	}
+	if err := h.RdmaLinkSetNsFd(l, uint32(to)); err != nil {
+		return fmt.Errorf("move rdma device %q to netns %s: %w", name, to, err)
+	}
+	return nil
+}
+
+// AddRxe creates a soft-RoCE device called name on the netdev called netdev
+// in ns (the netdev is looked up in the namespace of the socket).
+func (Devices) AddRxe(ns netns.NsHandle, name, netdev string) error {
+	h, err := rdmaHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if err := h.RdmaLinkAdd(name, "rxe", netdev); err != nil {
+		return fmt.Errorf("add rxe device %q on %q: %w", name, netdev, err)
+	}
+	return nil
+}
