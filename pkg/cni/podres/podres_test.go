@@ -1,0 +1,38 @@
+package podres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+)
+
+func TestDevices(t *testing.T) {
+	pods := []podrestest.Pod{
+		{Namespace: "ns", Name: "a", Devices: map[string][]string{"rdma/hca": {"mlx5_1", "mlx5_0"}, "nvidia.com/gpu": {"GPU-1"}}},
+		{Namespace: "ns", Name: "b", Devices: map[string][]string{"rdma/hca": {"mlx5_2"}}},
+	}
+	for _, noGet := range []bool{false, true} {
+		srv := podrestest.Start(t, pods...)
+		srv.NoGet = noGet
+		c, err := podres.Dial(srv.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, err := c.Devices(ctx, "ns", "a")
+		if err != nil {
+			t.Fatalf("noGet=%v: %v", noGet, err)
+		}
+		want := map[string][]string{"rdma/hca": {"mlx5_0", "mlx5_1"}, "nvidia.com/gpu": {"GPU-1"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("noGet=%v: Devices (-want +got):\n%s", noGet, diff)
+		}
+	}
+}

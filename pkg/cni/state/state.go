@@ -1,0 +1,246 @@
+// Package state keeps the kube-rdma CNI plugin's per-attachment records
+// under a state directory (/var/lib/cni/kube-rdma) and the node-wide lock
+// that serializes device claims. A record is written before the first
+// change to a device, so a DEL or GC after a crash knows how to restore it.
+//
+// Records are the claims: a device named in one attachment's record is not
+// handed to another. Code that picks devices itself (the GPU-aligned NIC
+// binding) takes the same Lock and reads Claimed.
+//
+// It does no netlink and no logging.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotFound is returned by Load when there is no record.
+var ErrNotFound = errors.New("attachment record not found")
+
+const (
+	lockFile   = "lock"
+	recordExt  = ".json"
+	schemaV1   = 1
+	tmpPattern = ".tmp-*"
+)
+
+// Key names one attachment, as the runtime does.
+type Key struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+func (k Key) String() string { return k.ContainerID + "/" + k.IfName }
+
+func (k Key) file() (string, error) {
+	for _, s := range []string{k.ContainerID, k.IfName} {
+		if s == "" || strings.ContainsAny(s, "/\x00") || s == "." || s == ".." {
+			return "", fmt.Errorf("attachment %q: container ID and interface name must be plain names", k)
+		}
+	}
+	return k.ContainerID + "_" + k.IfName + recordExt, nil
+}
+
+// HostLink is a netdev's state in the host namespace before ADD.
+type HostLink struct {
+	Name  string `json:"name"`
+	Index int    `json:"index"`
+	MTU   int    `json:"mtu"`
+	MAC   string `json:"mac"`
+	Up    bool   `json:"up"`
+}
+
+// Device is one device of an attachment: what it was on the host and what it
+// became in the pod.
+type Device struct {
+	// RDMA is the RDMA device name, the claim key ("mlx5_0", "rxe0").
+	RDMA       string   `json:"rdma"`
+	PCIAddress string   `json:"pciAddress,omitempty"`
+	Host       HostLink `json:"host"`
+	PodIfName  string   `json:"podIfName"`
+	PodMAC     string   `json:"podMAC,omitempty"`
+	// Rxe is set for a soft-RoCE device, re-created on its netdev in the pod
+	// and again on the host after DEL.
+	Rxe bool `json:"rxe,omitempty"`
+	// RDMAExclusive is set when the RDMA device itself moves (exclusive
+	// netns mode).
+	RDMAExclusive bool `json:"rdmaExclusive,omitempty"`
+	// IPAM is set once the IPAM plugin allocated for PodIfName.
+	IPAM bool `json:"ipam,omitempty"`
+}
+
+// Attachment is one ADD's record.
+type Attachment struct {
+	Schema int `json:"schema"`
+	Key
+	Netns      string   `json:"netns"`
+	CNIVersion string   `json:"cniVersion"`
+	Network    string   `json:"network"`
+	Devices    []Device `json:"devices"`
+	// Complete is set when ADD finished; a record without it is an ADD that
+	// failed half way (or crashed) and must be undone.
+	Complete bool `json:"complete"`
+	// IPAMConf is the stdin the IPAM plugin got, for a DEL or GC that has
+	// no configuration of its own.
+	IPAMConf json.RawMessage `json:"ipamConf,omitempty"`
+}
+
+// Store is a state directory.
+type Store struct{ Dir string }
+
+// Lock takes the node-wide lock (flock on <Dir>/lock), creating the
+// directory when needed. Call the returned function to release it.
+func (s Store) Lock() (unlock func(), err error) {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
+
+// Save writes a record atomically (temporary file, fsync, rename).
+func (s Store) Save(a Attachment) error {
+	name, err := a.Key.file()
+	if err != nil {
+		return err
+	}
+	a.Schema = schemaV1
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", a.Key, err)
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	f, err := os.CreateTemp(s.Dir, tmpPattern)
+	if err != nil {
+		return fmt.Errorf("write record %s: %w", a.Key, err)
+	}
+	defer os.Remove(f.Name()) // no-op once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(s.Dir, name))
+	}
+	if err != nil {
+		return fmt.Errorf("write record %s: %w", a.Key, err)
+	}
+	return nil
+}
+
+// Load reads one record; ErrNotFound when there is none.
+func (s Store) Load(k Key) (Attachment, error) {
+	name, err := k.file()
+	if err != nil {
+		return Attachment{}, err
+	}
+	return s.read(filepath.Join(s.Dir, name))
+}
+
+func (s Store) read(path string) (Attachment, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Attachment{}, fmt.Errorf("read %s: %w", path, ErrNotFound)
+	}
+	if err != nil {
+		return Attachment{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	var a Attachment
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Attachment{}, fmt.Errorf("decode %s: %w", path, err)
+	}
+	if a.Schema != schemaV1 {
+		return Attachment{}, fmt.Errorf("decode %s: unknown schema %d", path, a.Schema)
+	}
+	return a, nil
+}
+
+// Delete removes a record; a missing record is not an error.
+func (s Store) Delete(k Key) error {
+	name, err := k.file()
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.Dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete record %s: %w", k, err)
+	}
+	return nil
+}
+
+// List returns every record. Unreadable records are returned as errors
+// joined, alongside the readable ones.
+func (s Store) List() ([]Attachment, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list state dir: %w", err)
+	}
+	var out []Attachment
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), recordExt) || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		a, err := s.read(filepath.Join(s.Dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Claimed maps each claimed RDMA device to the attachment holding it. Call
+// it with the lock held.
+func (s Store) Claimed() (map[string]Key, error) {
+	recs, err := s.List()
+	claims := map[string]Key{}
+	for _, a := range recs {
+		for _, d := range a.Devices {
+			claims[d.RDMA] = a.Key
+		}
+	}
+	return claims, err
+}
+
+// Writable checks that records can be written in the state directory.
+func (s Store) Writable() error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	f, err := os.CreateTemp(s.Dir, tmpPattern)
+	if err != nil {
+		return fmt.Errorf("state dir %s is not writable: %w", s.Dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}

@@ -1,0 +1,84 @@
+package state
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	s := Store{Dir: filepath.Join(t.TempDir(), "state")}
+	a := Attachment{Key: Key{"c1", "net1"}, Netns: "/run/netns/p", CNIVersion: "1.1.0", Network: "rdma",
+		Devices: []Device{{RDMA: "rxe0", Host: HostLink{Name: "veth0", Index: 7, MTU: 1500, MAC: "02:00:00:00:00:01", Up: true}, PodIfName: "net1", Rxe: true}}}
+	b := Attachment{Key: Key{"c2", "eth0"}, Devices: []Device{{RDMA: "mlx5_0"}, {RDMA: "mlx5_1"}}}
+	for _, r := range []Attachment{a, b} {
+		if err := s.Save(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Load(a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Schema = schemaV1
+	if diff := cmp.Diff(a, got); diff != "" {
+		t.Errorf("Load (-want +got):\n%s", diff)
+	}
+	claims, err := s.Claimed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Key{"rxe0": a.Key, "mlx5_0": b.Key, "mlx5_1": b.Key}
+	if diff := cmp.Diff(want, claims); diff != "" {
+		t.Errorf("Claimed (-want +got):\n%s", diff)
+	}
+	for i := 0; i < 2; i++ { // Delete is idempotent
+		if err := s.Delete(a.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Load(a.Key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load after Delete = %v, want ErrNotFound", err)
+	}
+	ents, _ := os.ReadDir(s.Dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{"c2_eth0.json"}, names); diff != "" {
+		t.Errorf("state dir holds (-want +got):\n%s", diff) // no temporary files left
+	}
+}
+
+func TestKeyMustBePlain(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	for _, k := range []Key{{"../x", "net1"}, {"c", ""}, {"c", "a/b"}} {
+		if err := s.Save(Attachment{Key: k}); err == nil {
+			t.Errorf("Save(%v) succeeded", k)
+		}
+	}
+}
+
+func TestLockIsExclusive(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	unlock, err := s.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(s.Dir, lockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Errorf("second flock while held = %v, want EWOULDBLOCK", err)
+	}
+	unlock()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Errorf("flock after unlock = %v", err)
+	}
+}
