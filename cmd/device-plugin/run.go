@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+)
+
+// runCommand parses the `run` flags and runs the device plugin until ctx ends
+// (SIGTERM/SIGINT in main), when it removes its sockets.
+func runCommand(ctx context.Context, args []string) error {
+	cfg, err := parseRunFlags(args)
+	if err != nil {
+		return err
+	}
+	return deviceplugin.Run(ctx, cfg)
+}
+
+func parseRunFlags(args []string) (deviceplugin.Config, error) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var cfg deviceplugin.Config
+	hostname, _ := os.Hostname()
+	fs.StringVar(&cfg.ConfigFile, "config", "", "pools file (YAML or JSON), reloaded on change; empty: one exclusive pool \"hca\" with every RDMA device, prefix rdma.kube-rdma.io")
+	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet device plugin directory (holds kubelet.sock)")
+	fs.StringVar(&cfg.SysRoot, "sysfs-root", "/sys", "sysfs root")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root")
+	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "host /dev, used in device host paths")
+	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9400", "address of /metrics, /state and /healthz; empty disables")
+	fs.StringVar(&cfg.NodeName, "node-name", envOr("NODE_NAME", hostname), "node name for logs and /state (default $NODE_NAME or the hostname)")
+	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(strings.ToUpper(*level))); err != nil {
+		return cfg, fmt.Errorf("run: --log-level: %w", err)
+	}
+	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {
+		return cfg, fmt.Errorf("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	return cfg, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,161 @@
+package deviceplugin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// ErrUnknownDevice: Allocate named a device ID the pool does not advertise.
+var ErrUnknownDevice = errors.New("unknown device ID")
+
+// RDMACM is the RDMA connection manager node every RDMA container needs.
+const RDMACM = "/dev/infiniband/rdma_cm"
+
+// allocContext is what Allocate needs beyond the pool's snapshot.
+type allocContext struct {
+	devRoot string // host path of /dev
+	cdi     bool   // CDI specs are written: return CDI devices too
+}
+
+// hostPath maps a container path under /dev to its host path under devRoot.
+func (a allocContext) hostPath(p string) string {
+	rel, ok := strings.CutPrefix(p, "/dev/")
+	if !ok {
+		return p
+	}
+	return filepath.Join(a.devRoot, rel)
+}
+
+// container builds one ContainerAllocateResponse.
+func (a allocContext) container(pool config.Pool, resource string, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: empty device list", ErrUnknownDevice)
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	var devs []discovery.RDMADevice
+	seen := map[string]bool{}
+	for _, id := range sorted {
+		ds, ok := snap.byID[id]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is not a device of pool %s", ErrUnknownDevice, id, pool.Name)
+		}
+		for _, d := range ds {
+			if !seen[d.Name] {
+				seen[d.Name] = true
+				devs = append(devs, d)
+			}
+		}
+	}
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("%w: pool %s has no devices for %v", ErrUnknownDevice, pool.Name, ids)
+	}
+	r := &pluginapi.ContainerAllocateResponse{Envs: envs(pool, devs)}
+	nodes := deviceNodes(devs)
+	if _, err := os.Stat(a.hostPath(RDMACM)); err == nil {
+		nodes = append(nodes, RDMACM)
+	}
+	for _, n := range nodes {
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: a.hostPath(n), Permissions: "rw"})
+	}
+	if a.cdi {
+		var names []string
+		if pool.Mode == config.Shared {
+			names = []string{cdiName(resource, cdiSharedDevice)}
+		} else {
+			for _, id := range sorted {
+				names = append(names, cdiName(resource, id))
+			}
+		}
+		for _, n := range names {
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: n})
+		}
+		r.Annotations = map[string]string{cdiAnnotationKey(pool.Name): strings.Join(names, ",")}
+	}
+	return r, nil
+}
+
+// deviceNodes lists the /dev/infiniband nodes of the devices, in order, once.
+func deviceNodes(devs []discovery.RDMADevice) []string {
+	var out []string
+	for _, d := range devs {
+		for _, c := range d.CharDevices {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// envs names what the container got. NCCL_IB_HCA uses the "=" prefix so
+// NCCL matches the names exactly (mlx5_1 does not also pick mlx5_10).
+func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
+	var names, pcis []string
+	for _, d := range devs {
+		names = append(names, d.Name)
+		if d.PCIAddress != "" && !slices.Contains(pcis, d.PCIAddress) {
+			pcis = append(pcis, d.PCIAddress)
+		}
+	}
+	stem := "KUBE_RDMA_" + config.EnvName(pool.Name)
+	e := map[string]string{
+		stem + "_RDMA_DEVICES":  strings.Join(names, ","),
+		stem + "_PCI_ADDRESSES": strings.Join(pcis, ","),
+		"NCCL_IB_HCA":           "=" + strings.Join(names, ","),
+	}
+	if idx, ok := commonGIDIndex(devs); ok {
+		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
+	}
+	return e
+}
+
+// commonGIDIndex returns the RoCE v2 GID index every allocated port uses,
+// when all ports are Ethernet and agree. A port's index is its first RoCE v2
+// GID holding an IPv4-mapped address (what RoCE fabrics route on), else its
+// first RoCE v2 GID.
+func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
+	idx, found := -1, false
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.LinkLayer != "Ethernet" {
+				return 0, false
+			}
+			i, ok := roceV2Index(p)
+			if !ok || (found && i != idx) {
+				return 0, false
+			}
+			idx, found = i, true
+		}
+	}
+	return idx, found
+}
+
+func roceV2Index(p discovery.Port) (int, bool) {
+	first := -1
+	for _, g := range p.GIDs {
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
+			return g.Index, true
+		}
+		if first < 0 {
+			first = g.Index
+		}
+	}
+	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
+		first = p.RoCEv2GIDIndexes[0]
+	}
+	return first, first >= 0
+}

@@ -1,0 +1,117 @@
+package deviceplugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// cdiSharedDevice is the CDI device name of a shared pool's whole set.
+const cdiSharedDevice = "all"
+
+// cdiName is the fully qualified CDI device name; the kind is the resource
+// name ("rdma.kube-rdma.io/hca=0000:18:00.0").
+func cdiName(resource, device string) string { return resource + "=" + device }
+
+// cdiAnnotationKey is the annotation older runtimes read CDI devices from.
+func cdiAnnotationKey(pool string) string {
+	name := "kube-rdma_" + pool
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return "cdi.k8s.io/" + name
+}
+
+// cdiWriter keeps one CDI spec file per pool in dir.
+type cdiWriter struct {
+	dir     string
+	devRoot string
+}
+
+func (w cdiWriter) path(pool string) string {
+	return filepath.Join(w.dir, "kube-rdma-"+pool+".json")
+}
+
+// write replaces the pool's spec when its content changes.
+func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) error {
+	a := allocContext{devRoot: w.devRoot}
+	node := func(p string) *cdispec.DeviceNode {
+		return &cdispec.DeviceNode{Path: p, HostPath: a.hostPath(p), Permissions: "rw"}
+	}
+	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
+	if _, err := os.Stat(a.hostPath(RDMACM)); err == nil {
+		spec.ContainerEdits.DeviceNodes = []*cdispec.DeviceNode{node(RDMACM)}
+	}
+	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {
+		var e cdispec.ContainerEdits
+		for _, n := range deviceNodes(devs) {
+			e.DeviceNodes = append(e.DeviceNodes, node(n))
+		}
+		for k, v := range envs(pool, devs) {
+			e.Env = append(e.Env, k+"="+v)
+		}
+		slices.Sort(e.Env)
+		return e
+	}
+	if pool.Mode == config.Shared {
+		if len(members) > 0 {
+			spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiSharedDevice, ContainerEdits: edits(members)})
+		}
+	} else {
+		for _, d := range members {
+			spec.Devices = append(spec.Devices, cdispec.Device{Name: DeviceID(d), ContainerEdits: edits([]discovery.RDMADevice{d})})
+		}
+	}
+	v, err := cdispec.MinimumRequiredVersion(&spec)
+	if err != nil {
+		return fmt.Errorf("cdi spec version for %s: %w", resource, err)
+	}
+	spec.Version = v
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode cdi spec for %s: %w", resource, err)
+	}
+	path := w.path(pool.Name)
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return fmt.Errorf("create cdi dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(w.dir, ".kube-rdma-*.tmp")
+	if err != nil {
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	return nil
+}
+
+func (w cdiWriter) remove(pool string) error {
+	if err := os.Remove(w.path(pool)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cdi spec: %w", err)
+	}
+	return nil
+}

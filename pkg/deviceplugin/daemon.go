@@ -1,0 +1,433 @@
+// Package deviceplugin is the kubelet device plugin daemon: it advertises
+// RDMA devices as extended resources, one socket and one resource per
+// configured pool (pkg/deviceplugin/config), with health from the real port
+// state and presence, NUMA topology, PCIe-aware preferred allocation
+// (pkg/allocator), Allocate responses with device nodes, NCCL environment and
+// optional CDI devices, config reload, and Prometheus metrics.
+//
+// It reads the node through discovery.Scanner under roots given in Config,
+// so it runs unprivileged on fixture trees; it never chooses devices itself
+// (pkg/allocator does) and keeps no package-level state.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// DefaultHealthInterval is how often port states and presence are re-read:
+// half the 1 s the kubelet should wait at most to learn of a change.
+const DefaultHealthInterval = 500 * time.Millisecond
+
+// maxRescans bounds the full scans spent on a device that is listed in
+// class/infiniband but cannot be read.
+const maxRescans = 10
+
+// Config is everything the daemon needs; cmd/device-plugin fills it from flags.
+type Config struct {
+	// ConfigFile is the pools file (YAML or JSON); "" uses config.Default.
+	ConfigFile string
+	// KubeletDir is the kubelet's device plugin directory.
+	KubeletDir string
+	SysRoot    string
+	ProcRoot   string
+	// DevRoot is the host path of /dev used in DeviceSpec host paths.
+	DevRoot string
+	// CDIDir is where CDI specs are written; "" disables CDI.
+	CDIDir string
+	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
+	MetricsAddr string
+	NodeName    string
+	// HealthInterval is the sysfs re-read period; 0 means DefaultHealthInterval.
+	HealthInterval time.Duration
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// NetnsMode defaults to NetlinkNetnsMode.
+	NetnsMode NetnsModeReader
+	// Events trigger an immediate re-read; nil means NetlinkLinks. Use an
+	// empty, non-nil slice for none.
+	Events []EventSource
+}
+
+// Daemon is one running device plugin.
+type Daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	counters *portCounters
+	scanner  discovery.Scanner
+	cdi      *cdiWriter
+	listener net.Listener
+	numa     int
+
+	// Owned by the Run goroutine.
+	conf     config.Config
+	confData []byte
+	node     *discovery.Node
+	links    map[string]string
+	ports    map[string][]int
+	health   map[string]bool
+	assigned map[string][]discovery.RDMADevice
+	pools    map[string]*poolServer
+	retry    map[string]time.Duration
+	regDone  chan regResult
+	retryC   chan string
+	unread   map[string]int // device -> full scans that could not read it
+	regKey   map[string]string
+
+	stateMu sync.Mutex
+	state   State
+	ready   chan struct{}
+}
+
+type regResult struct {
+	p   *poolServer
+	err error
+}
+
+// New checks the configuration, loads the pools file and opens the metrics
+// listener; Run does the rest.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.KubeletDir == "" || cfg.SysRoot == "" {
+		return nil, errors.New("device plugin: kubelet dir and sysfs root are required")
+	}
+	if cfg.DevRoot == "" {
+		cfg.DevRoot = "/dev"
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NetnsMode == nil {
+		cfg.NetnsMode = NetlinkNetnsMode{}
+	}
+	if cfg.Events == nil {
+		cfg.Events = []EventSource{NetlinkLinks{}}
+	}
+	d := &Daemon{
+		cfg: cfg, log: cfg.Logger,
+		counters: newPortCounters(cfg.SysRoot),
+		scanner:  discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
+		pools:    map[string]*poolServer{}, retry: map[string]time.Duration{},
+		regDone: make(chan regResult, 16), retryC: make(chan string, 16),
+		links: map[string]string{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
+	}
+	d.m = newMetrics(d.counters)
+	if cfg.CDIDir != "" {
+		d.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
+	}
+	d.conf = config.Default()
+	if cfg.ConfigFile != "" {
+		data, err := os.ReadFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("read device plugin config: %w", err)
+		}
+		if d.conf, err = config.Parse(data); err != nil {
+			return nil, fmt.Errorf("load %s: %w", cfg.ConfigFile, err)
+		}
+		d.confData = data
+	}
+	d.m.reload(true)
+	if cfg.MetricsAddr != "" {
+		l, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen for metrics: %w", err)
+		}
+		d.listener = l
+	}
+	return d, nil
+}
+
+// MetricsAddr is the metrics listener's address ("" when disabled).
+func (d *Daemon) MetricsAddr() string {
+	if d.listener == nil {
+		return ""
+	}
+	return d.listener.Addr().String()
+}
+
+// Ready is closed once the first scan is done and every pool is served.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// Run is New then Daemon.Run.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// Run serves until ctx ends, then stops every pool and removes its socket.
+func (d *Daemon) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if d.listener != nil {
+		srv := &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(d.listener) }()
+		defer srv.Close()
+	}
+	defer d.stopAll()
+	if err := os.MkdirAll(d.cfg.KubeletDir, 0o750); err != nil {
+		return fmt.Errorf("create kubelet device plugin dir: %w", err)
+	}
+	d.readNetnsMode()
+	d.numa = d.scanner.NUMANodes()
+	if err := d.rescan(); err != nil {
+		return err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch kubelet dir: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(d.cfg.KubeletDir); err != nil {
+		return fmt.Errorf("watch kubelet dir: %w", err)
+	}
+	if d.cfg.ConfigFile != "" {
+		if err := w.Add(filepath.Dir(d.cfg.ConfigFile)); err != nil {
+			return fmt.Errorf("watch config dir: %w", err)
+		}
+	}
+	// On sysfs inotify sees nothing; on fixtures and some container views
+	// it makes removals immediate. The ticker is what the design relies on.
+	_ = w.Add(filepath.Join(d.cfg.SysRoot, "class/infiniband"))
+	d.applyConfig(ctx, d.conf)
+	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
+		"rdmaDevices", len(d.node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
+	close(d.ready)
+
+	pokes := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case pokes <- struct{}{}:
+		default:
+		}
+	}
+	for _, src := range d.cfg.Events {
+		go func() {
+			if err := src.Run(ctx, poke); err != nil && ctx.Err() == nil {
+				d.log.Warn("event source stopped; relying on the sysfs re-read", "err", err)
+			}
+		}()
+	}
+	tick := time.NewTicker(d.cfg.HealthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.log.Info("device plugin stopping")
+			return nil
+		case <-tick.C:
+			d.refresh()
+		case <-pokes:
+			d.refresh()
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			d.handleEvent(ctx, ev)
+		case err := <-w.Errors:
+			d.log.Warn("file watcher", "err", err)
+		case r := <-d.regDone:
+			d.registered(r)
+		case name := <-d.retryC:
+			if p, ok := d.pools[name]; ok {
+				d.register(ctx, p)
+			}
+		}
+	}
+}
+
+func (d *Daemon) readNetnsMode() {
+	mode, err := d.cfg.NetnsMode.NetnsMode()
+	if err != nil || (mode != NetnsShared && mode != NetnsExclusive) {
+		d.log.Warn("rdma netns mode unknown", "err", err, "mode", mode)
+		mode = NetnsUnknown
+	}
+	d.m.setNetnsMode(mode)
+	d.stateMu.Lock()
+	d.state.RDMANetnsMode = mode
+	d.stateMu.Unlock()
+}
+
+// refresh does the cheap re-read: a presence change means a full scan,
+// otherwise only port states are compared.
+func (d *Daemon) refresh() {
+	links, err := readPresence(d.cfg.SysRoot)
+	if err != nil {
+		d.log.Warn("re-read rdma devices", "err", err)
+		return
+	}
+	if !maps.Equal(links, d.links) {
+		if err := d.rescan(); err != nil {
+			d.log.Warn("rescan", "err", err)
+			return
+		}
+		d.push(true)
+		return
+	}
+	health := readHealth(d.cfg.SysRoot, d.ports)
+	if !maps.Equal(health, d.health) {
+		for name, ok := range health {
+			if d.health[name] != ok {
+				d.log.Info("device health changed", "device", name, "healthy", ok)
+			}
+		}
+		d.health = health
+		d.push(false)
+	}
+}
+
+// rescan reads the whole node and reassigns devices to pools.
+func (d *Daemon) rescan() error {
+	links, err := readPresence(d.cfg.SysRoot)
+	if err != nil {
+		return err
+	}
+	node, err := d.scanner.Scan()
+	if err != nil {
+		return fmt.Errorf("scan node: %w", err)
+	}
+	for _, w := range node.Warnings {
+		d.log.Debug("scan warning", "warning", w)
+	}
+	if d.node != nil {
+		old := map[string]bool{}
+		for _, x := range d.node.RDMADevices {
+			old[x.Name] = true
+		}
+		for _, x := range node.RDMADevices {
+			if !old[x.Name] {
+				d.log.Info("rdma device appeared", "device", x.Name, "pci", x.PCIAddress)
+			}
+			delete(old, x.Name)
+		}
+		for name := range old {
+			d.log.Info("rdma device disappeared", "device", name)
+		}
+	}
+	// A device listed but not scanned, or scanned before its ports or char
+	// devices appeared (the class link comes first while a driver probes),
+	// is left out of links so the next tick scans again, a bounded number
+	// of times.
+	scanned := map[string]bool{}
+	for _, x := range node.RDMADevices {
+		scanned[x.Name] = len(x.Ports) > 0 && len(x.CharDevices) > 0
+	}
+	for name := range d.unread {
+		if _, ok := links[name]; !ok {
+			delete(d.unread, name)
+		}
+	}
+	for name := range links {
+		if scanned[name] {
+			delete(d.unread, name)
+			continue
+		}
+		d.unread[name]++
+		if d.unread[name] <= maxRescans {
+			delete(links, name)
+		} else if d.unread[name] == maxRescans+1 {
+			d.log.Warn("rdma device cannot be read; giving up until it is removed and added again", "device", name)
+		}
+	}
+	d.node, d.links = node, links
+	d.ports = portsOf(node.RDMADevices)
+	d.health = healthFromScan(node.RDMADevices)
+	d.counters.setPorts(d.ports)
+	return nil
+}
+
+// assign maps devices to pools and records configuration problems.
+func (d *Daemon) assign() {
+	var problems []string
+	assigned, err := d.conf.Assign(d.node.RDMADevices)
+	if err != nil {
+		problems = append(problems, splitErrors(err)...)
+	}
+	if d.stateNetns() == NetnsExclusive {
+		for _, p := range d.conf.Pools {
+			if p.Mode == config.Shared {
+				problems = append(problems, fmt.Sprintf("pool %q is shared but the RDMA subsystem is in exclusive netns mode: "+
+					"a device can be in one network namespace only, so pods cannot share it", p.Name))
+			}
+		}
+	}
+	for _, pr := range problems {
+		d.log.Warn("config problem", "problem", pr)
+	}
+	d.assigned = assigned
+	d.m.problems.Set(float64(len(problems)))
+	d.stateMu.Lock()
+	d.state.Problems = problems
+	d.stateMu.Unlock()
+}
+
+func splitErrors(err error) []string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+// push sends the current devices to every pool; with members true the
+// membership may have changed (CDI specs are rewritten and problems re-checked).
+func (d *Daemon) push(members bool) {
+	if members {
+		d.assign()
+	}
+	for _, name := range sortedKeys(d.pools) {
+		p := d.pools[name]
+		devs := d.assigned[name]
+		p.update(devs, d.health)
+		healthy, unhealthy := 0, 0
+		for _, x := range p.current().devices {
+			if x.Health == "Healthy" {
+				healthy++
+			} else {
+				unhealthy++
+			}
+		}
+		d.m.setDevices(name, healthy, unhealthy)
+		if members && d.cdi != nil {
+			if err := d.cdi.write(p.pool, p.resource, devs); err != nil {
+				d.log.Warn("write cdi spec", "pool", name, "err", err)
+			}
+		}
+	}
+	d.publishState()
+}
+
+func (d *Daemon) stateNetns() string {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.state.RDMANetnsMode
+}
+
+func (d *Daemon) stopAll() {
+	for name, p := range d.pools {
+		p.stop()
+		delete(d.pools, name)
+	}
+}

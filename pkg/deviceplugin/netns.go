@@ -1,0 +1,73 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Netns modes of the RDMA subsystem.
+const (
+	NetnsShared    = "shared"
+	NetnsExclusive = "exclusive"
+	NetnsUnknown   = "unknown"
+)
+
+// NetnsModeReader reports the RDMA subsystem's netns mode.
+type NetnsModeReader interface {
+	NetnsMode() (string, error)
+}
+
+// NetlinkNetnsMode asks the kernel over RDMA netlink.
+type NetlinkNetnsMode struct{}
+
+// NetnsMode returns "shared" or "exclusive".
+func (NetlinkNetnsMode) NetnsMode() (string, error) {
+	m, err := netlink.RdmaSystemGetNetnsMode()
+	if err != nil {
+		return NetnsUnknown, fmt.Errorf("read rdma netns mode: %w", err)
+	}
+	return m, nil
+}
+
+// EventSource pokes the daemon when something may have changed on the node,
+// so it re-reads sysfs at once instead of at the next tick.
+type EventSource interface {
+	// Run calls poke on each event until ctx ends.
+	Run(ctx context.Context, poke func()) error
+}
+
+// NetlinkLinks pokes on every rtnetlink link update (a netdev going down or
+// away, a VF count change) in the daemon's network namespace.
+type NetlinkLinks struct{}
+
+// Run subscribes to link updates.
+func (NetlinkLinks) Run(ctx context.Context, poke func()) error {
+	ch := make(chan netlink.LinkUpdate, 64)
+	errc := make(chan error, 1)
+	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) {
+			select {
+			case errc <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to link updates: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return fmt.Errorf("link updates: %w", err)
+		case _, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			poke()
+		}
+	}
+}
