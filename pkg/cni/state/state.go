@@ -67,9 +67,11 @@ type Device struct {
 	Host       HostLink `json:"host"`
 	PodIfName  string   `json:"podIfName"`
 	PodMAC     string   `json:"podMAC,omitempty"`
-	// Rxe is set for a soft-RoCE device, re-created on its netdev in the pod
-	// and again on the host after DEL.
-	Rxe bool `json:"rxe,omitempty"`
+	// SoftType is the link type of a software RDMA device ("rxe"), which
+	// cannot change netns: it is re-created on its netdev in the pod, as
+	// PodRDMA, and again on the host after DEL. "" for hardware.
+	SoftType string `json:"softType,omitempty"`
+	PodRDMA  string `json:"podRDMA,omitempty"`
 	// RDMAExclusive is set when the RDMA device itself moves (exclusive
 	// netns mode).
 	RDMAExclusive bool `json:"rdmaExclusive,omitempty"`

@@ -13,7 +13,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	s := Store{Dir: filepath.Join(t.TempDir(), "state")}
 	a := Attachment{Key: Key{"c1", "net1"}, Netns: "/run/netns/p", CNIVersion: "1.1.0", Network: "rdma",
-		Devices: []Device{{RDMA: "rxe0", Host: HostLink{Name: "veth0", Index: 7, MTU: 1500, MAC: "02:00:00:00:00:01", Up: true}, PodIfName: "net1", Rxe: true}}}
+		Devices: []Device{{RDMA: "rxe0", Host: HostLink{Name: "veth0", Index: 7, MTU: 1500, MAC: "02:00:00:00:00:01", Up: true}, PodIfName: "net1", SoftType: "rxe", PodRDMA: "rxe0"}}}
 	b := Attachment{Key: Key{"c2", "eth0"}, Devices: []Device{{RDMA: "mlx5_0"}, {RDMA: "mlx5_1"}}}
 	for _, r := range []Attachment{a, b} {
 		if err := s.Save(r); err != nil {

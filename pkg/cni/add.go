@@ -1,0 +1,257 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// undo is a stack of rollback steps, run last-in first-out.
+type undo struct {
+	steps []step
+}
+
+type step struct {
+	what string
+	fn   func() error
+}
+
+func (u *undo) push(what string, fn func() error) { u.steps = append(u.steps, step{what, fn}) }
+
+func (u *undo) run(log *slog.Logger) error {
+	var errs []error
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		s := u.steps[i]
+		if err := s.fn(); err != nil {
+			log.Error("rollback step failed", "step", s.what, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", s.what, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Add attaches the devices and returns the result (merged with prevResult).
+func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Result, err error) {
+	conf, err := netconf.Parse(args.StdinData)
+	log, closeLog := p.logger(conf)
+	defer closeLog()
+	if err != nil {
+		return nil, err
+	}
+	if err := conf.RequireDevice(); err != nil {
+		return nil, err
+	}
+	if args.Netns == "" {
+		return nil, fmt.Errorf("%w: CNI_NETNS is empty", ErrBadEnvironment)
+	}
+	if err := netconf.ValidIfName(args.IfName); err != nil {
+		return nil, fmt.Errorf("%w: CNI_IFNAME: %w", ErrBadEnvironment, err)
+	}
+	podNS, err := netns.GetFromPath(args.Netns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open pod netns %s: %w", ErrBadEnvironment, args.Netns, err)
+	}
+	defer podNS.Close()
+	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
+	res := p.Resolver(conf.SysfsRoot)
+	ids, err := p.selectDevices(ctx, conf, parseCNIArgs(args.Args), res, log)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		log.Info("no devices of the resource allocated to the pod; passing prevResult through", "resource", conf.ResourceName)
+		return passthrough(conf), nil
+	}
+	plan, err := netconf.PlanNames(conf, args.IfName, ids)
+	if err != nil {
+		return nil, err
+	}
+
+	store := state.Store{Dir: conf.StateDir}
+	unlock, err := store.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	if _, err := store.Load(key); err == nil {
+		return nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
+	}
+	claims, err := store.Claimed()
+	if err != nil {
+		return nil, fmt.Errorf("read claims: %w", err)
+	}
+	mode := netconf.ModeShared
+	if needsMode(plan, res) {
+		if mode, err = p.netnsMode(conf); err != nil {
+			return nil, err
+		}
+	}
+	cands, err := p.resolve(plan, res, claims, key, mode, podNS)
+	if err != nil {
+		return nil, err
+	}
+
+	rec := state.Attachment{Key: key, Netns: args.Netns, CNIVersion: conf.CNIVersion, Network: conf.Name}
+	if conf.IPAMType != "" {
+		rec.IPAMConf = args.StdinData
+	}
+	for _, c := range cands {
+		rec.Devices = append(rec.Devices, state.Device{
+			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus,
+			Host: state.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
+		})
+	}
+	// The record goes first: a crash from here on leaves DEL and GC what
+	// they need to put the host back.
+	if err := store.Save(rec); err != nil {
+		return nil, err
+	}
+	u := &undo{}
+	u.push("delete record", func() error { return store.Delete(key) })
+	defer func() {
+		if err != nil {
+			if uerr := u.run(log); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback incomplete: %w", uerr))
+			}
+		}
+	}()
+	for i, c := range cands {
+		if err := p.attach(podNS, &rec.Devices[i], c, conf, u, log); err != nil {
+			return nil, err
+		}
+	}
+
+	result := passthrough(conf)
+	for i := range rec.Devices {
+		d := &rec.Devices[i]
+		idx := len(result.Interfaces)
+		result.Interfaces = append(result.Interfaces, &types100.Interface{
+			Name: d.PodIfName, Mac: d.PodMAC, Mtu: conf.MTU, Sandbox: args.Netns, PciID: d.PCIAddress,
+		})
+		if conf.IPAMType == "" {
+			continue
+		}
+		ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: d.PodIfName, Args: args.Args, Path: args.Path}
+		r, err := p.IPAM.Add(ctx, conf.IPAMType, args.StdinData, ia)
+		if err != nil {
+			return nil, fmt.Errorf("ipam %s add for %s: %w", conf.IPAMType, d.PodIfName, err)
+		}
+		u.push("release ipam for "+d.PodIfName, func() error {
+			return p.IPAM.Del(context.WithoutCancel(ctx), conf.IPAMType, args.StdinData, ia)
+		})
+		d.IPAM = true
+		r100, err := types100.NewResultFromResult(r)
+		if err != nil {
+			return nil, fmt.Errorf("convert ipam result: %w", err)
+		}
+		for _, ip := range r100.IPs {
+			ip.Interface = types100.Int(idx)
+		}
+		if err := p.Addrs.Configure(podNS, d.PodIfName, r100.IPs, r100.Routes); err != nil {
+			return nil, fmt.Errorf("configure %s: %w", d.PodIfName, err)
+		}
+		result.IPs = append(result.IPs, r100.IPs...)
+		result.Routes = append(result.Routes, r100.Routes...)
+		if len(result.DNS.Nameservers) == 0 {
+			result.DNS = r100.DNS
+		}
+	}
+	rec.Complete = true
+	if err := store.Save(rec); err != nil {
+		return nil, err
+	}
+	log.Info("attached", "devices", len(rec.Devices))
+	return result, nil
+}
+
+// needsMode reports whether any planned device is hardware, whose RDMA
+// device may have to move; a soft device never moves.
+func needsMode(plan []netconf.Assignment, res Resolver) bool {
+	for _, a := range plan {
+		if d, err := res.LookupRDMA(a.DeviceID); err != nil || softType(d) == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func passthrough(conf *netconf.Conf) *types100.Result {
+	if conf.PrevResult != nil {
+		return conf.PrevResult
+	}
+	return &types100.Result{CNIVersion: types100.ImplementedSpecVersion, DNS: types.DNS{}}
+}
+
+// attach moves one device into the pod and pushes the steps that undo it.
+func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) error {
+	moved, err := p.Links.Move(p.HostNS, c.host.Name, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
+	if err != nil {
+		return fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
+	}
+	d.PodMAC = moved.MAC
+	dev := *d
+	u.push("return netdev "+c.host.Name, func() error {
+		_, err := p.returnNetdev(podNS, dev, log)
+		return err
+	})
+	if c.soft != "" {
+		// The kernel destroyed the soft device when its netdev left.
+		name, err := p.addSoft(podNS, c.dev.Name, c.podIf, true)
+		if err != nil {
+			return fmt.Errorf("re-create %s device %s on %s in the pod: %w", c.soft, c.dev.Name, c.podIf, err)
+		}
+		d.PodRDMA = name
+		if name != c.dev.Name {
+			log.Warn("soft rdma device name taken; created under another name", "want", c.dev.Name, "got", name)
+		}
+	}
+	if c.exclus {
+		if err := p.RDMA.Move(p.HostNS, c.dev.Name, podNS); err != nil {
+			return fmt.Errorf("move rdma device %s into the pod: %w", c.dev.Name, err)
+		}
+		u.push("return rdma device "+c.dev.Name, func() error { return p.RDMA.Move(podNS, c.dev.Name, p.HostNS) })
+	}
+	return nil
+}
+
+// addSoft creates a soft-RoCE device called name on netdev in ns. The
+// kernel destroys the device a netdev had when it moved asynchronously, so
+// the name may still be held for a moment: retry until SoftRDMAWait. When
+// it stays taken, fallback picks another name; without fallback the name is
+// taken to be the device wanted (already re-created) and nothing is done.
+func (p *Plugin) addSoft(ns netns.NsHandle, name, netdev string, fallback bool) (string, error) {
+	deadline := time.Now().Add(p.SoftRDMAWait)
+	for {
+		err := p.RDMA.AddRxe(ns, name, netdev)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return "", err
+		}
+		if time.Now().After(deadline) {
+			if !fallback {
+				return name, nil
+			}
+			alt := name + "_" + netdev
+			if err := p.RDMA.AddRxe(ns, alt, netdev); err != nil {
+				return "", err
+			}
+			return alt, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,189 @@
+package cni
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+)
+
+// TestAddCheckDel runs ADD, CHECK and DEL of a hardware device for each spec
+// version, with host-local IPAM, asserting from inside the pod netns.
+func TestAddCheckDel(t *testing.T) {
+	requireHostLocal(t)
+	for _, ver := range []string{"0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(ver, func(t *testing.T) {
+			e := newEnv(t, 1, false, "shared")
+			pod := netnstest.New(t)
+			before := e.snapshot(pod)
+			conf := e.conf(ver, `"mtu":9000,"mac":"02:00:00:00:00:0a","runtimeConfig":{"deviceID":"`+pciAddr(0)+`"},`+e.ipam("10.10.0.0/24"))
+			res := mustAdd(t, e, args("c1", pod, "net1", conf))
+
+			want := []netnstest.Link{{Name: "net1", MTU: 9000, Up: true, MAC: "02:00:00:00:00:0a"}}
+			if diff := cmp.Diff(want, netnstest.Links(t, pod)); diff != "" {
+				t.Errorf("pod links (-want +got):\n%s", diff)
+			}
+			for _, l := range netnstest.Links(t, e.host) {
+				if l.Name == "nic0" {
+					t.Errorf("nic0 still on the host")
+				}
+			}
+			addrs, err := netlinkAddrs{}.List(pod.Handle, "net1")
+			if err != nil || len(addrs) != 1 || addrs[0].String() != "10.10.0.2/24" {
+				t.Errorf("pod addresses = %v, %v; want 10.10.0.2/24", addrs, err)
+			}
+			if len(res.Interfaces) != 1 || res.Interfaces[0].Sandbox != pod.Path || res.Interfaces[0].Name != "net1" ||
+				res.Interfaces[0].PciID != pciAddr(0) || len(res.IPs) != 1 || *res.IPs[0].Interface != 0 {
+				t.Errorf("result = %+v", res)
+			}
+			// The result in the configured version, as the runtime gets it.
+			vres, err := res.GetAsVersion(ver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vres.Version() != ver {
+				t.Errorf("result version %s, want %s", vres.Version(), ver)
+			}
+
+			// CHECK gets the result back as prevResult.
+			raw, _ := json.Marshal(vres)
+			check := e.conf(ver, `"mtu":9000,"runtimeConfig":{"deviceID":"`+pciAddr(0)+`"},`+e.ipam("10.10.0.0/24")+`,"prevResult":`+string(raw))
+			if err := e.p.Check(context.Background(), args("c1", pod, "net1", check)); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
+
+			if err := e.p.Del(context.Background(), args("c1", pod, "net1", conf)); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+				t.Errorf("host after DEL (-before +after):\n%s", diff)
+			}
+			if got := netnstest.Links(t, pod); len(got) != 0 {
+				t.Errorf("pod still has %v", got)
+			}
+		})
+	}
+}
+
+// TestCheckDetectsDrift changes the pod interface behind the plugin's back.
+func TestCheckDetectsDrift(t *testing.T) {
+	e := newEnv(t, 1, false, "shared")
+	for _, tc := range []struct {
+		name  string
+		drift func(t *testing.T, pod *netnstest.NS)
+	}{
+		{"mtu", func(t *testing.T, pod *netnstest.NS) {
+			h := netnstest.Handle(t, pod)
+			l, _ := h.LinkByName("net1")
+			h.LinkSetMTU(l, 1280)
+		}},
+		{"renamed", func(t *testing.T, pod *netnstest.NS) {
+			h := netnstest.Handle(t, pod)
+			l, _ := h.LinkByName("net1")
+			h.LinkSetDown(l)
+			h.LinkSetName(l, "other")
+		}},
+		{"down", func(t *testing.T, pod *netnstest.NS) {
+			h := netnstest.Handle(t, pod)
+			l, _ := h.LinkByName("net1")
+			h.LinkSetDown(l)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := netnstest.New(t)
+			conf := e.conf("1.1.0", `"mtu":4000,"runtimeConfig":{"deviceID":"mlx5_0"}`)
+			a := args("c-"+tc.name, pod, "net1", conf)
+			mustAdd(t, e, a)
+			if err := e.p.Check(context.Background(), a); err != nil {
+				t.Fatalf("CHECK before drift: %v", err)
+			}
+			tc.drift(t, pod)
+			if err := e.p.Check(context.Background(), a); err == nil {
+				t.Errorf("CHECK after drift succeeded")
+			}
+			// DEL still returns the device, even renamed in the pod.
+			if err := e.p.Del(context.Background(), a); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			found := false
+			for _, l := range netnstest.Links(t, e.host) {
+				found = found || l.Name == "nic0"
+			}
+			if !found && tc.name != "renamed" {
+				t.Errorf("nic0 not back on the host")
+			}
+			if tc.name == "renamed" {
+				// Renamed in the pod, the netdev is not found under its pod name;
+				// it stays in the pod until the netns dies. Return it for the
+				// next case as the kernel would.
+				h := netnstest.Handle(t, pod)
+				l, _ := h.LinkByName("other")
+				h.LinkSetNsFd(l, int(e.host.Handle))
+				hh := netnstest.Handle(t, e.host)
+				l, _ = hh.LinkByName("other")
+				hh.LinkSetName(l, "nic0")
+			}
+		})
+	}
+}
+
+// TestAddRefusals: each bad request is a clear error and changes nothing.
+func TestAddRefusals(t *testing.T) {
+	e := newEnv(t, 2, false, "shared")
+	pod := netnstest.New(t)
+	other := netnstest.New(t)
+	// nic1 is already in another netns: its RDMA device's netdev is gone
+	// from the host.
+	h := netnstest.Handle(t, e.host)
+	l, _ := h.LinkByName("nic1")
+	if err := h.LinkSetNsFd(l, int(other.Handle)); err != nil {
+		t.Fatal(err)
+	}
+	// mlx5_0 is claimed by another attachment.
+	busyPod := netnstest.New(t)
+	mustAdd(t, e, args("busy", busyPod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`)))
+	t.Cleanup(func() { e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
+	netnstest.Veth(t, pod, "taken", "takenp")
+	before := e.snapshot(pod)
+	for _, tc := range []struct {
+		name   string
+		stdin  string
+		ifName string
+		code   uint
+	}{
+		{"malformed json", `{"cniVersion":`, "net1", types.ErrInvalidNetworkConfig},
+		{"unknown field", string(e.conf("1.1.0", `"master":"eth0","runtimeConfig":{"deviceID":"mlx5_0"}`)), "net1", types.ErrInvalidNetworkConfig},
+		{"missing deviceID", string(e.conf("1.1.0", "")), "net1", types.ErrInvalidNetworkConfig},
+		{"no such device", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_9"}`)), "net1", CodeDeviceNotFound},
+		{"device in another netns", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)), "net1", CodeDeviceInUse},
+		{"device claimed", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"`+pciAddr(0)+`"}`)), "net1", CodeDeviceInUse},
+		{"bad ifname", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)), "a/b", types.ErrInvalidEnvironmentVariables},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.p.Add(context.Background(), args("c", pod, tc.ifName, []byte(tc.stdin)))
+			if got := cniCode(err); got != tc.code {
+				t.Errorf("ADD error code %d (%v), want %d", got, err, tc.code)
+			}
+			if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+				t.Errorf("host changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+	// The pod name is taken: a free device, and nothing moves.
+	h.LinkByName("nic1")
+	ol := netnstest.Handle(t, other)
+	l, _ = ol.LinkByName("nic1")
+	ol.LinkSetNsFd(l, int(e.host.Handle))
+	before = e.snapshot(pod)
+	_, err := e.p.Add(context.Background(), args("c", pod, "taken", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)))
+	if got := cniCode(err); got != CodeNameTaken {
+		t.Errorf("ADD with a taken pod name: code %d (%v), want %d", got, err, CodeNameTaken)
+	}
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("host changed (-before +after):\n%s", diff)
+	}
+}

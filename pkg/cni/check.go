@@ -1,0 +1,191 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/vishvananda/netns"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+)
+
+// Check verifies that every device of the attachment is in the pod netns
+// under its name, MAC and MTU, with the addresses prevResult gave it, and
+// that its RDMA device is there (moved, or re-created for soft-RoCE).
+func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
+	conf, err := netconf.Parse(args.StdinData)
+	log, closeLog := p.logger(conf)
+	defer closeLog()
+	if err != nil {
+		return err
+	}
+	store := state.Store{Dir: conf.StateDir}
+	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	rec, err := store.Load(key)
+	if errors.Is(err, state.ErrNotFound) {
+		if conf.Standalone() {
+			log.Info("no attachment recorded for a standalone pod: nothing allocated")
+			return nil
+		}
+		return fmt.Errorf("attachment %s: %w", key, ErrNotAttached)
+	}
+	if err != nil {
+		return err
+	}
+	if !rec.Complete {
+		return fmt.Errorf("attachment %s: ADD did not complete: %w", key, ErrNotAttached)
+	}
+	podNS := openPodNS(log, args.Netns)
+	if !podNS.IsOpen() {
+		return fmt.Errorf("%w: pod netns %q cannot be opened", ErrBadEnvironment, args.Netns)
+	}
+	defer podNS.Close()
+	var rdmaNames []string
+	for _, d := range rec.Devices {
+		if d.SoftType != "" || d.RDMAExclusive {
+			if rdmaNames, err = p.RDMA.List(podNS); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for _, d := range rec.Devices {
+		l, err := p.Links.Get(podNS, d.PodIfName)
+		if err != nil {
+			return fmt.Errorf("check %s in the pod: %w", d.PodIfName, err)
+		}
+		if l.MAC != d.PodMAC {
+			return fmt.Errorf("check %s: mac is %s, want %s", d.PodIfName, l.MAC, d.PodMAC)
+		}
+		if conf.MTU != 0 && l.MTU != conf.MTU {
+			return fmt.Errorf("check %s: mtu is %d, want %d", d.PodIfName, l.MTU, conf.MTU)
+		}
+		if !l.Up {
+			return fmt.Errorf("check %s: link is down", d.PodIfName)
+		}
+		want := d.RDMA
+		if d.SoftType != "" {
+			want = d.PodRDMA
+		}
+		if (d.SoftType != "" || d.RDMAExclusive) && !slices.Contains(rdmaNames, want) {
+			return fmt.Errorf("check %s: rdma device %s is not in the pod netns", d.PodIfName, want)
+		}
+		if err := p.checkAddresses(podNS, conf, d.PodIfName); err != nil {
+			return err
+		}
+		if conf.IPAMType != "" {
+			ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: d.PodIfName, Args: args.Args, Path: args.Path}
+			if err := p.IPAM.Check(ctx, conf.IPAMType, args.StdinData, ia); err != nil {
+				return fmt.Errorf("ipam %s check for %s: %w", conf.IPAMType, d.PodIfName, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkAddresses checks that the addresses prevResult gives ifName are on it.
+func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName string) error {
+	prev := conf.PrevResult
+	if prev == nil {
+		return nil
+	}
+	var want []net.IPNet
+	for _, ip := range prev.IPs {
+		if ip.Interface == nil || *ip.Interface < 0 || *ip.Interface >= len(prev.Interfaces) ||
+			prev.Interfaces[*ip.Interface].Name != ifName {
+			continue
+		}
+		want = append(want, ip.Address)
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	got, err := p.Addrs.List(podNS, ifName)
+	if err != nil {
+		return err
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(g net.IPNet) bool { return g.IP.Equal(w.IP) && g.Mask.String() == w.Mask.String() }) {
+			return fmt.Errorf("check %s: address %s is missing", ifName, w.String())
+		}
+	}
+	return nil
+}
+
+// Status reports whether the plugin can work on this node: RDMA netlink
+// answers (unless the mode is configured and every device is soft), the
+// state dir is writable and, in standalone mode, the kubelet answers.
+func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
+	conf, err := netconf.Parse(args.StdinData)
+	_, closeLog := p.logger(conf)
+	defer closeLog()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if _, err := p.RDMA.NetnsMode(p.HostNS); err != nil {
+		errs = append(errs, fmt.Errorf("rdma netlink: %w", err))
+	}
+	if err := (state.Store{Dir: conf.StateDir}).Writable(); err != nil {
+		errs = append(errs, err)
+	}
+	if conf.Standalone() {
+		_, reachable, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
+		if !reachable {
+			errs = append(errs, fmt.Errorf("kubelet PodResources socket %s not reachable: %v", conf.KubeletSocket, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrNotAvailable, errors.Join(errs...))
+	}
+	return nil
+}
+
+// GC returns the devices of every recorded attachment that is not in
+// cni.dev/valid-attachments and removes its record.
+func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
+	conf, err := netconf.Parse(args.StdinData)
+	log, closeLog := p.logger(conf)
+	defer closeLog()
+	if err != nil {
+		return err
+	}
+	valid := map[state.Key]bool{}
+	for _, a := range conf.ValidAttachments {
+		valid[state.Key{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+	}
+	store := state.Store{Dir: conf.StateDir}
+	unlock, err := store.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	recs, lerr := store.List()
+	var errs []error
+	if lerr != nil {
+		errs = append(errs, lerr)
+	}
+	for _, rec := range recs {
+		if valid[rec.Key] || rec.Network != conf.Name {
+			continue
+		}
+		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
+		podNS := openPodNS(log, rec.Netns)
+		ipamType, ipamConf := recordedIPAM(rec)
+		err := p.release(ctx, podNS, rec, ipamType, ipamConf, "", args.Path, log)
+		podNS.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gc %s: %w", rec.Key, err))
+			continue
+		}
+		if err := store.Delete(rec.Key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

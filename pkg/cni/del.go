@@ -1,0 +1,216 @@
+package cni
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/vishvananda/netns"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// Del returns the attachment's devices to the host as they were, releases
+// IPAM and removes the record. It succeeds when there is nothing to do: a
+// second DEL, a DEL without ADD, a DEL with no or a gone netns.
+func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
+	conf, err := netconf.Parse(args.StdinData)
+	log, closeLog := p.logger(conf)
+	defer closeLog()
+	if err != nil {
+		return err
+	}
+	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
+	store := state.Store{Dir: conf.StateDir}
+	unlock, err := store.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	rec, err := store.Load(key)
+	if errors.Is(err, state.ErrNotFound) {
+		if conf.IPAMType != "" {
+			ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
+			if err := p.IPAM.Del(ctx, conf.IPAMType, args.StdinData, ia); err != nil {
+				return fmt.Errorf("ipam %s del: %w", conf.IPAMType, err)
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	podNS := openPodNS(log, args.Netns, rec.Netns)
+	defer podNS.Close()
+	ipamType, ipamConf := conf.IPAMType, args.StdinData
+	if ipamType == "" {
+		ipamType, ipamConf = recordedIPAM(rec)
+	}
+	if err := p.release(ctx, podNS, rec, ipamType, ipamConf, args.Args, args.Path, log); err != nil {
+		return err
+	}
+	return store.Delete(key)
+}
+
+// openPodNS opens the first of the paths that still is a namespace; a
+// closed handle when none is (the netns is gone or was never given).
+func openPodNS(log *slog.Logger, paths ...string) netns.NsHandle {
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		ns, err := netns.GetFromPath(path)
+		if err == nil {
+			return ns
+		}
+		log.Info("pod netns is gone", "netns", path, "err", err)
+	}
+	return netns.None()
+}
+
+func recordedIPAM(rec state.Attachment) (string, []byte) {
+	if len(rec.IPAMConf) == 0 {
+		return "", nil
+	}
+	var c struct {
+		IPAM struct {
+			Type string `json:"type"`
+		} `json:"ipam"`
+	}
+	if json.Unmarshal(rec.IPAMConf, &c) != nil {
+		return "", nil
+	}
+	return c.IPAM.Type, rec.IPAMConf
+}
+
+// release returns every device of rec to the host and releases IPAM, best
+// effort: it goes on after an error and returns them all.
+func (p *Plugin) release(ctx context.Context, podNS netns.NsHandle, rec state.Attachment, ipamType string, ipamConf []byte,
+	cniArgs, cniPath string, log *slog.Logger) error {
+	var errs []error
+	for _, d := range slices.Backward(rec.Devices) {
+		if d.RDMAExclusive && podNS.IsOpen() {
+			names, err := p.RDMA.List(podNS)
+			if err != nil {
+				errs = append(errs, err)
+			} else if slices.Contains(names, d.RDMA) {
+				if err := p.RDMA.Move(podNS, d.RDMA, p.HostNS); err != nil {
+					errs = append(errs, fmt.Errorf("return rdma device %s: %w", d.RDMA, err))
+				}
+			}
+			// Otherwise it is home already, or the kernel returned it with
+			// the netns.
+		}
+		name, err := p.returnNetdev(podNS, d, log)
+		if err != nil {
+			errs = append(errs, err)
+		} else if name != "" && name != d.Host.Name {
+			log.Warn("host name of the netdev was taken; returned under a temporary name", "want", d.Host.Name, "got", name)
+		}
+		if ipamType != "" {
+			ia := IPAMArgs{ContainerID: rec.ContainerID, Netns: rec.Netns, IfName: d.PodIfName, Args: cniArgs, Path: cniPath}
+			if err := p.IPAM.Del(ctx, ipamType, ipamConf, ia); err != nil {
+				errs = append(errs, fmt.Errorf("ipam %s del for %s: %w", ipamType, d.PodIfName, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tempName is the host name a returned netdev gets when its own is taken.
+func tempName(d state.Device) string {
+	sum := sha256.Sum256([]byte(d.RDMA + "/" + d.Host.Name))
+	return "krdma" + hex.EncodeToString(sum[:5])
+}
+
+// isOurs reports whether a host link is the device of d.
+func isOurs(l rdma.Link, d state.Device) bool {
+	return l.MAC != "" && (l.MAC == d.Host.MAC || l.MAC == d.PodMAC)
+}
+
+// kernelName matches the "devN" name the kernel gives a netdev it returns
+// from a dying netns when its name is taken.
+func kernelName(name string) bool {
+	n, ok := strings.CutPrefix(name, "dev")
+	_, err := strconv.Atoi(n)
+	return ok && err == nil
+}
+
+// returnNetdev brings d's netdev back to the host under its original name
+// (a temporary one when that is taken), MTU, MAC and up state, and
+// re-creates its soft-RoCE device. It finds the netdev in the pod netns or,
+// when the pod netns is gone or no longer has it, on the host (already
+// returned, or returned by the kernel when the netns died). It returns the
+// host name used, "" when the netdev no longer exists.
+func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Logger) (string, error) {
+	mac, _ := net.ParseMAC(d.Host.MAC)
+	want := rdma.LinkConfig{Name: d.Host.Name, MTU: d.Host.MTU, MAC: mac, Up: d.Host.Up}
+	if l, err := p.Links.Get(p.HostNS, want.Name); err == nil && !isOurs(l, d) {
+		want.Name = tempName(d)
+	}
+	inPod := false
+	if podNS.IsOpen() {
+		_, err := p.Links.Get(podNS, d.PodIfName)
+		switch {
+		case err == nil:
+			inPod = true
+		case !errors.Is(err, rdma.ErrLinkNotFound):
+			return "", fmt.Errorf("read %s in the pod: %w", d.PodIfName, err)
+		}
+	}
+	if inPod {
+		if _, err := p.Links.Move(podNS, d.PodIfName, p.HostNS, want); err != nil {
+			return "", fmt.Errorf("return netdev %s to the host as %s: %w", d.PodIfName, want.Name, err)
+		}
+	} else {
+		l, ok, err := p.findOnHost(d)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			log.Warn("netdev no longer exists; nothing to return", "netdev", d.Host.Name, "podIfName", d.PodIfName)
+			return "", nil
+		}
+		if l.Name != d.Host.Name || l.MTU != d.Host.MTU || l.MAC != d.Host.MAC || l.Up != d.Host.Up {
+			if _, err := p.Links.Set(p.HostNS, l.Name, want); err != nil {
+				return "", fmt.Errorf("restore netdev %s on the host as %s: %w", l.Name, want.Name, err)
+			}
+		}
+	}
+	if d.SoftType != "" {
+		if _, err := p.addSoft(p.HostNS, d.RDMA, want.Name, false); err != nil {
+			return want.Name, fmt.Errorf("re-create %s device %s on %s: %w", d.SoftType, d.RDMA, want.Name, err)
+		}
+	}
+	return want.Name, nil
+}
+
+// findOnHost looks for d's netdev in the host netns: by MAC, under its own
+// name, its pod name, a temporary name or a kernel "devN" name.
+func (p *Plugin) findOnHost(d state.Device) (rdma.Link, bool, error) {
+	links, err := p.Links.List(p.HostNS)
+	if err != nil {
+		return rdma.Link{}, false, err
+	}
+	for _, l := range links {
+		if !isOurs(l, d) {
+			continue
+		}
+		if l.Name == d.Host.Name || l.Name == d.PodIfName || l.Name == tempName(d) || kernelName(l.Name) || l.Index == d.Host.Index {
+			return l, true, nil
+		}
+	}
+	return rdma.Link{}, false, nil
+}

@@ -1,0 +1,374 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// cniPath is where Debian's containernetworking-plugins puts host-local.
+const cniPath = "/usr/lib/cni"
+
+func requireHostLocal(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cniPath, "host-local")); err != nil {
+		t.Skip("needs the host-local IPAM plugin in /usr/lib/cni (apt-get install containernetworking-plugins)")
+	}
+}
+
+// writeSysfs writes a minimal sysfs tree in the kernel's layout: one PCI
+// function per hardware device (mlx5_N with netdev nicN) and one
+// soft-RoCE device per soft entry (rxeN on its netdev).
+func writeSysfs(t *testing.T, hw int, soft map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	w := func(path, content string) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, path), []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(path, target string) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(root, path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := func(ib string) {
+		w(ib+"/ports/1/state", "4: ACTIVE")
+		w(ib+"/ports/1/link_layer", "Ethernet")
+	}
+	for i := range hw {
+		fn := fmt.Sprintf("devices/pci0000:00/0000:00:01.0/0000:%02x:00.0", i+1)
+		w(fn+"/vendor", "0x15b3")
+		w(fn+"/device", "0x1017")
+		w(fn+fmt.Sprintf("/net/nic%d/dev_port", i), "0")
+		ib := fmt.Sprintf("%s/infiniband/mlx5_%d", fn, i)
+		port(ib)
+		link(fmt.Sprintf("class/infiniband/mlx5_%d", i), "../../"+ib)
+	}
+	for name, parent := range soft {
+		ib := "devices/virtual/infiniband/" + name
+		w(ib+"/parent", parent)
+		port(ib)
+		link("class/infiniband/"+name, "../../"+ib)
+	}
+	return root
+}
+
+func pciAddr(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
+
+// fakeRDMA stands in for RDMA netlink only because this test kernel has no
+// RDMA subsystem. It models what the kernel does that the plugin relies on:
+// device names are node-wide; a soft-RoCE device is destroyed when its
+// netdev leaves its netns (checked against the real netdevs); in exclusive
+// mode a device lives in one netns and moves with Move.
+type fakeRDMA struct {
+	mu   sync.Mutex
+	mode string
+	devs map[string]*fakeDev
+	// fail makes the named method ("Move", "AddRxe", "NetnsMode") fail.
+	fail map[string]error
+	t    *testing.T
+}
+
+type fakeDev struct {
+	nsID    string
+	ns      netns.NsHandle // a dup, for soft devices' netdev checks
+	ifindex int            // soft devices only
+	soft    bool
+}
+
+func newFakeRDMA(t *testing.T, mode string, host netns.NsHandle, hw []string) *fakeRDMA {
+	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, fail: map[string]error{}, t: t}
+	for _, n := range hw {
+		f.devs[n] = &fakeDev{nsID: host.UniqueId()}
+	}
+	return f
+}
+
+func (f *fakeRDMA) failing(method string) error {
+	return f.fail[method]
+}
+
+// prune drops soft devices whose netdev left their netns, as the kernel
+// does on NETDEV_UNREGISTER.
+func (f *fakeRDMA) prune() {
+	for name, d := range f.devs {
+		if !d.soft {
+			continue
+		}
+		h, err := netlink.NewHandleAt(d.ns, unix.NETLINK_ROUTE)
+		if err != nil {
+			delete(f.devs, name) // the netns is gone
+			unix.Close(int(d.ns))
+			continue
+		}
+		_, err = h.LinkByIndex(d.ifindex)
+		h.Close()
+		if err != nil {
+			delete(f.devs, name)
+			unix.Close(int(d.ns))
+		}
+	}
+}
+
+func (f *fakeRDMA) NetnsMode(netns.NsHandle) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failing("NetnsMode"); err != nil {
+		return "", err
+	}
+	return f.mode, nil
+}
+
+func (f *fakeRDMA) List(ns netns.NsHandle) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prune()
+	var out []string
+	for name, d := range f.devs {
+		if f.mode == rdma.ModeShared || d.nsID == ns.UniqueId() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (f *fakeRDMA) Move(from netns.NsHandle, name string, to netns.NsHandle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failing("Move"); err != nil {
+		return err
+	}
+	d, ok := f.devs[name]
+	if !ok || d.nsID != from.UniqueId() {
+		return fmt.Errorf("rdma device %s not in netns: %w", name, unix.ENODEV)
+	}
+	if f.mode != rdma.ModeExclusive || d.soft {
+		return unix.EOPNOTSUPP
+	}
+	d.nsID = to.UniqueId()
+	return nil
+}
+
+func (f *fakeRDMA) AddRxe(ns netns.NsHandle, name, netdev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failing("AddRxe"); err != nil {
+		return err
+	}
+	f.prune()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(netdev)
+	if err != nil {
+		return unix.ENODEV
+	}
+	if _, ok := f.devs[name]; ok {
+		return unix.EEXIST
+	}
+	for _, d := range f.devs {
+		if d.soft && d.nsID == ns.UniqueId() && d.ifindex == l.Attrs().Index {
+			return unix.EEXIST // one rxe per netdev
+		}
+	}
+	dup, err := unix.Dup(int(ns))
+	if err != nil {
+		return err
+	}
+	f.devs[name] = &fakeDev{nsID: ns.UniqueId(), ns: netns.NsHandle(dup), ifindex: l.Attrs().Index, soft: true}
+	return nil
+}
+
+// where returns each device and the netns it is in ("host", "pod", or the
+// soft device's "netns/netdev"), for comparisons.
+func (f *fakeRDMA) where(names map[string]string) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prune()
+	out := map[string]string{}
+	for name, d := range f.devs {
+		loc := names[d.nsID]
+		if loc == "" {
+			loc = d.nsID
+		}
+		if d.soft {
+			h, _ := netlink.NewHandleAt(d.ns, unix.NETLINK_ROUTE)
+			l, err := h.LinkByIndex(d.ifindex)
+			h.Close()
+			if err == nil {
+				loc += "/" + l.Attrs().Name
+			}
+		}
+		out[name] = loc
+	}
+	return out
+}
+
+// env is a throw-away host netns with veth links standing in for NICs.
+type env struct {
+	t        *testing.T
+	host     *netnstest.NS
+	sys      string
+	stateDir string
+	rdma     *fakeRDMA
+	p        *Plugin
+	mode     string
+	socket   string
+}
+
+// newEnv makes hw "NICs" (mlx5_N on nicN) and, when soft is set, rxe0 on
+// the netdev rxnic, in a new host netns.
+func newEnv(t *testing.T, hw int, soft bool, mode string) *env {
+	t.Helper()
+	host := netnstest.New(t)
+	var hwNames []string
+	for i := range hw {
+		netnstest.Veth(t, host, fmt.Sprintf("nic%d", i), fmt.Sprintf("peer%d", i))
+		hwNames = append(hwNames, fmt.Sprintf("mlx5_%d", i))
+	}
+	softs := map[string]string{}
+	f := newFakeRDMA(t, mode, host.Handle, hwNames)
+	if soft {
+		netnstest.Veth(t, host, "rxnic", "rxpeer")
+		h := netnstest.Handle(t, host)
+		l, _ := h.LinkByName("rxnic")
+		h.LinkSetUp(l)
+		softs["rxe0"] = "rxnic"
+		if err := f.AddRxe(host.Handle, "rxe0", "rxnic"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range f.devs {
+			if d.soft {
+				unix.Close(int(d.ns))
+			}
+		}
+	})
+	sys := writeSysfs(t, hw, softs)
+	e := &env{t: t, host: host, sys: sys, stateDir: filepath.Join(t.TempDir(), "state"), rdma: f, mode: mode}
+	e.p = &Plugin{
+		HostNS:       host.Handle,
+		Links:        rdma.Netdevs{},
+		Addrs:        netlinkAddrs{},
+		RDMA:         f,
+		IPAM:         execIPAM{},
+		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
+		PodResources: dialPodResources,
+		Log:          slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		SoftRDMAWait: time.Second,
+	}
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// conf returns a netconf; extra is spliced in as further JSON fields.
+func (e *env) conf(ver, extra string) []byte {
+	s := fmt.Sprintf(`{"cniVersion":%q,"name":"rdma","type":"kube-rdma","stateDir":%q,"sysfsRoot":%q,"rdmaNetnsMode":%q,"kubeletSocket":%q`,
+		ver, e.stateDir, e.sys, e.mode, e.kubeletSocket())
+	if extra != "" {
+		s += "," + extra
+	}
+	return []byte(s + "}")
+}
+
+func (e *env) kubeletSocket() string {
+	if e.socket != "" {
+		return e.socket
+	}
+	return filepath.Join(e.stateDir, "no-kubelet.sock")
+}
+
+func hostLocal(subnet string) string {
+	return fmt.Sprintf(`"ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":%q}]]}`, "DATADIR", subnet)
+}
+
+// ipam returns a host-local IPAM section with its data dir in the test's
+// temporary directory.
+func (e *env) ipam(subnet string) string {
+	return strings.Replace(hostLocal(subnet), "DATADIR", filepath.Join(e.stateDir, "..", "ipam"), 1)
+}
+
+func args(id string, pod *netnstest.NS, ifName string, stdin []byte) *skel.CmdArgs {
+	a := &skel.CmdArgs{ContainerID: id, IfName: ifName, Path: cniPath, StdinData: stdin}
+	if pod != nil {
+		a.Netns = pod.Path
+	}
+	return a
+}
+
+// snapshot is what must be unchanged after a failed ADD or a DEL.
+type snapshot struct {
+	Host    []netnstest.Link
+	RDMA    map[string]string
+	Records []string
+}
+
+func (e *env) snapshot(pods ...*netnstest.NS) snapshot {
+	names := map[string]string{e.host.Handle.UniqueId(): "host"}
+	for i, p := range pods {
+		names[p.Handle.UniqueId()] = fmt.Sprintf("pod%d", i)
+	}
+	var recs []string
+	ents, _ := os.ReadDir(e.stateDir)
+	for _, ent := range ents {
+		if strings.HasSuffix(ent.Name(), ".json") {
+			recs = append(recs, ent.Name())
+		}
+	}
+	return snapshot{Host: netnstest.Links(e.t, e.host), RDMA: e.rdma.where(names), Records: recs}
+}
+
+func mustAdd(t *testing.T, e *env, a *skel.CmdArgs) *types100.Result {
+	t.Helper()
+	res, err := e.p.Add(context.Background(), a)
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	return res
+}
+
+func cniCode(err error) uint {
+	if err == nil {
+		return 0
+	}
+	return Error(err).Code
+}
+
+var _ = errors.New
+var _ = types.ErrInternal

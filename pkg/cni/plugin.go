@@ -1,0 +1,197 @@
+// Package cni implements the kube-rdma CNI plugin's commands: ADD moves a
+// NIC's netdev (and, in exclusive RDMA netns mode, its RDMA device; for
+// soft-RoCE, a new rxe link) into the pod, DEL returns them to the host as
+// they were, CHECK, STATUS and GC report and repair.
+//
+// Handlers get their side effects through the small interfaces declared
+// here (Links, Addresses, RDMA, IPAM, PodResources, Resolver) and take the
+// host network namespace as a parameter, so tests run the whole plugin in a
+// throw-away namespace. Parsing and planning live in the netconf package,
+// records and the node-wide lock in the state package.
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netns"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// Links reads and moves netdevs in the namespace each call names.
+// rdma.Netdevs implements it.
+type Links interface {
+	Get(ns netns.NsHandle, name string) (rdma.Link, error)
+	List(ns netns.NsHandle) ([]rdma.Link, error)
+	Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error)
+	Set(ns netns.NsHandle, name string, want rdma.LinkConfig) (rdma.Link, error)
+}
+
+// RDMA reads and changes RDMA devices. rdma.Devices implements it.
+type RDMA interface {
+	NetnsMode(ns netns.NsHandle) (string, error)
+	List(ns netns.NsHandle) ([]string, error)
+	Move(from netns.NsHandle, name string, to netns.NsHandle) error
+	AddRxe(ns netns.NsHandle, name, netdev string) error
+}
+
+// Addresses puts IPAM's addresses and routes on a pod interface and reads
+// them back for CHECK.
+type Addresses interface {
+	Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error
+	List(ns netns.NsHandle, ifName string) ([]net.IPNet, error)
+}
+
+// IPAM runs the IPAM plugin named in the configuration.
+type IPAM interface {
+	Add(ctx context.Context, plugin string, stdin []byte, a IPAMArgs) (types.Result, error)
+	Check(ctx context.Context, plugin string, stdin []byte, a IPAMArgs) error
+	Del(ctx context.Context, plugin string, stdin []byte, a IPAMArgs) error
+}
+
+// IPAMArgs are the CNI_* values an IPAM plugin is run with.
+type IPAMArgs struct {
+	ContainerID, Netns, IfName, Args, Path string
+}
+
+// PodResources answers which devices the kubelet allocated to a pod, by
+// resource name. *podres.Client implements it.
+type PodResources interface {
+	Devices(ctx context.Context, namespace, name string) (map[string][]string, error)
+}
+
+// Resolver finds one RDMA device by name, PCI address or aux device name.
+// discovery.Scanner implements it.
+type Resolver interface {
+	LookupRDMA(id string) (discovery.RDMADevice, error)
+}
+
+// Plugin holds the dependencies of the command handlers.
+type Plugin struct {
+	// HostNS is the namespace devices live in when no pod has them.
+	HostNS netns.NsHandle
+	Links  Links
+	Addrs  Addresses
+	RDMA   RDMA
+	IPAM   IPAM
+	// Resolver returns a resolver for the configured sysfs root.
+	Resolver func(sysfsRoot string) Resolver
+	// PodResources connects to the kubelet socket; the function returned
+	// closes the connection.
+	PodResources func(socket string) (PodResources, func(), error)
+	// Log receives structured logs; a configured logFile is added to it.
+	Log *slog.Logger
+	// SoftRDMAWait bounds the wait for the kernel to finish destroying a
+	// soft-RoCE device whose netdev moved away, before its name is reused.
+	SoftRDMAWait time.Duration
+}
+
+// New returns a Plugin with the real dependencies, acting on the current
+// network namespace as the host. Close the HostNS handle when done.
+func New(log io.Writer) (*Plugin, error) {
+	host, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("open current netns: %w", err)
+	}
+	return &Plugin{
+		HostNS:       host,
+		Links:        rdma.Netdevs{},
+		Addrs:        netlinkAddrs{},
+		RDMA:         rdma.Devices{},
+		IPAM:         execIPAM{},
+		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
+		PodResources: dialPodResources,
+		Log:          slog.New(slog.NewTextHandler(log, nil)),
+		SoftRDMAWait: 2 * time.Second,
+	}, nil
+}
+
+func dialPodResources(socket string) (PodResources, func(), error) {
+	c, err := podres.Dial(socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { c.Close() }, nil
+}
+
+// logger adds the configured log file to the plugin's logger.
+func (p *Plugin) logger(conf *netconf.Conf) (*slog.Logger, func()) {
+	log := p.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if conf == nil || conf.LogFile == "" {
+		return log, func() {}
+	}
+	f, err := os.OpenFile(conf.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		log.Warn("cannot open log file", "path", conf.LogFile, "err", err)
+		return log, func() {}
+	}
+	return slog.New(slog.NewTextHandler(io.MultiWriter(f, os.Stderr), nil)), func() { f.Close() }
+}
+
+// Errors the handlers return, mapped to CNI error codes by Error.
+var (
+	ErrDeviceNotFound = errors.New("device not found")
+	ErrDeviceInUse    = errors.New("device is in use")
+	ErrNotAllocated   = errors.New("device is not allocated to this pod")
+	ErrNameTaken      = errors.New("interface name is taken in the pod")
+	ErrNotAttached    = errors.New("no attachment recorded")
+	ErrBadEnvironment = errors.New("invalid CNI environment")
+	ErrNotAvailable   = errors.New("plugin cannot work on this node")
+)
+
+// Plugin-specific CNI error codes (100 and up are the plugin's).
+const (
+	CodeDeviceNotFound uint = 100 + iota
+	CodeDeviceInUse
+	CodeNotAllocated
+	CodeNameTaken
+	CodeNotAttached
+	CodeInternal = 999
+)
+
+// Error converts a handler error into the CNI error format.
+func Error(err error) *types.Error {
+	if err == nil {
+		return nil
+	}
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	code := uint(CodeInternal)
+	msg := "kube-rdma failed"
+	switch {
+	case errors.Is(err, netconf.ErrInvalid):
+		code, msg = types.ErrInvalidNetworkConfig, "invalid network configuration"
+	case errors.Is(err, ErrBadEnvironment):
+		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
+	case errors.Is(err, ErrNotAvailable):
+		code, msg = types.ErrPluginNotAvailable, "plugin not available"
+	case errors.Is(err, ErrDeviceNotFound):
+		code, msg = CodeDeviceNotFound, "device not found"
+	case errors.Is(err, ErrDeviceInUse):
+		code, msg = CodeDeviceInUse, "device is in use"
+	case errors.Is(err, ErrNotAllocated):
+		code, msg = CodeNotAllocated, "device not allocated to this pod"
+	case errors.Is(err, ErrNameTaken):
+		code, msg = CodeNameTaken, "interface name taken in the pod"
+	case errors.Is(err, ErrNotAttached):
+		code, msg = CodeNotAttached, "no such attachment"
+	}
+	return types.NewError(code, msg, err.Error())
+}
