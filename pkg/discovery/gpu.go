@@ -28,7 +28,9 @@ func IsAccelerator(vendor, class string) bool {
 	return slices.Contains(acceleratorClasses[vendor], class[:4])
 }
 
-func (s Scanner) scanGPUs() ([]GPU, []string, error) {
+// scanGPUs reads the PCI functions not in skip (functions already known to be
+// RDMA NICs).
+func (s Scanner) scanGPUs(skip map[string]bool) ([]GPU, []string, error) {
 	busDir := filepath.Join(s.SysRoot, "bus/pci/devices")
 	names, err := readDirNames(busDir)
 	if err != nil {
@@ -39,6 +41,9 @@ func (s Scanner) scanGPUs() ([]GPU, []string, error) {
 	gpus := []GPU{}
 	var warnings []string
 	for _, addr := range names {
+		if skip[addr] {
+			continue
+		}
 		dir := filepath.Join(busDir, addr)
 		vendor, err := readParsed(filepath.Join(dir, "vendor"), ParseHexID)
 		if err != nil {

@@ -34,8 +34,15 @@ func ParseEnumValue(v string) (string, error) {
 		return "", malformed("port state", v)
 	}
 	name = strings.TrimSpace(name)
-	if name == "" || strings.ContainsAny(name, " \t\n") {
+	if name == "" {
 		return "", malformed("port state", v)
+	}
+	// Names are words such as ACTIVE, LinkUp, ACTIVE_DEFER; phys_state 7 is
+	// "Phy Test", with a space.
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == ' ') {
+			return "", malformed("port state", v)
+		}
 	}
 	return name, nil
 }

@@ -47,45 +47,57 @@ func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevi
 	if d.CharDevices == nil {
 		d.CharDevices = []string{}
 	}
-	ibDir, err := resolveClassLink(classDir, name)
+	ibPath, err := resolveClassLink(classDir, name)
 	if err != nil {
 		return d, err
 	}
-	devicesDir := filepath.Join(s.SysRoot, "devices")
-	// ibDir is <parent>/infiniband/<name>; the parent is the PCI function,
+	ib, err := openDir(ibPath)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return d, fmt.Errorf("dangling link %s: %w", filepath.Join(classDir, name), err)
+		}
+		return d, err
+	}
+	defer ib.close()
+	// ibPath is <parent>/infiniband/<name>; the parent is the PCI function,
 	// the auxiliary (SF) device, or nothing for a virtual device.
-	parent := filepath.Dir(filepath.Dir(ibDir))
-	root, path := pciTopology(devicesDir, parent)
-	var netDir string
+	parentPath := filepath.Dir(filepath.Dir(ibPath))
+	root, path := pciTopology(filepath.Join(s.SysRoot, "devices"), parentPath)
+	var netdevs []string
+	netByPort := map[int]string{}
 	switch {
 	case root == "":
 		d.Kind = KindVirtual
-		d.Parent, _ = readAttr(filepath.Join(ibDir, "parent"))
+		d.Parent, _ = ib.read("parent")
 	case len(path) == 0:
-		return d, fmt.Errorf("device path %s has no PCI function", parent)
+		return d, fmt.Errorf("device path %s has no PCI function", parentPath)
 	default:
 		d.PCIeRoot, d.PCIPath = root, path
 		d.PCIAddress = path[len(path)-1]
-		pciDir := parent
-		if base := filepath.Base(parent); !IsPCIAddress(base) {
-			d.Kind, d.AuxDevice, pciDir = KindSF, base, filepath.Dir(parent)
-		}
-		netDir = filepath.Join(parent, "net")
-		if err := s.readPCIAttrs(&d, pciDir, parent); err != nil {
+		parent, err := openDir(parentPath)
+		if err != nil {
 			return d, err
 		}
+		defer parent.close()
+		pci := parent
+		if base := filepath.Base(parentPath); !IsPCIAddress(base) {
+			d.Kind, d.AuxDevice = KindSF, base
+			if pci, err = openDir(filepath.Dir(parentPath)); err != nil {
+				return d, err
+			}
+			defer pci.close()
+		}
+		if err := readPCIAttrs(&d, pci, parent); err != nil {
+			return d, err
+		}
+		netdevs, netByPort = readNetDir(parent)
 	}
-	if v, err := readAttr(filepath.Join(ibDir, "node_guid")); err == nil {
+	if v, err := ib.read("node_guid"); err == nil {
 		if d.NodeGUID, err = ParseGUID(v); err != nil {
-			return d, fmt.Errorf("read %s: %w", filepath.Join(ibDir, "node_guid"), err)
+			return d, &fs.PathError{Op: "parse", Path: filepath.Join(ibPath, "node_guid"), Err: err}
 		}
 	}
-	netByPort := map[int]string{}
-	var netdevs []string
-	if netDir != "" {
-		netdevs, netByPort = readNetDir(netDir)
-	}
-	if err := s.readPorts(&d, ibDir, netByPort, len(netdevs) == 1); err != nil {
+	if err := readPorts(&d, ib, netByPort, len(netdevs) == 1); err != nil {
 		return d, err
 	}
 	if len(d.Ports) > 0 {
@@ -111,35 +123,35 @@ func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevi
 	return d, nil
 }
 
-// readPCIAttrs fills the PCI identity. pciDir is the PCI function (the PF for
-// an SF); fnDir is the device's own directory (its driver link).
-func (s Scanner) readPCIAttrs(d *RDMADevice, pciDir, fnDir string) error {
+// readPCIAttrs fills the PCI identity. pci is the PCI function (the PF for an
+// SF); fn is the device's own directory (its driver link).
+func readPCIAttrs(d *RDMADevice, pci, fn dir) error {
 	var err error
-	if d.Vendor, err = readParsed(filepath.Join(pciDir, "vendor"), ParseHexID); err != nil {
+	if d.Vendor, err = pci.parsed("vendor", ParseHexID); err != nil {
 		return err
 	}
-	if d.Device, err = readParsed(filepath.Join(pciDir, "device"), ParseHexID); err != nil {
+	if d.Device, err = pci.parsed("device", ParseHexID); err != nil {
 		return err
 	}
-	if v, err := readAttr(filepath.Join(pciDir, "numa_node")); err == nil {
+	if v, err := pci.read("numa_node"); err == nil {
 		if d.NUMANode, err = ParseNUMANode(v); err != nil {
-			return fmt.Errorf("read %s: %w", filepath.Join(pciDir, "numa_node"), err)
+			return &fs.PathError{Op: "parse", Path: filepath.Join(pci.path, "numa_node"), Err: err}
 		}
 	}
-	if d.Driver, err = readLinkBase(filepath.Join(fnDir, "driver")); err != nil {
-		return fmt.Errorf("read driver link: %w", err)
+	if d.Driver, err = fn.linkBase("driver"); err != nil {
+		return err
 	}
 	if d.Kind == KindSF {
 		return nil
 	}
-	pf, err := readLinkBase(filepath.Join(pciDir, "physfn"))
+	pf, err := pci.linkBase("physfn")
 	if err != nil {
-		return fmt.Errorf("read physfn link: %w", err)
+		return err
 	}
 	d.Kind = KindPF
 	if pf != "" {
 		if !IsPCIAddress(pf) {
-			return fmt.Errorf("physfn link %s: %w", filepath.Join(pciDir, "physfn"), malformed("pci address", pf))
+			return &fs.PathError{Op: "parse", Path: filepath.Join(pci.path, "physfn"), Err: malformed("pci address", pf)}
 		}
 		d.Kind, d.PhysFn = KindVF, strings.ToLower(pf)
 	}
@@ -153,20 +165,20 @@ func readParsed(path string, parse func(string) (string, error)) (string, error)
 	}
 	out, err := parse(v)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+		return "", &fs.PathError{Op: "parse", Path: path, Err: err}
 	}
 	return out, nil
 }
 
-// readNetDir lists the netdevs under a PCI function's net/ directory and
-// maps each to its port (dev_port is 0-based, ports are 1-based).
-func readNetDir(dir string) ([]string, map[int]string) {
-	names, _ := readDirNames(dir)
+// readNetDir lists the netdevs under a device's net/ directory and maps each
+// to its port (dev_port is 0-based, ports are 1-based).
+func readNetDir(fn dir) ([]string, map[int]string) {
+	names, _ := fn.names("net")
 	byPort := map[int]string{}
 	slices.Sort(names)
 	for _, n := range names {
 		port := 1
-		if v, err := readAttr(filepath.Join(dir, n, "dev_port")); err == nil {
+		if v, err := fn.read("net/" + n + "/dev_port"); err == nil {
 			if p, err := strconv.Atoi(v); err == nil && p >= 0 {
 				port = p + 1
 			}
@@ -178,18 +190,17 @@ func readNetDir(dir string) ([]string, map[int]string) {
 	return names, byPort
 }
 
-func (s Scanner) readPorts(d *RDMADevice, ibDir string, netByPort map[int]string, oneNetdev bool) error {
-	portsDir := filepath.Join(ibDir, "ports")
-	names, err := readDirNames(portsDir)
+func readPorts(d *RDMADevice, ib dir, netByPort map[int]string, oneNetdev bool) error {
+	names, err := ib.names("ports")
 	if err != nil {
-		return fmt.Errorf("list ports: %w", err)
+		return err
 	}
 	for _, name := range names {
 		num, err := strconv.Atoi(name)
 		if err != nil || num < 1 {
 			continue
 		}
-		p, err := readPort(filepath.Join(portsDir, name), num)
+		p, err := readPort(ib, "ports/"+name+"/", num)
 		if err != nil {
 			return err
 		}
@@ -210,43 +221,39 @@ func (s Scanner) readPorts(d *RDMADevice, ibDir string, netByPort map[int]string
 	return nil
 }
 
-func readPort(dir string, num int) (Port, error) {
+// readPort reads port num; prefix is "ports/<num>/" below ib.
+func readPort(ib dir, prefix string, num int) (Port, error) {
 	p := Port{Port: num}
 	var err error
-	if p.State, err = readParsed(filepath.Join(dir, "state"), ParseEnumValue); err != nil {
+	if p.State, err = ib.parsed(prefix+"state", ParseEnumValue); err != nil {
 		return p, err
 	}
-	if v, err := readAttr(filepath.Join(dir, "phys_state")); err == nil {
+	if v, err := ib.read(prefix + "phys_state"); err == nil {
 		if p.PhysState, err = ParseEnumValue(v); err != nil {
-			return p, fmt.Errorf("read %s: %w", filepath.Join(dir, "phys_state"), err)
+			return p, &fs.PathError{Op: "parse", Path: filepath.Join(ib.path, prefix, "phys_state"), Err: err}
 		}
 	}
-	if p.LinkLayer, err = readAttr(filepath.Join(dir, "link_layer")); err != nil {
+	if p.LinkLayer, err = ib.read(prefix + "link_layer"); err != nil {
 		return p, err
 	}
 	switch p.LinkLayer {
 	case "InfiniBand", "Ethernet":
 	default:
-		return p, fmt.Errorf("read %s: %w", filepath.Join(dir, "link_layer"), malformed("link layer", p.LinkLayer))
+		return p, &fs.PathError{Op: "parse", Path: filepath.Join(ib.path, prefix, "link_layer"), Err: malformed("link layer", p.LinkLayer)}
 	}
-	p.Rate, _ = readAttr(filepath.Join(dir, "rate"))
-	if p.GIDs, err = readGIDs(dir, p.LinkLayer == "Ethernet"); err != nil {
+	p.Rate, _ = ib.read(prefix + "rate")
+	if p.GIDs, err = readGIDs(ib, prefix, p.LinkLayer == "Ethernet"); err != nil {
 		return p, err
 	}
 	for _, g := range p.GIDs {
 		if g.Type == "RoCE v2" {
 			p.RoCEv2GIDIndexes = append(p.RoCEv2GIDIndexes, g.Index)
 		}
-		if g.Index == 0 && g.Netdev != "" {
-			p.Netdev = g.Netdev
-		}
 	}
-	if p.Netdev == "" {
-		for _, g := range p.GIDs {
-			if g.Netdev != "" {
-				p.Netdev = g.Netdev
-				break
-			}
+	for _, g := range p.GIDs {
+		if g.Netdev != "" {
+			p.Netdev = g.Netdev // slot 0's when populated: GIDs are in index order
+			break
 		}
 	}
 	return p, nil
@@ -256,12 +263,12 @@ func readPort(dir string, num int) (Port, error) {
 // GID) is read. On Ethernet the slots are read in order until emptyGIDRun
 // empty slots in a row; an empty slot reads as EINVAL (or, on old kernels, as
 // the zero GID).
-func readGIDs(portDir string, roce bool) ([]GID, error) {
+func readGIDs(ib dir, prefix string, roce bool) ([]GID, error) {
 	idx := []int{0}
 	if roce {
-		names, err := readDirNames(filepath.Join(portDir, "gids"))
+		names, err := ib.names(prefix + "gids")
 		if err != nil {
-			return nil, fmt.Errorf("list gids: %w", err)
+			return nil, err
 		}
 		idx = idx[:0]
 		for _, n := range names {
@@ -279,7 +286,7 @@ func readGIDs(portDir string, roce bool) ([]GID, error) {
 		}
 		si := strconv.Itoa(i)
 		g := GID{Index: i}
-		v, err := readAttr(filepath.Join(portDir, "gids", si))
+		v, err := ib.read(prefix + "gids/" + si)
 		if err != nil {
 			if isEmptySlot(err) {
 				empty++
@@ -288,7 +295,7 @@ func readGIDs(portDir string, roce bool) ([]GID, error) {
 			return nil, err
 		}
 		if g.GID, err = ParseGID(v); err != nil {
-			return nil, fmt.Errorf("read %s: %w", filepath.Join(portDir, "gids", si), err)
+			return nil, &fs.PathError{Op: "parse", Path: filepath.Join(ib.path, prefix, "gids", si), Err: err}
 		}
 		if g.GID == "" {
 			empty++
@@ -296,8 +303,8 @@ func readGIDs(portDir string, roce bool) ([]GID, error) {
 		}
 		empty = 0
 		if roce {
-			g.Type, _ = readAttr(filepath.Join(portDir, "gid_attrs/types", si))
-			g.Netdev, _ = readAttr(filepath.Join(portDir, "gid_attrs/ndevs", si))
+			g.Type, _ = ib.read(prefix + "gid_attrs/types/" + si)
+			g.Netdev, _ = ib.read(prefix + "gid_attrs/ndevs/" + si)
 		}
 		gids = append(gids, g)
 	}

@@ -28,17 +28,22 @@ func (s Scanner) Scan() (*Node, error) {
 		return nil, err
 	}
 	n := &Node{RDMADevices: []RDMADevice{}, GPUs: []GPU{}, Affinity: []Affinity{}}
-	var rdmaWarn, gpuWarn []string
-	var rdmaErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { n.RDMADevices, rdmaWarn, rdmaErr = s.scanRDMA() })
-	gpus, gpuWarn, gpuErr := s.scanGPUs()
-	wg.Wait()
-	if rdmaErr != nil {
-		return nil, rdmaErr
+	devs, rdmaWarn, err := s.scanRDMA()
+	if err != nil {
+		return nil, err
 	}
-	if gpuErr != nil {
-		return nil, gpuErr
+	n.RDMADevices = devs
+	// The RDMA scan has read the NICs' PCI functions (most of the PCI
+	// functions on a node with SR-IOV); the GPU scan need not read them again.
+	known := make(map[string]bool, len(devs))
+	for _, d := range devs {
+		if d.Kind == KindPF || d.Kind == KindVF {
+			known[d.PCIAddress] = true
+		}
+	}
+	gpus, gpuWarn, err := s.scanGPUs(known)
+	if err != nil {
+		return nil, err
 	}
 	n.GPUs = gpus
 	n.Warnings = append(rdmaWarn, gpuWarn...)

@@ -51,8 +51,8 @@ func readLinkBase(path string) (string, error) {
 }
 
 // resolveClassLink resolves a /sys/class/<c>/<name> or /sys/bus/*/devices/<name>
-// entry to the device's real directory with one readlink, and checks that the
-// target exists (a dangling link is an error).
+// entry to the device's real directory with one readlink. It does not check
+// that the target exists: the caller's first open of it does.
 func resolveClassLink(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	t, err := os.Readlink(p)
@@ -63,14 +63,10 @@ func resolveClassLink(dir, name string) (string, error) {
 		}
 		return "", err
 	}
-	real := t
-	if !filepath.IsAbs(t) {
-		real = filepath.Join(dir, t)
+	if filepath.IsAbs(t) {
+		return t, nil
 	}
-	if _, err := os.Lstat(real); err != nil {
-		return "", &fs.PathError{Op: "resolve", Path: p, Err: fs.ErrNotExist}
-	}
-	return real, nil
+	return filepath.Join(dir, t), nil
 }
 
 // readDirNames lists a directory's entry names; a missing directory is empty.

@@ -1,0 +1,112 @@
+package discovery
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// dir is an open directory whose attributes are read with openat and
+// readlinkat: the kernel walks the short relative path, not the dozen PCI
+// components above it. On a node with a thousand devices the path walk is
+// a quarter of discovery's time.
+type dir struct {
+	fd   int
+	path string
+}
+
+func openDir(path string) (dir, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dir{fd: -1}, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return dir{fd: fd, path: path}, nil
+}
+
+func (d dir) close() {
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+	}
+}
+
+// read reads a small attribute below the directory and trims white space.
+func (d dir) read(rel string) (string, error) {
+	fd, err := unix.Openat(d.fd, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
+	}
+	defer unix.Close(fd)
+	var buf [512]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", &fs.PathError{Op: "read", Path: filepath.Join(d.path, rel), Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// parsed reads an attribute and parses it; the error names the file.
+func (d dir) parsed(rel string, parse func(string) (string, error)) (string, error) {
+	v, err := d.read(rel)
+	if err != nil {
+		return "", err
+	}
+	out, err := parse(v)
+	if err != nil {
+		return "", &fs.PathError{Op: "parse", Path: filepath.Join(d.path, rel), Err: err}
+	}
+	return out, nil
+}
+
+// linkBase returns the last element of a symlink's target; "" with a nil
+// error when the link does not exist.
+func (d dir) linkBase(rel string) (string, error) {
+	var buf [512]byte
+	n, err := unix.Readlinkat(d.fd, rel, buf[:])
+	if errors.Is(err, unix.ENOENT) {
+		return "", nil
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: filepath.Join(d.path, rel), Err: err}
+	}
+	return filepath.Base(string(buf[:n])), nil
+}
+
+// names lists the entries of a directory below d; a missing one is empty.
+func (d dir) names(rel string) ([]string, error) {
+	fd, err := unix.Openat(d.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
+	}
+	defer unix.Close(fd)
+	var out []string
+	var buf [8192]byte
+	for {
+		n, err := unix.ReadDirent(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdirent", Path: filepath.Join(d.path, rel), Err: err}
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		_, _, out = unix.ParseDirent(buf[:n], -1, out)
+	}
+}
