@@ -199,7 +199,15 @@ func passthrough(conf *netconf.Conf) *types100.Result {
 func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) error {
 	moved, err := p.Links.Move(p.HostNS, c.host.Name, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
 	if err != nil {
-		return fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
+		err = fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
+		if c.soft != "" {
+			// The netdev is home, but it may have left and come back, which
+			// destroys its soft device: make sure it has one.
+			if _, serr := p.addSoft(p.HostNS, c.dev.Name, c.host.Name, false); serr != nil {
+				err = errors.Join(err, fmt.Errorf("re-create %s on %s: %w", c.dev.Name, c.host.Name, serr))
+			}
+		}
+		return err
 	}
 	d.PodMAC = moved.MAC
 	dev := *d

@@ -90,8 +90,9 @@ type fakeRDMA struct {
 	mu   sync.Mutex
 	mode string
 	devs map[string]*fakeDev
-	// fail makes the named method ("Move", "AddRxe", "NetnsMode") fail.
-	fail map[string]error
+	// fail, when set, can make a method ("Move", "AddRxe", "NetnsMode")
+	// fail for the netns it acts in.
+	fail func(method string, ns netns.NsHandle) error
 	t    *testing.T
 }
 
@@ -103,15 +104,19 @@ type fakeDev struct {
 }
 
 func newFakeRDMA(t *testing.T, mode string, host netns.NsHandle, hw []string) *fakeRDMA {
-	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, fail: map[string]error{}, t: t}
+	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, t: t}
 	for _, n := range hw {
 		f.devs[n] = &fakeDev{nsID: host.UniqueId()}
 	}
 	return f
 }
 
-func (f *fakeRDMA) failing(method string) error {
-	return f.fail[method]
+func (f *fakeRDMA) failing(method string, ns netns.NsHandle) error {
+	f.prune() // the kernel acts at once; the fake catches up on every call
+	if f.fail == nil {
+		return nil
+	}
+	return f.fail(method, ns)
 }
 
 // prune drops soft devices whose netdev left their netns, as the kernel
@@ -139,7 +144,7 @@ func (f *fakeRDMA) prune() {
 func (f *fakeRDMA) NetnsMode(netns.NsHandle) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.failing("NetnsMode"); err != nil {
+	if err := f.failing("NetnsMode", netns.None()); err != nil {
 		return "", err
 	}
 	return f.mode, nil
@@ -162,7 +167,7 @@ func (f *fakeRDMA) List(ns netns.NsHandle) ([]string, error) {
 func (f *fakeRDMA) Move(from netns.NsHandle, name string, to netns.NsHandle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.failing("Move"); err != nil {
+	if err := f.failing("Move", to); err != nil {
 		return err
 	}
 	d, ok := f.devs[name]
@@ -179,7 +184,7 @@ func (f *fakeRDMA) Move(from netns.NsHandle, name string, to netns.NsHandle) err
 func (f *fakeRDMA) AddRxe(ns netns.NsHandle, name, netdev string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.failing("AddRxe"); err != nil {
+	if err := f.failing("AddRxe", ns); err != nil {
 		return err
 	}
 	f.prune()
@@ -285,7 +290,7 @@ func newEnv(t *testing.T, hw int, soft bool, mode string) *env {
 		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
 		PodResources: dialPodResources,
 		Log:          slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-		SoftRDMAWait: time.Second,
+		SoftRDMAWait: 300 * time.Millisecond,
 	}
 	return e
 }

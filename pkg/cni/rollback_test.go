@@ -1,0 +1,143 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netns"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+var errInjected = errors.New("injected failure")
+
+// failLinks fails the nth Move into a namespace other than the host.
+type failLinks struct {
+	Links
+	host  netns.NsHandle
+	nth   int32
+	moves atomic.Int32
+}
+
+func (f *failLinks) Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
+	if !to.Equal(f.host) && f.moves.Add(1) == f.nth {
+		return rdma.Link{}, errInjected
+	}
+	return f.Links.Move(from, name, to, want)
+}
+
+type failIPAM struct{ IPAM }
+
+func (failIPAM) Add(context.Context, string, []byte, IPAMArgs) (types.Result, error) {
+	return nil, errInjected
+}
+
+type failAddrs struct{ Addresses }
+
+func (failAddrs) Configure(netns.NsHandle, string, []*types100.IPConfig, []*types.Route) error {
+	return errInjected
+}
+
+// ipamLeases lists the addresses host-local holds for the test network.
+func ipamLeases(t *testing.T, e *env) []string {
+	ents, _ := os.ReadDir(filepath.Join(e.stateDir, "..", "ipam", "rdma"))
+	var out []string
+	for _, ent := range ents {
+		if net.ParseIP(ent.Name()) != nil {
+			out = append(out, ent.Name())
+		}
+	}
+	return out
+}
+
+// TestAddRollback makes each mutating step of ADD fail in turn and checks
+// that the host, the RDMA devices, IPAM and the state dir are as before.
+func TestAddRollback(t *testing.T) {
+	requireHostLocal(t)
+	for _, tc := range []struct {
+		name   string
+		mode   string
+		device string
+		setup  func(e *env)
+	}{
+		{name: "move netdev", mode: "shared", device: "mlx5_0", setup: func(e *env) {
+			e.p.Links = &failLinks{Links: e.p.Links, host: e.host.Handle, nth: 1}
+		}},
+		{name: "move a soft device's netdev", mode: "shared", device: "rxe0", setup: func(e *env) {
+			e.p.Links = &failLinks{Links: e.p.Links, host: e.host.Handle, nth: 1}
+		}},
+		{name: "second device's move", mode: "shared", device: "", setup: func(e *env) {
+			e.p.Links = &failLinks{Links: e.p.Links, host: e.host.Handle, nth: 2}
+		}},
+		{name: "rdma device move", mode: "exclusive", device: "mlx5_0", setup: func(e *env) {
+			e.rdma.fail = func(m string, ns netns.NsHandle) error {
+				if m == "Move" && !ns.Equal(e.host.Handle) {
+					return errInjected
+				}
+				return nil
+			}
+		}},
+		{name: "rxe re-create in pod", mode: "shared", device: "rxe0", setup: func(e *env) {
+			e.rdma.fail = func(m string, ns netns.NsHandle) error {
+				if m == "AddRxe" && !ns.Equal(e.host.Handle) {
+					return errInjected
+				}
+				return nil
+			}
+		}},
+		{name: "ipam", mode: "exclusive", device: "mlx5_0", setup: func(e *env) { e.p.IPAM = failIPAM{e.p.IPAM} }},
+		{name: "address configuration", mode: "exclusive", device: "mlx5_0", setup: func(e *env) {
+			e.p.Addrs = failAddrs{e.p.Addrs}
+		}},
+		{name: "address configuration of a soft device", mode: "shared", device: "rxe0", setup: func(e *env) {
+			e.p.Addrs = failAddrs{e.p.Addrs}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2, true, tc.mode)
+			h := netnstest.Handle(t, e.host)
+			l, _ := h.LinkByName("nic0")
+			h.LinkSetMTU(l, 1400)
+			h.LinkSetUp(l)
+			pod := netnstest.New(t)
+			extra := `"mtu":9000,"mac":"02:00:00:00:00:0b",` + e.ipam("10.11.0.0/24")
+			ifName := "net1"
+			if tc.device != "" {
+				extra += `,"runtimeConfig":{"deviceID":"` + tc.device + `"}`
+			} else {
+				srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p", Devices: map[string][]string{"rdma/hca": {"mlx5_0", "mlx5_1"}}})
+				e.socket = srv.Socket
+				extra = `"resourceName":"rdma/hca",` + e.ipam("10.11.0.0/24")
+				ifName = "eth0"
+			}
+			tc.setup(e)
+			before := e.snapshot(pod)
+			a := args("c1", pod, ifName, e.conf("1.1.0", extra))
+			a.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
+			_, err := e.p.Add(context.Background(), a)
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("ADD error = %v, want the injected failure", err)
+			}
+			t.Logf("ADD error: %v", err)
+			if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+				t.Errorf("after rollback (-before +after):\n%s", diff)
+			}
+			if got := netnstest.Links(t, pod); len(got) != 0 {
+				t.Errorf("pod still has %v", got)
+			}
+			if got := ipamLeases(t, e); len(got) != 0 {
+				t.Errorf("host-local still holds %v", got)
+			}
+		})
+	}
+}
