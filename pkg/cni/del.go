@@ -67,8 +67,8 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 // openPodNS opens the first of the paths that still is a namespace; a
 // closed handle when none is (the netns is gone or was never given).
 func openPodNS(log *slog.Logger, paths ...string) netns.NsHandle {
-	for _, path := range paths {
-		if path == "" {
+	for i, path := range paths {
+		if path == "" || slices.Contains(paths[:i], path) {
 			continue
 		}
 		ns, err := netns.GetFromPath(path)
