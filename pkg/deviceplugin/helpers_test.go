@@ -174,3 +174,19 @@ func ids(devs []*pluginapi.Device) []string {
 }
 
 var errAny = errors.New("any")
+
+// poll checks cond every 10ms until it holds, failing after within.
+func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not within %s", what, within)
+		case <-tick.C:
+		}
+	}
+}
