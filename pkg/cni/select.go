@@ -108,7 +108,17 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 	if !reachable {
 		return nil, fmt.Errorf("%w: kubelet PodResources socket %s does not exist", ErrNotAvailable, conf.KubeletSocket)
 	}
-	ids := slices.Clone(alloc[conf.ResourceName])
+	// Name the devices by their RDMA names, sorted, so that a pod's
+	// interfaces come in the same order however the kubelet lists them.
+	var ids []string
+	for _, id := range alloc[conf.ResourceName] {
+		if d, err := res.LookupRDMA(id); err == nil {
+			id = d.Name
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
 	netconf.SortDevices(ids)
 	return ids, nil
 }
