@@ -23,17 +23,21 @@ const RDMACM = "/dev/infiniband/rdma_cm"
 
 // allocContext is what Allocate needs beyond the pool's snapshot.
 type allocContext struct {
-	devRoot string // host path of /dev
-	cdi     bool   // CDI specs are written: return CDI devices too
+	// devRoot is where this process sees the host's /dev (--dev-root); it
+	// is only read from. DeviceSpec and CDI host paths are the host's own
+	// /dev paths, which is what the kubelet and the runtime open.
+	devRoot string
+	cdi     bool // CDI specs are written: return CDI devices too
 }
 
-// hostPath maps a container path under /dev to its host path under devRoot.
-func (a allocContext) hostPath(p string) string {
+// present reports whether a /dev path exists on the host, looking under devRoot.
+func (a allocContext) present(p string) bool {
 	rel, ok := strings.CutPrefix(p, "/dev/")
 	if !ok {
-		return p
+		return false
 	}
-	return filepath.Join(a.devRoot, rel)
+	_, err := os.Stat(filepath.Join(a.devRoot, rel))
+	return err == nil
 }
 
 // container builds one ContainerAllocateResponse.
@@ -62,11 +66,11 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: envs(pool, devs)}
 	nodes := deviceNodes(devs)
-	if _, err := os.Stat(a.hostPath(RDMACM)); err == nil {
+	if a.present(RDMACM) {
 		nodes = append(nodes, RDMACM)
 	}
 	for _, n := range nodes {
-		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: a.hostPath(n), Permissions: "rw"})
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
 	}
 	if a.cdi {
 		var names []string

@@ -52,7 +52,7 @@ func startRoCE(t *testing.T, cdi bool) *env {
 func (e *env) spec(ctr ...string) []*pluginapi.DeviceSpec {
 	var out []*pluginapi.DeviceSpec
 	for _, c := range ctr {
-		out = append(out, &pluginapi.DeviceSpec{ContainerPath: c, HostPath: filepath.Join(e.cfg.DevRoot, c[len("/dev/"):]), Permissions: "rw"})
+		out = append(out, &pluginapi.DeviceSpec{ContainerPath: c, HostPath: c, Permissions: "rw"})
 	}
 	return out
 }
@@ -181,9 +181,8 @@ func TestAllocateCDI(t *testing.T) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
 	}
-	host := func(p string) string { return filepath.Join(e.cfg.DevRoot, p[len("/dev/"):]) }
 	node := func(p string) *cdispec.DeviceNode {
-		return &cdispec.DeviceNode{Path: p, HostPath: host(p), Permissions: "rw"}
+		return &cdispec.DeviceNode{Path: p, HostPath: p, Permissions: "rw"}
 	}
 	wantSpec := cdispec.Spec{
 		Version: spec.Version, Kind: "rdma.example.com/vf-gpu0",

@@ -45,10 +45,10 @@ func (w cdiWriter) path(pool string) string {
 func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) error {
 	a := allocContext{devRoot: w.devRoot}
 	node := func(p string) *cdispec.DeviceNode {
-		return &cdispec.DeviceNode{Path: p, HostPath: a.hostPath(p), Permissions: "rw"}
+		return &cdispec.DeviceNode{Path: p, HostPath: p, Permissions: "rw"}
 	}
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
-	if _, err := os.Stat(a.hostPath(RDMACM)); err == nil {
+	if a.present(RDMACM) {
 		spec.ContainerEdits.DeviceNodes = []*cdispec.DeviceNode{node(RDMACM)}
 	}
 	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {

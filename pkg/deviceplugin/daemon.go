@@ -45,7 +45,8 @@ type Config struct {
 	KubeletDir string
 	SysRoot    string
 	ProcRoot   string
-	// DevRoot is the host path of /dev used in DeviceSpec host paths.
+	// DevRoot is where this process sees the host's /dev; it is only read
+	// (is rdma_cm there?). Responses always name the host's /dev paths.
 	DevRoot string
 	// CDIDir is where CDI specs are written; "" disables CDI.
 	CDIDir string
