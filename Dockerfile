@@ -1,0 +1,19 @@
+# Image for the device plugin DaemonSet; it also carries the CNI binary, which
+# an init container copies into the node's CNI bin directory, and kubectl-rdma.
+# Built by `docker build .` where a Docker engine is available (CI here has
+# none, so CI builds the same binaries with `make build` instead).
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -o /out/device-plugin ./cmd/device-plugin \
+ && CGO_ENABLED=0 go build -trimpath -o /out/kube-rdma ./cmd/cni \
+ && CGO_ENABLED=0 go build -trimpath -o /out/kubectl-rdma ./cmd/kubectl-rdma
+
+FROM gcr.io/distroless/static-debian12:nonroot AS runtime
+COPY --from=build /out/ /usr/local/bin/
+# The daemon needs root on the node (kubelet socket dir, sysfs, netlink).
+USER 0:0
+ENTRYPOINT ["/usr/local/bin/device-plugin"]
+CMD ["run"]

@@ -1,0 +1,55 @@
+# kube-rdma. `make demo` and `make test` are the README's two commands.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := bin
+
+.PHONY: all build demo test test-short fuzz bench bench-cni e2e-rxe lint ci clean
+
+all: build
+
+# The CNI binary is named after the plugin type it implements ("kube-rdma"):
+# runtimes look the type up in CNI_PATH.
+build: hack/ensure-go.sh
+	@bash hack/ensure-go.sh
+	$(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
+	$(GO) build -trimpath -o $(BIN)/kube-rdma ./cmd/cni
+	$(GO) build -trimpath -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
+
+# Runs the daemon's discovery on a built-in sample node (an 8-GPU HGX H100):
+# no root, no cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others.
+SAMPLE ?= hgx
+demo: build
+	$(BIN)/device-plugin demo --sample $(SAMPLE)
+
+# Unit and integration tests. As root, the tests that move links between real
+# network namespaces run too (CI runs as root); otherwise they skip and say why.
+test:
+	@bash hack/ensure-go.sh
+	$(GO) test -count=1 -timeout 15m ./...
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzParsers -fuzztime 30s ./pkg/discovery/
+	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./pkg/cni/netconf/
+
+# Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
+bench:
+	$(GO) test -run XXX -bench . -benchtime 20x ./pkg/discovery/
+
+# ADD+DEL with this plugin against Debian's host-device and the raw netns move.
+bench-cni: build
+	bash hack/bench-cni.sh
+
+# Real RDMA traffic: soft-RoCE in a qemu guest (downloads Debian packages).
+e2e-rxe:
+	bash e2e/rxe/run.sh
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+ci:
+	bash .ci/run
+
+clean:
+	rm -rf $(BIN)
