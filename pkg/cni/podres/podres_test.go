@@ -36,3 +36,20 @@ func TestDevices(t *testing.T) {
 		}
 	}
 }
+
+func TestDevicesUnknownPodAndDeadKubelet(t *testing.T) {
+	srv := podrestest.Start(t)
+	c, _ := podres.Dial(srv.Socket)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.Devices(ctx, "ns", "nobody")
+	if err != nil || len(got) != 0 {
+		t.Errorf("Devices of an unknown pod = %v, %v; want none", got, err)
+	}
+	dead, _ := podres.Dial(srv.Socket + ".missing")
+	defer dead.Close()
+	if _, err := dead.Devices(ctx, "ns", "p"); err == nil {
+		t.Error("Devices on a missing socket succeeded")
+	}
+}
