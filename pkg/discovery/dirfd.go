@@ -49,10 +49,13 @@ func (d dir) read(rel string) (string, error) {
 		if err != nil {
 			return "", &fs.PathError{Op: "read", Path: filepath.Join(d.path, rel), Err: err}
 		}
-		if m == 0 {
+		n += m
+		// sysfs fills an attribute in one show() call: a short read is the
+		// whole value, and a second read only to see EOF would add a third
+		// of the syscalls of a scan.
+		if m == 0 || n < len(buf) {
 			break
 		}
-		n += m
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
 }

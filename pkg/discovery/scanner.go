@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Scanner reads one node. The zero value is not useful: set SysRoot ("/sys")
@@ -109,16 +110,12 @@ func parallel(n, workers int, fn func(i int)) {
 	if workers > n {
 		workers = n
 	}
-	var next sync.Mutex
-	i := 0
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for {
-				next.Lock()
-				j := i
-				i++
-				next.Unlock()
+				j := int(next.Add(1) - 1)
 				if j >= n {
 					return
 				}
@@ -129,7 +126,7 @@ func parallel(n, workers int, fn func(i int)) {
 	wg.Wait()
 }
 
-// naturalLess orders "mlx5_2" before "mlx5_10".
+// naturalCompare orders "mlx5_2" before "mlx5_10".
 func naturalCompare(a, b string) int {
 	for a != "" && b != "" {
 		ad, bd := digitPrefix(a), digitPrefix(b)
