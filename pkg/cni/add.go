@@ -79,7 +79,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		return nil, err
 	}
 
-	store := state.Store{Dir: conf.StateDir}
+	store := p.store(conf)
 	unlock, err := store.Lock()
 	if err != nil {
 		return nil, err

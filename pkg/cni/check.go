@@ -24,7 +24,7 @@ func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	store := state.Store{Dir: conf.StateDir}
+	store := p.store(conf)
 	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 	rec, err := store.Load(key)
 	if errors.Is(err, state.ErrNotFound) {
@@ -131,7 +131,7 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	if _, err := p.RDMA.NetnsMode(p.HostNS); err != nil {
 		errs = append(errs, fmt.Errorf("rdma netlink: %w", err))
 	}
-	if err := (state.Store{Dir: conf.StateDir}).Writable(); err != nil {
+	if err := (p.store(conf)).Writable(); err != nil {
 		errs = append(errs, err)
 	}
 	if conf.Standalone() {
@@ -159,7 +159,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	for _, a := range conf.ValidAttachments {
 		valid[state.Key{ContainerID: a.ContainerID, IfName: a.IfName}] = true
 	}
-	store := state.Store{Dir: conf.StateDir}
+	store := p.store(conf)
 	unlock, err := store.Lock()
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 		return err
 	}
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
-	store := state.Store{Dir: conf.StateDir}
+	store := p.store(conf)
 	unlock, err := store.Lock()
 	if err != nil {
 		return err

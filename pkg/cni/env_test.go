@@ -291,6 +291,7 @@ func newEnv(t *testing.T, hw int, soft bool, mode string) *env {
 		PodResources: dialPodResources,
 		Log:          slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		SoftRDMAWait: 300 * time.Millisecond,
+		BootID:       "test-boot",
 	}
 	return e
 }

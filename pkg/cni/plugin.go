@@ -26,6 +26,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
@@ -93,6 +94,9 @@ type Plugin struct {
 	PodResources func(socket string) (PodResources, func(), error)
 	// Log receives structured logs; a configured logFile is added to it.
 	Log *slog.Logger
+	// BootID tags state records so that those of an earlier boot are
+	// ignored (see the state package).
+	BootID string
 	// SoftRDMAWait bounds the wait for the kernel to finish destroying a
 	// soft-RoCE device whose netdev moved away, before its name is reused.
 	SoftRDMAWait time.Duration
@@ -105,8 +109,14 @@ func New(log io.Writer) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open current netns: %w", err)
 	}
+	boot, err := state.ReadBootID("/proc")
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
 	return &Plugin{
 		HostNS:       host,
+		BootID:       boot,
 		Links:        rdma.Netdevs{},
 		Addrs:        netlinkAddrs{},
 		RDMA:         rdma.Devices{},
@@ -116,6 +126,10 @@ func New(log io.Writer) (*Plugin, error) {
 		Log:          slog.New(slog.NewTextHandler(log, nil)),
 		SoftRDMAWait: 2 * time.Second,
 	}, nil
+}
+
+func (p *Plugin) store(conf *netconf.Conf) state.Store {
+	return state.Store{Dir: conf.StateDir, BootID: p.BootID}
 }
 
 func dialPodResources(socket string) (PodResources, func(), error) {

@@ -7,6 +7,13 @@
 // handed to another. Code that picks devices itself (the GPU-aligned NIC
 // binding) takes the same Lock and reads Claimed.
 //
+// Records describe network namespaces, which do not outlive a boot, so they
+// are written atomically (temporary file, rename) but not fsynced: a crash
+// of the plugin loses nothing (the page cache survives it), and after a
+// crash of the machine the records are meaningless anyway. Each record
+// carries the boot ID it was written under; records of another boot, or
+// torn by a machine crash, are ignored and removed when listed.
+//
 // It does no netlink and no logging.
 package state
 
@@ -81,7 +88,8 @@ type Device struct {
 
 // Attachment is one ADD's record.
 type Attachment struct {
-	Schema int `json:"schema"`
+	Schema int    `json:"schema"`
+	BootID string `json:"bootID,omitempty"`
 	Key
 	Netns      string   `json:"netns"`
 	CNIVersion string   `json:"cniVersion"`
@@ -96,7 +104,24 @@ type Attachment struct {
 }
 
 // Store is a state directory.
-type Store struct{ Dir string }
+type Store struct {
+	Dir string
+	// BootID is the current boot's ID (/proc/sys/kernel/random/boot_id);
+	// records written under another are stale. "" disables the check.
+	BootID string
+}
+
+// ErrStale marks a record of another boot, or one that cannot be decoded.
+var ErrStale = errors.New("stale attachment record")
+
+// ReadBootID reads the kernel's boot ID from procRoot ("/proc").
+func ReadBootID(procRoot string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, "sys/kernel/random/boot_id"))
+	if err != nil {
+		return "", fmt.Errorf("read boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
 
 // Lock takes the node-wide lock (flock on <Dir>/lock), creating the
 // directory when needed. Call the returned function to release it.
@@ -121,13 +146,14 @@ func (s Store) Lock() (unlock func(), err error) {
 	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }
 
-// Save writes a record atomically (temporary file, fsync, rename).
+// Save writes a record atomically (temporary file, rename).
 func (s Store) Save(a Attachment) error {
 	name, err := a.Key.file()
 	if err != nil {
 		return err
 	}
 	a.Schema = schemaV1
+	a.BootID = s.BootID
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", a.Key, err)
@@ -141,9 +167,6 @@ func (s Store) Save(a Attachment) error {
 	}
 	defer os.Remove(f.Name()) // no-op once renamed
 	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -156,13 +179,17 @@ func (s Store) Save(a Attachment) error {
 	return nil
 }
 
-// Load reads one record; ErrNotFound when there is none.
+// Load reads one record; ErrNotFound when there is none or it is stale.
 func (s Store) Load(k Key) (Attachment, error) {
 	name, err := k.file()
 	if err != nil {
 		return Attachment{}, err
 	}
-	return s.read(filepath.Join(s.Dir, name))
+	a, err := s.read(filepath.Join(s.Dir, name))
+	if errors.Is(err, ErrStale) {
+		return Attachment{}, fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return a, err
 }
 
 func (s Store) read(path string) (Attachment, error) {
@@ -175,10 +202,13 @@ func (s Store) read(path string) (Attachment, error) {
 	}
 	var a Attachment
 	if err := json.Unmarshal(data, &a); err != nil {
-		return Attachment{}, fmt.Errorf("decode %s: %w", path, err)
+		return Attachment{}, fmt.Errorf("decode %s: %w: %w", path, ErrStale, err)
 	}
 	if a.Schema != schemaV1 {
 		return Attachment{}, fmt.Errorf("decode %s: unknown schema %d", path, a.Schema)
+	}
+	if s.BootID != "" && a.BootID != s.BootID {
+		return Attachment{}, fmt.Errorf("record %s is from boot %s: %w", path, a.BootID, ErrStale)
 	}
 	return a, nil
 }
@@ -195,8 +225,9 @@ func (s Store) Delete(k Key) error {
 	return nil
 }
 
-// List returns every record. Unreadable records are returned as errors
-// joined, alongside the readable ones.
+// List returns every record of this boot and removes stale ones; call it
+// with the lock held. Unreadable records are returned as errors joined,
+// alongside the readable ones.
 func (s Store) List() ([]Attachment, error) {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -212,6 +243,10 @@ func (s Store) List() ([]Attachment, error) {
 			continue
 		}
 		a, err := s.read(filepath.Join(s.Dir, e.Name()))
+		if errors.Is(err, ErrStale) {
+			os.Remove(filepath.Join(s.Dir, e.Name()))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue

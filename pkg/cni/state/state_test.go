@@ -82,3 +82,27 @@ func TestLockIsExclusive(t *testing.T) {
 		t.Errorf("flock after unlock = %v", err)
 	}
 }
+
+func TestStaleRecords(t *testing.T) {
+	dir := t.TempDir()
+	old := Store{Dir: dir, BootID: "boot-1"}
+	if err := old.Save(Attachment{Key: Key{"c1", "net1"}, Devices: []Device{{RDMA: "mlx5_0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// A record torn by a machine crash.
+	if err := os.WriteFile(filepath.Join(dir, "c2_net1.json"), []byte(`{"schema":1,"dev`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cur := Store{Dir: dir, BootID: "boot-2"}
+	if _, err := cur.Load(Key{"c1", "net1"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load of a record of another boot = %v, want ErrNotFound", err)
+	}
+	claims, err := cur.Claimed()
+	if err != nil || len(claims) != 0 {
+		t.Errorf("Claimed = %v, %v; want none", claims, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 0 {
+		t.Errorf("stale records not removed: %v", ents)
+	}
+}
