@@ -15,6 +15,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -65,7 +66,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	defer podNS.Close()
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
-	res := p.Resolver(conf.SysfsRoot)
+	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}
 	ids, err := p.selectDevices(ctx, conf, parseCNIArgs(args.Args), res, log)
 	if err != nil {
 		return nil, err
@@ -247,7 +248,9 @@ func (p *Plugin) addSoft(ns netns.NsHandle, name, netdev string, fallback bool) 
 		if err == nil {
 			return name, nil
 		}
-		if !errors.Is(err, unix.EEXIST) {
+		// EEXIST: the netdev has one, or (rxe) the name is taken; ENFILE:
+		// ib_core's "name taken".
+		if !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENFILE) {
 			return "", err
 		}
 		if time.Now().After(deadline) {
@@ -262,4 +265,24 @@ func (p *Plugin) addSoft(ns netns.NsHandle, name, netdev string, fallback bool) 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// memoResolver remembers lookups for the length of one command.
+type memoResolver struct {
+	r    Resolver
+	seen map[string]lookup
+}
+
+type lookup struct {
+	d   discovery.RDMADevice
+	err error
+}
+
+func (m memoResolver) LookupRDMA(id string) (discovery.RDMADevice, error) {
+	if l, ok := m.seen[id]; ok {
+		return l.d, l.err
+	}
+	d, err := m.r.LookupRDMA(id)
+	m.seen[id] = lookup{d, err}
+	return d, err
 }

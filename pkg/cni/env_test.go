@@ -198,7 +198,7 @@ func (f *fakeRDMA) AddRxe(ns netns.NsHandle, name, netdev string) error {
 		return unix.ENODEV
 	}
 	if _, ok := f.devs[name]; ok {
-		return unix.EEXIST
+		return unix.ENFILE // ib_core's answer to a taken device name
 	}
 	for _, d := range f.devs {
 		if d.soft && d.nsID == ns.UniqueId() && d.ifindex == l.Attrs().Index {
