@@ -22,6 +22,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -35,48 +36,29 @@ func requireHostLocal(t *testing.T) {
 	}
 }
 
-// writeSysfs writes a minimal sysfs tree in the kernel's layout: one PCI
-// function per hardware device (mlx5_N with netdev nicN) and one
-// soft-RoCE device per soft entry (rxeN on its netdev).
+// writeSysfs writes a sysfs tree (nodesim, the kernel's layout) with one PCI
+// function per hardware device (mlx5_N with netdev nicN) and one soft-RoCE
+// device per soft entry (rxeN on its netdev).
 func writeSysfs(t *testing.T, hw int, soft map[string]string) string {
 	t.Helper()
-	root := t.TempDir()
-	w := func(path, content string) {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, path), []byte(content+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(path, target string) {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, filepath.Join(root, path)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	port := func(ib string) {
-		w(ib+"/ports/1/state", "4: ACTIVE")
-		w(ib+"/ports/1/link_layer", "Ethernet")
-	}
+	port := nodesim.Port{State: nodesim.StateActive, PhysState: nodesim.PhysLinkUp, LinkLayer: "Ethernet", Rate: "100 Gb/sec (4X EDR)"}
+	var topo nodesim.Topology
 	for i := range hw {
-		fn := fmt.Sprintf("devices/pci0000:00/0000:00:01.0/0000:%02x:00.0", i+1)
-		w(fn+"/vendor", "0x15b3")
-		w(fn+"/device", "0x1017")
-		w(fn+fmt.Sprintf("/net/nic%d/dev_port", i), "0")
-		ib := fmt.Sprintf("%s/infiniband/mlx5_%d", fn, i)
-		port(ib)
-		link(fmt.Sprintf("class/infiniband/mlx5_%d", i), "../../"+ib)
+		topo.PCI = append(topo.PCI, nodesim.Function{
+			Path: "pci0000:00/0000:00:01.0/" + pciAddr(i), Vendor: "15b3", Device: "1017", Class: "020000",
+			Driver: "mlx5_core", NUMANode: -1, Netdevs: []nodesim.Netdev{{Name: fmt.Sprintf("nic%d", i)}},
+		})
+		topo.RDMA = append(topo.RDMA, nodesim.RDMA{Name: fmt.Sprintf("mlx5_%d", i), Parent: pciAddr(i), Ports: []nodesim.Port{port}})
 	}
 	for name, parent := range soft {
-		ib := "devices/virtual/infiniband/" + name
-		w(ib+"/parent", parent)
-		port(ib)
-		link("class/infiniband/"+name, "../../"+ib)
+		topo.VirtualNetdevs = append(topo.VirtualNetdevs, parent)
+		topo.RDMA = append(topo.RDMA, nodesim.RDMA{Name: name, NetdevParent: parent, Ports: []nodesim.Port{port}, NoMAD: true})
 	}
-	return root
+	tree, err := nodesim.Build(t.TempDir(), topo)
+	if err != nil {
+		t.Fatalf("build sysfs fixture: %v", err)
+	}
+	return tree.SysRoot
 }
 
 func pciAddr(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
