@@ -4,6 +4,7 @@
 package netnstest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -181,4 +182,32 @@ func Links(t testing.TB, ns *NS) []Link {
 		return 0
 	})
 	return out
+}
+
+// Do runs fn on an OS thread switched into ns, so that processes fn starts
+// are born in ns (os/exec forks from the calling thread). The thread is
+// discarded if it cannot switch back.
+func (n *NS) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(n.Handle); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", n.Path, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return to original netns: %w", err))
+			return // the thread stays locked and dies with the goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
 }

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// The test binary doubles as the plugin: run with KUBE_RDMA_AS_PLUGIN=1 it
+// is the plugin's main.
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBE_RDMA_AS_PLUGIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type run struct {
+	stdout string
+	exit   int
+}
+
+// invoke runs the plugin as a runtime does, from inside host.
+func invoke(t *testing.T, host *netnstest.NS, command, netnsPath, stdin string) run {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "KUBE_RDMA_AS_PLUGIN=1", "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr1",
+		"CNI_NETNS="+netnsPath, "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := host.Do(cmd.Run)
+	r := run{stdout: out.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.exit = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run plugin: %v", err)
+	}
+	t.Logf("%s: exit %d, stdout %s, stderr %s", command, r.exit, r.stdout, errb.String())
+	return r
+}
+
+func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
+	host, pod := netnstest.New(t), netnstest.New(t)
+	netnstest.Veth(t, host, "nic0", "peer0")
+	port := nodesim.Port{State: nodesim.StateActive, PhysState: nodesim.PhysLinkUp, LinkLayer: "Ethernet"}
+	tree, err := nodesim.Build(t.TempDir(), nodesim.Topology{
+		PCI: []nodesim.Function{{Path: "pci0000:00/0000:00:01.0/0000:01:00.0", Vendor: "15b3", Device: "1017", Class: "020000",
+			Driver: "mlx5_core", NUMANode: -1, Netdevs: []nodesim.Netdev{{Name: "nic0"}}}},
+		RDMA: []nodesim.RDMA{{Name: "mlx5_0", Parent: "0000:01:00.0", Ports: []nodesim.Port{port}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base := `"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","mtu":9000,` +
+		`"stateDir":"` + filepath.Join(dir, "state") + `","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + filepath.Join(dir, "none.sock") + `",` +
+		`"runtimeConfig":{"deviceID":"mlx5_0"}`
+	before := netnstest.Links(t, host)
+
+	add := invoke(t, host, "ADD", pod.Path, "{"+base+"}")
+	if add.exit != 0 {
+		t.Fatalf("ADD exit %d", add.exit)
+	}
+	var res types100.Result
+	if err := json.Unmarshal([]byte(add.stdout), &res); err != nil {
+		t.Fatalf("ADD printed %q: %v", add.stdout, err)
+	}
+	if res.CNIVersion != "1.1.0" || len(res.Interfaces) != 1 || res.Interfaces[0].Name != "net1" || res.Interfaces[0].Sandbox != pod.Path {
+		t.Errorf("ADD result = %s", add.stdout)
+	}
+	if got := netnstest.Links(t, pod); len(got) != 1 || got[0].Name != "net1" || got[0].MTU != 9000 || !got[0].Up {
+		t.Errorf("pod links = %v", got)
+	}
+	if r := invoke(t, host, "CHECK", pod.Path, "{"+base+`,"prevResult":`+add.stdout+"}"); r.exit != 0 {
+		t.Errorf("CHECK exit %d", r.exit)
+	}
+	for range 2 {
+		if r := invoke(t, host, "DEL", pod.Path, "{"+base+"}"); r.exit != 0 || r.stdout != "" {
+			t.Errorf("DEL exit %d, stdout %q", r.exit, r.stdout)
+		}
+	}
+	if diff := cmp.Diff(before, netnstest.Links(t, host)); diff != "" {
+		t.Errorf("host links after DEL (-before +after):\n%s", diff)
+	}
+
+	bad := invoke(t, host, "ADD", pod.Path, "{"+base+`,"master":"eth0"}`)
+	var cerr types.Error
+	if err := json.Unmarshal([]byte(bad.stdout), &cerr); err != nil || bad.exit == 0 || cerr.Code != types.ErrInvalidNetworkConfig || cerr.Details == "" {
+		t.Errorf("ADD with an unknown field: exit %d, stdout %q, want a CNI error with code %d", bad.exit, bad.stdout, types.ErrInvalidNetworkConfig)
+	}
+	// STATUS fails with "plugin not available" on a kernel without RDMA.
+	st := invoke(t, host, "STATUS", "", "{"+base+"}")
+	if st.exit != 0 {
+		if err := json.Unmarshal([]byte(st.stdout), &cerr); err != nil || cerr.Code != types.ErrPluginNotAvailable {
+			t.Errorf("STATUS: exit %d, stdout %q", st.exit, st.stdout)
+		}
+	}
+	if v := invoke(t, host, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.4.0","1.0.0","1.1.0"]`) {
+		t.Errorf("VERSION = %q", v.stdout)
+	}
+}
