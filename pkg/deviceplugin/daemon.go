@@ -79,7 +79,8 @@ type Daemon struct {
 	conf     config.Config
 	confData []byte
 	node     *discovery.Node
-	links    map[string]string
+	links    map[string]bool // devices the last full scan was told about
+	hr       healthReader
 	ports    map[string][]int
 	health   map[string]bool
 	assigned map[string][]discovery.RDMADevice
@@ -122,12 +123,12 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Events = []EventSource{NetlinkLinks{}}
 	}
 	d := &Daemon{
-		cfg: cfg, log: cfg.Logger,
+		cfg: cfg, log: cfg.Logger, hr: healthReader{sysRoot: cfg.SysRoot},
 		counters: newPortCounters(cfg.SysRoot),
 		scanner:  discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 		pools:    map[string]*poolServer{}, retry: map[string]time.Duration{},
 		regDone: make(chan regResult, 16), retryC: make(chan string, 16),
-		links: map[string]string{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
+		links: map[string]bool{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
 	}
 	d.m = newMetrics(d.counters)
 	if cfg.CDIDir != "" {
@@ -185,6 +186,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 	defer d.stopAll()
+	defer d.hr.close()
 	if err := os.MkdirAll(d.cfg.KubeletDir, 0o750); err != nil {
 		return fmt.Errorf("create kubelet device plugin dir: %w", err)
 	}
@@ -284,7 +286,15 @@ func (d *Daemon) refresh() {
 		d.push(true)
 		return
 	}
-	health := readHealth(d.cfg.SysRoot, d.ports)
+	health, gone := d.hr.read()
+	if gone {
+		if err := d.rescan(); err != nil {
+			d.log.Warn("rescan", "err", err)
+			return
+		}
+		d.push(true)
+		return
+	}
 	if !maps.Equal(health, d.health) {
 		for name, ok := range health {
 			if d.health[name] != ok {
@@ -351,7 +361,8 @@ func (d *Daemon) rescan() error {
 	}
 	d.node, d.links = node, links
 	d.ports = portsOf(node.RDMADevices)
-	d.health = healthFromScan(node.RDMADevices)
+	d.hr.reset(d.ports)
+	d.health, _ = d.hr.read()
 	d.counters.setPorts(d.ports)
 	return nil
 }

@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -24,20 +24,18 @@ import (
 // a collective, so one down port makes the whole device Unhealthy. A device
 // with no ports is Unhealthy.
 
-// probe is the cheap, sub-second view of the node: which RDMA devices exist
-// (and where their class link points) and the state of each known port. It
-// reads one directory, one link per device and one state file per port.
-type probe struct {
-	links  map[string]string // device -> class link target
-	health map[string]bool   // device -> all ports ACTIVE
-}
+// The idle tick must stay cheap on a node with a thousand devices, so it
+// reads one directory (which devices exist) and one already-open state file
+// per port, with pread at offset 0: sysfs regenerates an attribute on every
+// read from the start, and a read on a removed device fails (ENODEV), which
+// forces a full scan. Paths are resolved and opened once per full scan.
 
-// readPresence lists class/infiniband with each entry's link target.
-func readPresence(sysRoot string) (map[string]string, error) {
+// readPresence lists the names in class/infiniband.
+func readPresence(sysRoot string) (map[string]bool, error) {
 	dir := filepath.Join(sysRoot, "class/infiniband")
 	f, err := os.Open(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]string{}, nil
+		return map[string]bool{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list rdma devices: %w", err)
@@ -47,51 +45,83 @@ func readPresence(sysRoot string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list rdma devices: %w", err)
 	}
-	out := make(map[string]string, len(names))
+	out := make(map[string]bool, len(names))
 	for _, n := range names {
-		t, err := os.Readlink(filepath.Join(dir, n))
-		if err != nil {
-			t = "" // a real directory in some container views
-		}
-		out[n] = t
+		out[n] = true
 	}
 	return out, nil
 }
 
-// readHealth reads the state of the given ports of each device.
-func readHealth(sysRoot string, ports map[string][]int) map[string]bool {
-	out := make(map[string]bool, len(ports))
-	var buf [64]byte
-	for dev, ps := range ports {
-		ok := len(ps) > 0
-		for _, p := range ps {
-			if !ok {
-				break
-			}
-			path := filepath.Join(sysRoot, "class/infiniband", dev, "ports", strconv.Itoa(p), "state")
-			ok = readState(path, buf[:]) == "ACTIVE"
-		}
-		out[dev] = ok
-	}
-	return out
+// stateFile is one port's open state attribute.
+type stateFile struct {
+	dev string
+	fd  int
 }
 
-// readState reads "4: ACTIVE" and returns "ACTIVE"; "" on any error.
-func readState(path string, buf []byte) string {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return ""
+// healthReader keeps every known port's state file open between full scans.
+type healthReader struct {
+	sysRoot string
+	files   []stateFile
+	devs    map[string]int // device -> its number of ports
+}
+
+// reset closes every file and opens the state files of the given ports.
+func (h *healthReader) reset(ports map[string][]int) {
+	h.close()
+	h.devs = make(map[string]int, len(ports))
+	for _, dev := range sortedKeys(ports) {
+		h.devs[dev] = len(ports[dev])
+		for _, p := range ports[dev] {
+			path := filepath.Join(h.sysRoot, "class/infiniband", dev, "ports", strconv.Itoa(p), "state")
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				fd = -1 // reads as not ACTIVE; the next scan retries
+			}
+			h.files = append(h.files, stateFile{dev: dev, fd: fd})
+		}
 	}
-	defer unix.Close(fd)
-	n, err := unix.Read(fd, buf)
-	if err != nil || n <= 0 {
-		return ""
+}
+
+func (h *healthReader) close() {
+	for _, f := range h.files {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
+		}
 	}
-	_, v, ok := strings.Cut(strings.TrimSpace(string(buf[:n])), ":")
-	if !ok {
-		return ""
+	h.files = nil
+}
+
+// read returns each device's health; gone is true when a file could not be
+// read (a removed device), so the caller scans again.
+func (h *healthReader) read() (health map[string]bool, gone bool) {
+	health = make(map[string]bool, len(h.devs))
+	for dev, n := range h.devs {
+		health[dev] = n > 0
 	}
-	return strings.TrimSpace(v)
+	var buf [64]byte
+	for _, f := range h.files {
+		if !health[f.dev] {
+			continue
+		}
+		if f.fd < 0 {
+			health[f.dev] = false
+			continue
+		}
+		n, err := unix.Pread(f.fd, buf[:], 0)
+		if err != nil || n <= 0 {
+			health[f.dev], gone = false, true
+			continue
+		}
+		health[f.dev] = isActive(buf[:n])
+	}
+	return health, gone
+}
+
+// isActive reports whether a state attribute ("4: ACTIVE\n") says ACTIVE,
+// without allocating.
+func isActive(b []byte) bool {
+	i := bytes.IndexByte(b, ':')
+	return i >= 0 && string(bytes.TrimSpace(b[i+1:])) == "ACTIVE"
 }
 
 // portsOf lists each device's port numbers from a full scan.
@@ -105,31 +135,6 @@ func portsOf(devs []discovery.RDMADevice) map[string][]int {
 		out[d.Name] = ps
 	}
 	return out
-}
-
-// healthFromScan derives health from a full scan, by the same rule.
-func healthFromScan(devs []discovery.RDMADevice) map[string]bool {
-	out := make(map[string]bool, len(devs))
-	for _, d := range devs {
-		ok := len(d.Ports) > 0
-		for _, p := range d.Ports {
-			ok = ok && p.Active()
-		}
-		out[d.Name] = ok
-	}
-	return out
-}
-
-func sameKeys[V any](a map[string]V, b map[string]V) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 func sortedKeys[V any](m map[string]V) []string {

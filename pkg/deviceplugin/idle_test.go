@@ -1,0 +1,111 @@
+package deviceplugin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// TestIdleFootprint measures the daemon binary ($DP_IDLE_BIN) idling on the
+// 1,024-device synthetic node for $DP_IDLE_SECONDS (default 30) against the
+// kubelet stand-in: resident memory and CPU per second. hack/dp-idle.sh runs it.
+func TestIdleFootprint(t *testing.T) {
+	bin := os.Getenv("DP_IDLE_BIN")
+	if bin == "" {
+		t.Skip("set DP_IDLE_BIN to a device-plugin binary (hack/dp-idle.sh does)")
+	}
+	secs := 30
+	if v := os.Getenv("DP_IDLE_SECONDS"); v != "" {
+		var err error
+		if secs, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("DP_IDLE_SECONDS: %v", err)
+		}
+	}
+	tree, err := nodesim.Build(t.TempDir(), nodesim.Synthetic(8, 16, 63))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kdir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(kdir) })
+	k, err := kubeletstub.Start(kdir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	devRoot := t.TempDir()
+	cmd := exec.Command(bin, "run", "--kubelet-dir", kdir, "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot,
+		"--dev-root", devRoot, "--cdi-dir", filepath.Join(t.TempDir(), "cdi"), "--metrics-addr", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	begin := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := k.WaitFor(ctx, func(k *kubeletstub.Kubelet) bool {
+		d, _ := k.Devices("rdma.kube-rdma.io/hca")
+		return len(d) == 1024
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("1024 devices registered and listed %s after start", time.Since(begin).Round(time.Millisecond))
+	pid := cmd.Process.Pid
+	cpu0 := cpuTicks(t, pid)
+	w0 := time.Now()
+	settle := time.NewTimer(time.Duration(secs) * time.Second)
+	<-settle.C
+	cpu1 := cpuTicks(t, pid)
+	wall := time.Since(w0).Seconds()
+	rss, hwm := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
+	pct := float64(cpu1-cpu0) / 100 / wall * 100 // USER_HZ is 100 on Linux
+	t.Logf("idle over %.0fs with %s health interval: CPU %.2f%% of one core (%d ticks), RSS %s, peak RSS %s",
+		wall, deviceplugin.DefaultHealthInterval, pct, cpu1-cpu0, rss, hwm)
+	fmt.Printf("IDLE cpu_percent=%.2f rss=%q peak_rss=%q seconds=%.0f devices=1024\n", pct, rss, hwm, wall)
+}
+
+// cpuTicks returns utime+stime of a process in clock ticks.
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the ")" that ends the command name; utime and stime are
+	// fields 14 and 15 of the whole line.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+func procStatus(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return "?"
+}
