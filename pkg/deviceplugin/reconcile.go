@@ -278,3 +278,6 @@ func (d *Daemon) httpHandler() http.Handler {
 }
 
 var _ pluginapi.DevicePluginServer = (*poolServer)(nil)
+
+// Config returns the configuration the daemon runs with, defaults filled in.
+func (d *Daemon) Config() Config { return d.cfg }
