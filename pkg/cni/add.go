@@ -45,6 +45,7 @@ func (u *undo) run(log *slog.Logger) error {
 
 // Add attaches the devices and returns the result (merged with prevResult).
 func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Result, err error) {
+	start := time.Now()
 	conf, err := netconf.Parse(args.StdinData)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
@@ -174,7 +175,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err := store.Save(rec); err != nil {
 		return nil, err
 	}
-	log.Info("attached", "devices", len(rec.Devices))
+	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/vishvananda/netns"
@@ -25,6 +26,7 @@ import (
 // IPAM and removes the record. It succeeds when there is nothing to do: a
 // second DEL, a DEL without ADD, a DEL with no or a gone netns.
 func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
+	start := time.Now()
 	conf, err := netconf.Parse(args.StdinData)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
@@ -41,7 +43,9 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 	rec, err := store.Load(key)
 	if errors.Is(err, state.ErrNotFound) {
-		if conf.IPAMType != "" {
+		// Nothing attached; release what IPAM may hold for the interface (a
+		// standalone attachment has no IPAM under CNI_IFNAME).
+		if conf.IPAMType != "" && !conf.Standalone() {
 			ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
 			if err := p.IPAM.Del(ctx, conf.IPAMType, args.StdinData, ia); err != nil {
 				return fmt.Errorf("ipam %s del: %w", conf.IPAMType, err)
@@ -61,7 +65,11 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if err := p.release(ctx, podNS, rec, ipamType, ipamConf, args.Args, args.Path, log); err != nil {
 		return err
 	}
-	return store.Delete(key)
+	if err := store.Delete(key); err != nil {
+		return err
+	}
+	log.Info("detached", "devices", len(rec.Devices), "elapsed", time.Since(start))
+	return nil
 }
 
 // openPodNS opens the first of the paths that still is a namespace; a

@@ -158,7 +158,13 @@ func (d Netdevs) Set(ns netns.NsHandle, name string, want LinkConfig) (Link, err
 		}
 	}
 	if err := setLink(ns, l.Index, netns.None(), want); err != nil {
-		return Link{}, fmt.Errorf("set netdev %q: %w", name, err)
+		err = fmt.Errorf("set netdev %q: %w", name, err)
+		if want.Name != name && l.Up {
+			if uerr := setLink(ns, l.Index, netns.None(), LinkConfig{Up: true}); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("set netdev %q back up: %w", name, uerr))
+			}
+		}
+		return Link{}, err
 	}
 	return d.Get(ns, want.Name)
 }

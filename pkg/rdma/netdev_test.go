@@ -98,3 +98,26 @@ func TestRDMAReportsMissingNetlink(t *testing.T) {
 		t.Errorf("NetnsMode error = %v, want ErrNoRDMA", err)
 	}
 }
+
+func TestSetRenamesAnUpDevice(t *testing.T) {
+	host := netnstest.New(t)
+	netnstest.Veth(t, host, "dev7", "dev7p")
+	h := netnstest.Handle(t, host)
+	l, _ := h.LinkByName("dev7")
+	h.LinkSetUp(l)
+	var d rdma.Netdevs
+	got, err := d.Set(host.Handle, "dev7", rdma.LinkConfig{Name: "nic0", MTU: 1400, Up: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "nic0" || got.MTU != 1400 || !got.Up {
+		t.Errorf("Set = %+v", got)
+	}
+	// A failing Set leaves the device up under its name.
+	if _, err := d.Set(host.Handle, "nic0", rdma.LinkConfig{Name: "nic1", MTU: 70000, Up: true}); err == nil {
+		t.Fatal("Set with MTU 70000 succeeded")
+	}
+	if got, err := d.Get(host.Handle, "nic0"); err != nil || !got.Up {
+		t.Errorf("after a failed Set: %+v, %v", got, err)
+	}
+}
