@@ -85,6 +85,11 @@ func (m *metrics) setDevices(pool string, healthy, unhealthy int) {
 	m.devices.WithLabelValues(pool, "Unhealthy").Set(float64(unhealthy))
 }
 
+// forgetPool drops the device gauges of a pool that no longer exists.
+func (m *metrics) forgetPool(pool string) {
+	m.devices.DeletePartialMatch(prometheus.Labels{"pool": pool})
+}
+
 func (m *metrics) setNetnsMode(mode string) {
 	m.netnsMode.Reset()
 	m.netnsMode.WithLabelValues(mode).Set(1)

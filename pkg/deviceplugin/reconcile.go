@@ -40,6 +40,7 @@ func (d *Daemon) applyConfig(ctx context.Context, c config.Config) {
 		d.log.Info("stopping pool", "pool", name)
 		p.stop()
 		delete(d.pools, name)
+		d.m.forgetPool(name)
 		if d.cdi != nil {
 			if err := d.cdi.remove(name); err != nil {
 				d.log.Warn("remove cdi spec", "pool", name, "err", err)
