@@ -111,10 +111,14 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		rec.IPAMConf = args.StdinData
 	}
 	for _, c := range cands {
-		rec.Devices = append(rec.Devices, state.Device{
+		d := state.Device{
 			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus,
 			Host: state.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
-		})
+		}
+		if conf.MAC != nil {
+			d.PodMAC = conf.MAC.String() // so DEL finds it by MAC after a crash
+		}
+		rec.Devices = append(rec.Devices, d)
 	}
 	// The record goes first: a crash from here on leaves DEL and GC what
 	// they need to put the host back.
@@ -122,12 +126,20 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		return nil, err
 	}
 	u := &undo{}
-	u.push("delete record", func() error { return store.Delete(key) })
 	defer func() {
-		if err != nil {
-			if uerr := u.run(log); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback incomplete: %w", uerr))
+		if err == nil {
+			return
+		}
+		if uerr := u.run(log); uerr != nil {
+			// Keep the record: DEL or GC can finish putting the host back.
+			err = errors.Join(err, fmt.Errorf("rollback incomplete, record kept for DEL: %w", uerr))
+			if serr := store.Save(rec); serr != nil {
+				err = errors.Join(err, serr)
 			}
+			return
+		}
+		if derr := store.Delete(key); derr != nil {
+			err = errors.Join(err, derr)
 		}
 	}()
 	for i, c := range cands {

@@ -141,3 +141,42 @@ func TestAddRollback(t *testing.T) {
 		})
 	}
 }
+
+// failReturn refuses to move anything back to the host.
+type failReturn struct {
+	Links
+	host netns.NsHandle
+}
+
+func (f failReturn) Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
+	if to.Equal(f.host) {
+		return rdma.Link{}, errInjected
+	}
+	return f.Links.Move(from, name, to, want)
+}
+
+// TestFailedRollbackKeepsRecord: when the rollback itself fails, the record
+// stays so that DEL can finish the job.
+func TestFailedRollbackKeepsRecord(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 1, false, "shared")
+	pod := netnstest.New(t)
+	before := e.snapshot(pod)
+	real := e.p.Links
+	e.p.Links = failReturn{Links: real, host: e.host.Handle}
+	e.p.Addrs = failAddrs{e.p.Addrs}
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"mac":"02:00:00:00:00:0c","runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.13.0.0/24")))
+	if _, err := e.p.Add(context.Background(), a); err == nil {
+		t.Fatal("ADD succeeded")
+	}
+	if recs := e.snapshot(pod).Records; len(recs) != 1 {
+		t.Fatalf("records after a failed rollback: %v, want the attachment's", recs)
+	}
+	e.p.Links = real
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("after DEL (-before +after):\n%s", diff)
+	}
+}
