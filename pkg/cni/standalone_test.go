@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -217,6 +220,12 @@ func TestStatus(t *testing.T) {
 	e.socket = srv.Socket
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"resourceName":"rdma/hca"`))); err != nil {
 		t.Errorf("STATUS with kubelet: %v", err)
+	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(notDir, nil, 0o600)
+	stdin := strings.Replace(string(e.conf("1.1.0", "")), e.stateDir, filepath.Join(notDir, "state"), 1)
+	if err := e.p.Status(ctx, args("", nil, "", []byte(stdin))); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS with an unusable state dir = %v, want code %d", err, types.ErrPluginNotAvailable)
 	}
 	e.rdma.fail = func(m string, _ netns.NsHandle) error {
 		if m == "NetnsMode" {
