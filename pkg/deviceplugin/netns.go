@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Netns modes of the RDMA subsystem.
@@ -39,14 +40,18 @@ type EventSource interface {
 }
 
 // NetlinkLinks pokes on every rtnetlink link update (a netdev going down or
-// away, a VF count change) in the daemon's network namespace.
-type NetlinkLinks struct{}
+// away, a VF count change).
+type NetlinkLinks struct {
+	// Namespace to follow; nil is the daemon's own network namespace.
+	Namespace *netns.NsHandle
+}
 
 // Run subscribes to link updates.
-func (NetlinkLinks) Run(ctx context.Context, poke func()) error {
+func (l NetlinkLinks) Run(ctx context.Context, poke func()) error {
 	ch := make(chan netlink.LinkUpdate, 64)
 	errc := make(chan error, 1)
 	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
+		Namespace: l.Namespace,
 		ErrorCallback: func(err error) {
 			select {
 			case errc <- err:
