@@ -171,7 +171,13 @@ func (d *Daemon) register(ctx context.Context, p *poolServer) {
 		return
 	}
 	d.regKey[p.pool.Name] = key
-	go func() { d.regDone <- regResult{p: p, err: p.register(ctx)} }()
+	go func() {
+		r := regResult{p: p, err: p.register(ctx)}
+		select {
+		case d.regDone <- r:
+		case <-ctx.Done():
+		}
+	}()
 }
 
 func (d *Daemon) registered(r regResult) {
