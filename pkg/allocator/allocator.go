@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -59,7 +60,7 @@ func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, e
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: no targets", ErrBadRequest)
 	}
-	return choose(t, r, nearest{targets: targets})
+	return choose(t, r, &nearest{targets: targets})
 }
 
 // problem is a request resolved to indexes into a sorted device list, with
@@ -127,9 +128,10 @@ func resolve(t Topology, r Request) (*problem, error) {
 
 // policy is what a selection strategy decides.
 type policy interface {
-	// pick compares two candidates a and b for the next slot given the
-	// chosen set; negative means a is better.
-	pick(p *problem, chosen []int, a, b int) int
+	// key ranks candidate c for the next slot; keys compare
+	// lexicographically, lower is better, and ties go to the lower index
+	// (the smaller ID).
+	key(p *problem, c int, g *growth) [3]int
 	// seeded says whether, with nothing chosen yet, every device should be
 	// tried as the first pick (and the finished sets compared with better).
 	seeded() bool
@@ -137,21 +139,56 @@ type policy interface {
 	better(p *problem, a, b []int) int
 }
 
+// growth is a set being built, with each device's sum and worst distance
+// rank to the members, kept up to date as members are added.
+type growth struct {
+	chosen []int
+	in     []bool
+	sum    []int
+	worst  []int
+}
+
+func (g *growth) add(p *problem, c int) {
+	g.chosen = append(g.chosen, c)
+	g.in[c] = true
+	for _, x := range p.avail {
+		r := p.dist(x, c)
+		g.sum[x] += r
+		g.worst[x] = max(g.worst[x], r)
+	}
+}
+
 func choose(t Topology, r Request, pol policy) ([]string, error) {
+	return chooseSeeds(t, r, pol, true)
+}
+
+// chooseSeeds is choose; prune=false tries every device as a seed (tests
+// compare both).
+func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error) {
 	p, err := resolve(t, r)
 	if err != nil {
 		return nil, err
 	}
 	var best []int
 	if len(p.must) == 0 && pol.seeded() {
+		// Devices under the same bridge with the same NUMA node are at the
+		// same distance from everything else, so only the first (smallest
+		// ID) of each such class needs to be tried as a seed.
+		seen := map[string]bool{}
 		for _, s := range p.avail {
+			l := p.devs[s].Location
+			class := fmt.Sprintf("%s|%s|%d", l.PCIeRoot, strings.Join(bridges(l.PCIPath), "/"), l.NUMANode)
+			if prune && seen[class] {
+				continue
+			}
+			seen[class] = true
 			set := grow(p, pol, []int{s})
 			if best == nil || pol.better(p, set, best) < 0 {
 				best = set
 			}
 		}
 	} else {
-		best = grow(p, pol, slices.Clone(p.must))
+		best = grow(p, pol, p.must)
 	}
 	out := make([]string, len(best))
 	for i, d := range best {
@@ -163,21 +200,34 @@ func choose(t Topology, r Request, pol policy) ([]string, error) {
 
 // grow adds the best candidate until the set has size devices. Candidates
 // are scanned in ID order and a later one wins only when strictly better.
-func grow(p *problem, pol policy, chosen []int) []int {
-	in := make([]bool, len(p.devs))
-	for _, c := range chosen {
-		in[c] = true
+func grow(p *problem, pol policy, start []int) []int {
+	n := len(p.devs)
+	g := &growth{in: make([]bool, n), sum: make([]int, n), worst: make([]int, n)}
+	for _, c := range start {
+		g.add(p, c)
 	}
-	for len(chosen) < p.size {
+	for len(g.chosen) < p.size {
 		pick := -1
+		var best [3]int
 		for _, c := range p.avail {
-			if !in[c] && (pick < 0 || pol.pick(p, chosen, c, pick) < 0) {
-				pick = c
+			if g.in[c] {
+				continue
+			}
+			if k := pol.key(p, c, g); pick < 0 || slices.Compare(k[:], best[:]) < 0 {
+				pick, best = c, k
 			}
 		}
-		in[pick] = true
-		chosen = append(chosen, pick)
+		g.add(p, pick)
 	}
-	slices.Sort(chosen)
-	return chosen
+	slices.Sort(g.chosen)
+	return g.chosen
+}
+
+// bridges is the path above a function: the part that decides its distance
+// to every other function.
+func bridges(path []string) []string {
+	if len(path) == 0 {
+		return nil
+	}
+	return path[:len(path)-1]
 }

@@ -2,6 +2,8 @@ package allocator
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -175,6 +177,39 @@ func BenchmarkClosest1024(b *testing.B) {
 	for b.Loop() {
 		if _, err := Closest(topo, req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestSeedPruning checks that trying one seed per bridge class gives the
+// same answer as trying every device, on generated topologies.
+func TestSeedPruning(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 300 {
+		var topo Topology
+		topo.NUMANodes = 2
+		n := 4 + rng.IntN(12)
+		for i := range n {
+			root := []string{"pci0000:00", "pci0000:40", "pci0000:80"}[rng.IntN(3)]
+			sw := fmt.Sprintf("%s-sw%d", root, rng.IntN(3))
+			numa := map[string]int{"pci0000:00": 0, "pci0000:40": 0, "pci0000:80": 1}[root]
+			path := []string{sw, fmt.Sprintf("dev%02d", i)}
+			if rng.IntN(4) == 0 {
+				path = []string{sw, sw + "-sub", fmt.Sprintf("dev%02d", i)}
+			}
+			topo.Devices = append(topo.Devices, Device{ID: fmt.Sprintf("dev%02d", i), Location: loc(numa, root, path...)})
+		}
+		req := Request{Available: ids(topo), Size: 1 + rng.IntN(n)}
+		fast, err := chooseSeeds(topo, req, closeness{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, err := chooseSeeds(topo, req, closeness{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(slow, fast); diff != "" {
+			t.Fatalf("iteration %d, size %d: pruned seeds differ (-all +pruned)\n%s", iter, req.Size, diff)
 		}
 	}
 }

@@ -14,11 +14,7 @@ type closeness struct{}
 
 func (closeness) seeded() bool { return true }
 
-func (closeness) pick(p *problem, chosen []int, a, b int) int {
-	sa, ma := toSet(p, a, chosen)
-	sb, mb := toSet(p, b, chosen)
-	return cmp.Or(cmp.Compare(sa, sb), cmp.Compare(ma, mb), cmp.Compare(a, b))
-}
+func (closeness) key(_ *problem, c int, g *growth) [3]int { return [3]int{g.sum[c], g.worst[c], 0} }
 
 func (closeness) better(p *problem, a, b []int) int {
 	sa, ma := pairs(p, a)
@@ -26,21 +22,13 @@ func (closeness) better(p *problem, a, b []int) int {
 	return cmp.Or(cmp.Compare(sa, sb), cmp.Compare(ma, mb), slices.Compare(a, b))
 }
 
-// toSet returns the sum and the maximum of c's ranks to each member of set.
-func toSet(p *problem, c int, set []int) (sum, worst int) {
-	for _, s := range set {
-		r := p.dist(c, s)
-		sum += r
-		worst = max(worst, r)
-	}
-	return sum, worst
-}
-
 func pairs(p *problem, set []int) (sum, worst int) {
 	for i, a := range set {
-		s, w := toSet(p, a, set[i+1:])
-		sum += s
-		worst = max(worst, w)
+		for _, b := range set[i+1:] {
+			r := p.dist(a, b)
+			sum += r
+			worst = max(worst, r)
+		}
 	}
 	return sum, worst
 }
@@ -50,29 +38,26 @@ func pairs(p *problem, set []int) (sum, worst int) {
 // the devices already picked, so two GPUs get one NIC each.
 type nearest struct {
 	targets []discovery.Location
+	ranks   [][]int // device -> rank to each target, filled on first use
 }
 
-func (nearest) seeded() bool { return false }
+func (*nearest) seeded() bool { return false }
 
-func (n nearest) pick(p *problem, chosen []int, a, b int) int {
-	ba, ta := n.toTargets(p, a, len(chosen))
-	bb, tb := n.toTargets(p, b, len(chosen))
-	sa, _ := toSet(p, a, chosen)
-	sb, _ := toSet(p, b, chosen)
-	return cmp.Or(cmp.Compare(ba, bb), cmp.Compare(ta, tb), cmp.Compare(sa, sb), cmp.Compare(a, b))
-}
-
-func (nearest) better(p *problem, a, b []int) int { return slices.Compare(a, b) }
-
-// toTargets returns the rank from device c to the target whose turn it is,
-// and the sum of its ranks to all targets.
-func (n nearest) toTargets(p *problem, c, turn int) (own, total int) {
-	for i, t := range n.targets {
-		r := discovery.Distance(p.devs[c].Location, t, p.numa).Rank()
-		if i == turn%len(n.targets) {
-			own = r
+func (n *nearest) key(p *problem, c int, g *growth) [3]int {
+	if n.ranks == nil {
+		n.ranks = make([][]int, len(p.devs))
+		for i, d := range p.devs {
+			n.ranks[i] = make([]int, len(n.targets))
+			for j, t := range n.targets {
+				n.ranks[i][j] = discovery.Distance(d.Location, t, p.numa).Rank()
+			}
 		}
+	}
+	total := 0
+	for _, r := range n.ranks[c] {
 		total += r
 	}
-	return own, total
+	return [3]int{n.ranks[c][len(g.chosen)%len(n.targets)], total, g.sum[c]}
 }
+
+func (*nearest) better(_ *problem, a, b []int) int { return slices.Compare(a, b) }
