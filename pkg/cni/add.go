@@ -211,7 +211,7 @@ func passthrough(conf *netconf.Conf) *types100.Result {
 
 // attach moves one device into the pod and pushes the steps that undo it.
 func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) error {
-	moved, err := p.Links.Move(p.HostNS, c.host.Name, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
+	moved, err := p.Links.Move(p.HostNS, c.host, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
 	if err != nil {
 		err = fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
 		if c.soft != "" {

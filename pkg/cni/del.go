@@ -168,18 +168,19 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Lo
 	if l, err := p.Links.Get(p.HostNS, want.Name); err == nil && !isOurs(l, d) {
 		want.Name = tempName(d)
 	}
+	var podLink rdma.Link
 	inPod := false
 	if podNS.IsOpen() {
-		_, err := p.Links.Get(podNS, d.PodIfName)
+		l, err := p.Links.Get(podNS, d.PodIfName)
 		switch {
 		case err == nil:
-			inPod = true
+			podLink, inPod = l, true
 		case !errors.Is(err, rdma.ErrLinkNotFound):
 			return "", fmt.Errorf("read %s in the pod: %w", d.PodIfName, err)
 		}
 	}
 	if inPod {
-		if _, err := p.Links.Move(podNS, d.PodIfName, p.HostNS, want); err != nil {
+		if _, err := p.Links.Move(podNS, podLink, p.HostNS, want); err != nil {
 			return "", fmt.Errorf("return netdev %s to the host as %s: %w", d.PodIfName, want.Name, err)
 		}
 	} else {

@@ -36,7 +36,7 @@ import (
 type Links interface {
 	Get(ns netns.NsHandle, name string) (rdma.Link, error)
 	List(ns netns.NsHandle) ([]rdma.Link, error)
-	Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error)
+	Move(from netns.NsHandle, l rdma.Link, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error)
 	Set(ns netns.NsHandle, name string, want rdma.LinkConfig) (rdma.Link, error)
 }
 

@@ -29,11 +29,11 @@ type failLinks struct {
 	moves atomic.Int32
 }
 
-func (f *failLinks) Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
+func (f *failLinks) Move(from netns.NsHandle, l rdma.Link, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
 	if !to.Equal(f.host) && f.moves.Add(1) == f.nth {
 		return rdma.Link{}, errInjected
 	}
-	return f.Links.Move(from, name, to, want)
+	return f.Links.Move(from, l, to, want)
 }
 
 type failIPAM struct{ IPAM }
@@ -148,11 +148,11 @@ type failReturn struct {
 	host netns.NsHandle
 }
 
-func (f failReturn) Move(from netns.NsHandle, name string, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
+func (f failReturn) Move(from netns.NsHandle, l rdma.Link, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error) {
 	if to.Equal(f.host) {
 		return rdma.Link{}, errInjected
 	}
-	return f.Links.Move(from, name, to, want)
+	return f.Links.Move(from, l, to, want)
 }
 
 // TestFailedRollbackKeepsRecord: when the rollback itself fails, the record

@@ -90,31 +90,32 @@ func (Netdevs) List(ns netns.NsHandle) ([]Link, error) {
 	return out, nil
 }
 
-// Move moves the netdev called name from one namespace to another and gives
-// it want's name, MTU, MAC and up state there, in one RTM_SETLINK request:
-// a namespace move costs an RCU grace period (about 20 ms), so it is done
-// once. The kernel applies the request in steps (move, then MAC, MTU, name,
-// flags); if a later step fails the device has already moved, so Move sends
-// it back with its original attributes before returning the error: on error
-// the device is where it was, under its original name.
-func (d Netdevs) Move(from netns.NsHandle, name string, to netns.NsHandle, want LinkConfig) (Link, error) {
-	orig, err := d.Get(from, name)
-	if err != nil {
-		return Link{}, err
-	}
+// Move moves the netdev l (as Get returned it) from one namespace to
+// another and gives it want's name, MTU, MAC and up state there, in one
+// RTM_SETLINK request: a namespace move costs an RCU grace period (about
+// 20 ms), so it is done once. The kernel applies the request in steps (move,
+// then MAC, MTU, name, flags); if a later step fails the device has already
+// moved, so Move sends it back with its original attributes before
+// returning the error: on error the device is where it was, under its
+// original name. On success it returns the device's new state without
+// asking the kernel again.
+func (d Netdevs) Move(from netns.NsHandle, l Link, to netns.NsHandle, want LinkConfig) (Link, error) {
 	if want.Name == "" {
-		want.Name = name
+		want.Name = l.Name
 	}
-	if err := setLink(from, orig.Index, to, want); err != nil {
-		err = fmt.Errorf("move netdev %q to netns %s as %q: %w", name, to, want.Name, err)
-		if rerr := d.undoPartialMove(from, orig, to, want.Name); rerr != nil {
+	if err := setLink(from, l.Index, to, want); err != nil {
+		err = fmt.Errorf("move netdev %q to netns %s as %q: %w", l.Name, to, want.Name, err)
+		if rerr := d.undoPartialMove(from, l, to, want.Name); rerr != nil {
 			return Link{}, errors.Join(err, rerr)
 		}
 		return Link{}, err
 	}
-	got, err := d.Get(to, want.Name)
-	if err != nil {
-		return Link{}, fmt.Errorf("read netdev %q after move: %w", want.Name, err)
+	got := Link{Name: want.Name, Index: l.Index, MTU: l.MTU, MAC: l.MAC, Up: want.Up}
+	if want.MTU > 0 {
+		got.MTU = want.MTU
+	}
+	if len(want.MAC) > 0 {
+		got.MAC = want.MAC.String()
 	}
 	return got, nil
 }

@@ -22,9 +22,12 @@ func TestMoveRenamesAndConfiguresInOneStep(t *testing.T) {
 	}
 	mac, _ := net.ParseMAC("02:00:00:00:00:42")
 	start := time.Now()
-	got, err := d.Move(host.Handle, "nic0", pod.Handle, rdma.LinkConfig{Name: "net1", MTU: 9000, MAC: mac, Up: true})
+	got, err := d.Move(host.Handle, orig, pod.Handle, rdma.LinkConfig{Name: "net1", MTU: 9000, MAC: mac, Up: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if read, err := d.Get(pod.Handle, "net1"); err != nil || read != got {
+		t.Errorf("Move returned %+v, the kernel says %+v (%v)", got, read, err)
 	}
 	t.Logf("move+rename+mtu+mac+up: %v", time.Since(start))
 	want := rdma.Link{Name: "net1", Index: got.Index, MTU: 9000, MAC: "02:00:00:00:00:42", Up: true}
@@ -34,7 +37,7 @@ func TestMoveRenamesAndConfiguresInOneStep(t *testing.T) {
 	if _, err := d.Get(host.Handle, "nic0"); !errors.Is(err, rdma.ErrLinkNotFound) {
 		t.Errorf("nic0 still in host netns: %v", err)
 	}
-	back, err := d.Move(pod.Handle, "net1", host.Handle, rdma.LinkConfig{Name: "nic0", MTU: orig.MTU, MAC: mustMAC(orig.MAC), Up: false})
+	back, err := d.Move(pod.Handle, got, host.Handle, rdma.LinkConfig{Name: "nic0", MTU: orig.MTU, MAC: mustMAC(orig.MAC), Up: false})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,15 +71,19 @@ func TestMoveFailureLeavesDeviceHome(t *testing.T) {
 			host, pod := netnstest.New(t), netnstest.New(t)
 			netnstest.Veth(t, host, "nic0", "nic0p")
 			h := netnstest.Handle(t, host)
-			l, _ := h.LinkByName("nic0")
-			h.LinkSetMTU(l, 1400)
-			h.LinkSetUp(l)
+			nl, _ := h.LinkByName("nic0")
+			h.LinkSetMTU(nl, 1400)
+			h.LinkSetUp(nl)
 			if tc.podVeth != "" {
 				netnstest.Veth(t, pod, tc.podVeth, tc.podVeth+"p")
 			}
 			before := netnstest.Links(t, host)
 			var d rdma.Netdevs
-			if _, err := d.Move(host.Handle, "nic0", pod.Handle, tc.cfg); err == nil {
+			l, err := d.Get(host.Handle, "nic0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Move(host.Handle, l, pod.Handle, tc.cfg); err == nil {
 				t.Fatal("Move succeeded, want an error")
 			} else {
 				t.Logf("error: %v", err)
