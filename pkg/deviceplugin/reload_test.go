@@ -125,3 +125,40 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("/state lacks netns mode or node name:\n%s", got)
 	}
 }
+
+// TestConfigMapUpdate swaps the ..data symlink as the kubelet does when a
+// mounted ConfigMap changes.
+func TestConfigMapUpdate(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, pools string) {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, name, "config.yaml"), "resourcePrefix: rdma.example.com\npools:\n"+pools)
+	}
+	version("..v1", "- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n")
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = filepath.Join(dir, "config.yaml") })
+	e.waitFor(t, 5*time.Second, "ib pool", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices("rdma.example.com/ib"); return ok })
+
+	version("..v2", "- {name: eth, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+	if err := os.Symlink("..v2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(t, 2*time.Second, "eth pool after the swap", func(k *kubeletstub.Kubelet) bool {
+		d, ok := k.Devices("rdma.example.com/eth")
+		return ok && len(d) == 2
+	})
+	poll(t, 2*time.Second, "ib socket removed", func() bool {
+		_, err := os.Stat(filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("ib")))
+		return os.IsNotExist(err)
+	})
+}
