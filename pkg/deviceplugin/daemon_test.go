@@ -175,3 +175,24 @@ func TestNetnsModeUnknown(t *testing.T) {
 		t.Errorf("netns mode %q, want unknown", got)
 	}
 }
+
+func TestKubeletStartsLater(t *testing.T) {
+	e := start(t, nodesim.SoftRoCE(), nil)
+	e.waitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	e.kubelet.Stop() // kubelet down: kubelet.sock gone, plugin keeps serving
+	begin := time.Now()
+	k2, err := kubeletstub.Start(e.cfg.KubeletDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := k2.WaitFor(ctx, func(k *kubeletstub.Kubelet) bool {
+		d, ok := k.Devices(hca)
+		return ok && len(d) == 1
+	}); err != nil {
+		t.Fatalf("no registration with the new kubelet within 1s: %v", err)
+	}
+	t.Logf("registered with the new kubelet after %s", time.Since(begin))
+}
