@@ -2,28 +2,18 @@
 // socket) which devices a pod was allocated. It owns only the client;
 // callers decide what to do with the answer.
 //
-// The client speaks the two unary calls it needs (Get, List) as plain gRPC
-// over HTTP/2 with hand-encoded protobuf, instead of linking grpc-go: the CNI
-// plugin is exec'd for every ADD and DEL, and grpc-go's and protobuf's
-// package initialization doubled its start-up time. Tests check it against
+// The client speaks the two unary calls it needs (Get, List) as gRPC over a
+// minimal HTTP/2 client (h2.go) with hand-encoded protobuf, instead of
+// linking grpc-go or net/http: the CNI plugin is exec'd for every ADD and
+// DEL, and those packages doubled its start-up time. Tests check it against
 // a real grpc-go server (podrestest).
 package podres
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"slices"
-	"strconv"
-	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // gRPC status codes the client tells apart.
@@ -46,90 +36,18 @@ func (e *StatusError) Error() string {
 // maxMessage bounds a response (the kubelet's own default is 16 MiB).
 const maxMessage = 16 << 20
 
-// Client talks to one kubelet socket.
-type Client struct {
-	tr   *http2.Transport
-	http *http.Client
-}
+// Client talks to one kubelet socket, one connection per call.
+type Client struct{ socket string }
 
 // Dial prepares a client for the unix socket at path; it does not connect
 // until the first call.
-func Dial(path string) (*Client, error) {
-	tr := &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-		ReadIdleTimeout: 10 * time.Second,
-	}
-	return &Client{tr: tr, http: &http.Client{Transport: tr}}, nil
-}
+func Dial(path string) (*Client, error) { return &Client{socket: path}, nil }
 
-// Close releases idle connections.
-func (c *Client) Close() error {
-	c.tr.CloseIdleConnections()
-	return nil
-}
+// Close releases nothing: connections last one call.
+func (c *Client) Close() error { return nil }
 
-// call makes one unary gRPC call and returns the response message.
 func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, error) {
-	body := make([]byte, 5+len(req))
-	binary.BigEndian.PutUint32(body[1:5], uint32(len(req)))
-	copy(body[5:], req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost/v1.PodResourcesLister/"+method, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/grpc")
-	hreq.Header.Set("TE", "trailers")
-	if dl, ok := ctx.Deadline(); ok {
-		hreq.Header.Set("Grpc-Timeout", strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10)+"m")
-	}
-	resp, err := c.http.Do(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("kubelet answered HTTP %d", resp.StatusCode)
-	}
-	if err := status(resp.Header); err != nil { // a trailers-only answer
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage+5))
-	if err != nil {
-		return nil, err
-	}
-	if err := status(resp.Trailer); err != nil {
-		return nil, err
-	}
-	if len(data) < 5 {
-		return nil, errors.New("grpc response without a message")
-	}
-	if data[0] != 0 {
-		return nil, errors.New("grpc response is compressed")
-	}
-	n := binary.BigEndian.Uint32(data[1:5])
-	if int(n) != len(data)-5 {
-		return nil, fmt.Errorf("grpc response length %d, got %d bytes", n, len(data)-5)
-	}
-	return data[5:], nil
-}
-
-func status(h http.Header) error {
-	s := h.Get("Grpc-Status")
-	if s == "" {
-		return nil
-	}
-	code, err := strconv.Atoi(s)
-	if err != nil {
-		return fmt.Errorf("bad grpc-status %q", s)
-	}
-	if code == codeOK {
-		return nil
-	}
-	return &StatusError{Code: code, Message: h.Get("Grpc-Message")}
+	return unary(ctx, c.socket, method, req)
 }
 
 // Devices returns the device IDs allocated to the pod, by resource name,

@@ -2,6 +2,7 @@ package podres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,5 +52,28 @@ func TestDevicesUnknownPodAndDeadKubelet(t *testing.T) {
 	defer dead.Close()
 	if _, err := dead.Devices(ctx, "ns", "p"); err == nil {
 		t.Error("Devices on a missing socket succeeded")
+	}
+}
+
+// TestLargeListResponse makes the kubelet's answer larger than HTTP/2's
+// initial 64 KiB window, so the client's flow control must keep it coming.
+func TestLargeListResponse(t *testing.T) {
+	var pods []podrestest.Pod
+	for i := range 3000 {
+		pods = append(pods, podrestest.Pod{Namespace: "ns", Name: fmt.Sprintf("pod-%04d", i),
+			Devices: map[string][]string{"rdma/hca": {fmt.Sprintf("mlx5_%d", i)}, "nvidia.com/gpu": {fmt.Sprintf("GPU-%d", i)}}})
+	}
+	srv := podrestest.Start(t, pods...)
+	srv.NoGet = true // List carries every pod
+	c, _ := podres.Dial(srv.Socket)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := c.Devices(ctx, "ns", "pod-2999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"rdma/hca": {"mlx5_2999"}, "nvidia.com/gpu": {"GPU-2999"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Devices (-want +got):\n%s", diff)
 	}
 }
