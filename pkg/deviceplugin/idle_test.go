@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,8 +55,13 @@ func TestIdleFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("daemon exit after SIGTERM: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(kdir, deviceplugin.SocketName("hca"))); !os.IsNotExist(err) {
+			t.Errorf("plugin socket after SIGTERM: %v, want removed", err)
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
