@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,7 +205,7 @@ func buildSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[
 			snap.byID[id] = []discovery.RDMADevice{d}
 			snap.devices = append(snap.devices, &pluginapi.Device{ID: id, Health: healthStr(health[d.Name]), Topology: topology(d.NUMANode)})
 		}
-		slices.SortFunc(snap.devices, func(a, b *pluginapi.Device) int { return compareStrings(a.ID, b.ID) })
+		slices.SortFunc(snap.devices, func(a, b *pluginapi.Device) int { return strings.Compare(a.ID, b.ID) })
 		return snap
 	}
 	if len(members) == 0 {
@@ -241,16 +242,6 @@ func topology(numa int) *pluginapi.TopologyInfo {
 		return nil
 	}
 	return &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(numa)}}}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // GetDevicePluginOptions advertises GetPreferredAllocation.
