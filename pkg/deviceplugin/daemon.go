@@ -78,7 +78,7 @@ type Daemon struct {
 	conf     config.Config
 	confData []byte
 	node     *discovery.Node
-	links    map[string]bool // devices the last full scan was told about
+	present  map[string]bool // class/infiniband names the last full scan accounted for
 	hr       healthReader
 	ports    map[string][]int
 	health   map[string]bool
@@ -127,7 +127,7 @@ func New(cfg Config) (*Daemon, error) {
 		scanner:  discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 		pools:    map[string]*poolServer{}, retry: map[string]time.Duration{},
 		regDone: make(chan regResult, 16), retryC: make(chan string, 16),
-		links: map[string]bool{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
+		present: map[string]bool{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
 	}
 	d.m = newMetrics(d.counters)
 	if cfg.CDIDir != "" {

@@ -15,7 +15,7 @@ func (d *Daemon) refresh() {
 		d.log.Warn("re-read rdma devices", "err", err)
 		return
 	}
-	if !maps.Equal(links, d.links) {
+	if !maps.Equal(links, d.present) {
 		if err := d.rescan(); err != nil {
 			d.log.Warn("rescan", "err", err)
 			return
@@ -73,7 +73,7 @@ func (d *Daemon) rescan() error {
 	}
 	// A device listed but not scanned, or scanned before its ports or char
 	// devices appeared (the class link comes first while a driver probes),
-	// is left out of links so the next tick scans again, a bounded number
+	// is left out of present so the next tick scans again, a bounded number
 	// of times.
 	scanned := map[string]bool{}
 	for _, x := range node.RDMADevices {
@@ -96,7 +96,7 @@ func (d *Daemon) rescan() error {
 			d.log.Warn("rdma device cannot be read; giving up until it is removed and added again", "device", name)
 		}
 	}
-	d.node, d.links = node, links
+	d.node, d.present = node, links
 	d.ports = portsOf(node.RDMADevices)
 	d.hr.reset(d.ports)
 	d.health, _ = d.hr.read()
