@@ -31,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$repo" && go build -o "$tmp/bin/kube-rdma" ./cmd/cni)
+(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/bin/kube-rdma" ./cmd/cni)
 
 ip netns add "$host"
 ip netns add "$pod"
