@@ -88,7 +88,10 @@ type Daemon struct {
 	regDone  chan regResult
 	retryC   chan string
 	unread   map[string]int // device -> full scans that could not read it
-	regKey   map[string]string
+	// failedReads counts rescans for failed state reads since the last
+	// change of names.
+	failedReads int
+	regKey      map[string]string
 
 	stateMu sync.Mutex
 	state   State

@@ -16,6 +16,7 @@ func (d *Daemon) refresh() {
 		return
 	}
 	if !maps.Equal(links, d.present) {
+		d.failedReads = 0
 		if err := d.rescan(); err != nil {
 			d.log.Warn("rescan", "err", err)
 			return
@@ -24,13 +25,20 @@ func (d *Daemon) refresh() {
 		return
 	}
 	health, gone := d.hr.read()
-	if gone {
+	// A failed read is a device removed and re-added between two ticks (a
+	// fast driver reload) or a broken one; rescan, a bounded number of
+	// times while the names stay the same.
+	if gone && d.failedReads < maxRescans {
+		d.failedReads++
 		if err := d.rescan(); err != nil {
 			d.log.Warn("rescan", "err", err)
 			return
 		}
 		d.push(true)
 		return
+	}
+	if !gone {
+		d.failedReads = 0
 	}
 	if !maps.Equal(health, d.health) {
 		for name, ok := range health {
