@@ -3,6 +3,9 @@ package cni
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -168,3 +171,28 @@ func TestDelHostNameTaken(t *testing.T) {
 }
 
 var _ = netns.None
+
+// TestAutoModeAsksTheKernel: with rdmaNetnsMode auto the plugin reads the
+// mode, and in exclusive mode moves the RDMA device; the log file gets the
+// plugin's lines.
+func TestAutoModeAsksTheKernel(t *testing.T) {
+	e := newEnv(t, 1, false, "exclusive")
+	e.mode = "auto"
+	pod := netnstest.New(t)
+	logFile := filepath.Join(t.TempDir(), "cni.log")
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"logFile":"`+logFile+`","runtimeConfig":{"deviceID":"mlx5_0"}`))
+	mustAdd(t, e, a)
+	if got := e.snapshot(pod).RDMA["mlx5_0"]; got != "pod0" {
+		t.Errorf("mlx5_0 is in %q, want pod0", got)
+	}
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.snapshot(pod).RDMA["mlx5_0"]; got != "host" {
+		t.Errorf("mlx5_0 is in %q after DEL, want host", got)
+	}
+	log, err := os.ReadFile(logFile)
+	if err != nil || !strings.Contains(string(log), "msg=attached") || !strings.Contains(string(log), "msg=detached") {
+		t.Errorf("log file: %v\n%s", err, log)
+	}
+}
