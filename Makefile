@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test test-short fuzz bench bench-cni e2e-rxe lint ci clean
+.PHONY: all build demo test fuzz bench dp-idle bench-cni e2e-rxe lint ci clean
 
 all: build
 
@@ -16,8 +16,9 @@ build: hack/ensure-go.sh
 	$(GO) build -trimpath -o $(BIN)/kube-rdma ./cmd/cni
 	$(GO) build -trimpath -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
 
-# Runs the daemon's discovery on a built-in sample node (an 8-GPU HGX H100):
-# no root, no cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others.
+# Runs discovery, then the device plugin daemon against an in-process kubelet
+# stand-in, on a built-in sample node (an 8-GPU HGX H100): no root, no
+# cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others.
 SAMPLE ?= hgx
 demo: build
 	$(BIN)/device-plugin demo --sample $(SAMPLE)
@@ -35,6 +36,10 @@ fuzz:
 # Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
 bench:
 	$(GO) test -run XXX -bench . -benchtime 20x ./pkg/discovery/
+
+# Idle RSS and CPU of the daemon on the 1,024-device synthetic node.
+dp-idle: build
+	bash hack/dp-idle.sh 30
 
 # ADD+DEL with this plugin against Debian's host-device and the raw netns move.
 bench-cni: build

@@ -7,6 +7,9 @@ import (
 	"io"
 	"strings"
 
+	"log/slog"
+
+	dpdemo "github.com/kube-rdma/kube-rdma/pkg/deviceplugin/demo"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -15,8 +18,12 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sample := fs.String("sample", "hgx", "built-in sample node: "+strings.Join(nodesim.Names(), ", "))
+	config := fs.String("config", "", "device plugin pools file (YAML or JSON); empty for the built-in default")
+	hold := fs.Bool("hold", false, "keep the daemon and the kubelet stand-in running after the script (Ctrl-C to stop)")
+	metrics := fs.String("metrics-addr", "127.0.0.1:9478", "with --hold: address for /metrics and /state")
+	verbose := fs.Bool("v", false, "show the daemon's and the kubelet stand-in's logs")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: device-plugin demo [flags]\n\nWrites a built-in sample node's sysfs into a temporary directory and runs\ndiscovery on it. Needs no root, no cluster and no RDMA hardware.\n\n")
+		fmt.Fprintf(stderr, "usage: device-plugin demo [flags]\n\nWrites a built-in sample node's sysfs into a temporary directory, runs\ndiscovery on it, then runs the device plugin daemon on it against an\nin-process kubelet stand-in: registration, ListAndWatch, preferred\nallocation, Allocate, a port going down and back, a kubelet restart.\nNeeds no root, no cluster and no RDMA hardware.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -33,5 +40,14 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	fmt.Fprintf(stdout, "== Discovery: %d RDMA devices, %d GPUs\n\n", len(node.RDMADevices), len(node.GPUs))
-	return writeNode(stdout, node, "table")
+	if err := writeNode(stdout, node, "table"); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n== Device plugin daemon against a kubelet stand-in\n\n")
+	log := slog.New(slog.DiscardHandler)
+	if *verbose {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	return dpdemo.Run(ctx, dpdemo.Options{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot, ConfigFile: *config,
+		Out: stdout, Log: log, Hold: *hold, MetricsAddr: *metrics})
 }

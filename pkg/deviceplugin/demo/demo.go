@@ -134,11 +134,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(out, "   re-registered and listed again after %s\n", time.Since(t0).Round(time.Millisecond))
-	fmt.Fprintf(out, "\n== Metrics and node state: http://%s/metrics  http://%s/state\n", d.MetricsAddr(), d.MetricsAddr())
-	if o.Hold {
-		fmt.Fprintf(out, "   holding until interrupted\n")
-		<-ctx.Done()
+	if !o.Hold {
+		fmt.Fprintf(out, "\n== Done (--hold keeps the daemon running with /metrics and /state served)\n")
+		return nil
 	}
+	fmt.Fprintf(out, "\n== Metrics and node state: http://%s/metrics  http://%s/state\n", d.MetricsAddr(), d.MetricsAddr())
+	fmt.Fprintf(out, "   holding until interrupted\n")
+	<-ctx.Done()
 	return nil
 }
 
