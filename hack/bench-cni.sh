@@ -90,28 +90,37 @@ check_home() {
 }
 
 now() { date +%s%N; }
-declare -A total=([ours]=0 [hostdevice]=0 [raw]=0)
 for fn in ours hostdevice raw; do # warm-up, not timed
 	$fn
 	check_home "$fn"
 done
+: >"$tmp/times"
 for ((i = 0; i < N; i++)); do
 	for fn in ours hostdevice raw; do
 		t0=$(now)
 		$fn
 		t1=$(now)
-		total[$fn]=$((total[$fn] + t1 - t0))
+		echo "$fn $((t1 - t0))" >>"$tmp/times"
 		check_home "$fn"
 	done
 done
 [[ -z $(ls "$tmp/state"/*.json 2>/dev/null) ]] || { echo "bench-cni.sh: kube-rdma left state behind" >&2; exit 1; }
 
-ms() { awk -v ns="$1" -v n="$N" 'BEGIN { printf "%.1f", ns / n / 1e6 }'; }
+# stats FN: "mean median" in ms per ADD+DEL pair.
+stats() {
+	awk -v fn="$1" '$1 == fn { print $2 }' "$tmp/times" | sort -n |
+		awk '{ v[NR] = $1; s += $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f %.1f", s / NR / 1e6, m / 1e6 }'
+}
+read -r ours_mean ours_med <<<"$(stats ours)"
+read -r hd_mean hd_med <<<"$(stats hostdevice)"
+read -r raw_mean raw_med <<<"$(stats raw)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "ADD+DEL of a veth end, $N iterations each, interleaved (ms per ADD+DEL pair):"
-printf '  kube-rdma    %6s ms\n' "$(ms "${total[ours]}")"
-printf '  host-device  %6s ms\n' "$(ms "${total[hostdevice]}")"
-printf '  raw ip link  %6s ms\n' "$(ms "${total[raw]}")"
-echo "ratios: kube-rdma/host-device=$(ratio "${total[ours]}" "${total[hostdevice]}") (target <= 0.80)" \
-	"kube-rdma/raw=$(ratio "${total[ours]}" "${total[raw]}")" \
-	"host-device/raw=$(ratio "${total[hostdevice]}" "${total[raw]}")"
+echo "ADD+DEL of a veth end, $N iterations each, interleaved (ms per ADD+DEL pair, mean / median):"
+printf '  kube-rdma    %6s / %6s\n' "$ours_mean" "$ours_med"
+printf '  host-device  %6s / %6s\n' "$hd_mean" "$hd_med"
+printf '  raw ip link  %6s / %6s\n' "$raw_mean" "$raw_med"
+echo "ratios (median): kube-rdma/host-device=$(ratio "$ours_med" "$hd_med") (target <= 0.80)" \
+	"kube-rdma/raw=$(ratio "$ours_med" "$raw_med") host-device/raw=$(ratio "$hd_med" "$raw_med")"
+echo "ratios (mean):   kube-rdma/host-device=$(ratio "$ours_mean" "$hd_mean")" \
+	"kube-rdma/raw=$(ratio "$ours_mean" "$raw_mean") host-device/raw=$(ratio "$hd_mean" "$raw_mean")"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
