@@ -196,3 +196,21 @@ func TestAutoModeAsksTheKernel(t *testing.T) {
 		t.Errorf("log file: %v\n%s", err, log)
 	}
 }
+
+// TestCheckNoticesMissingRDMADevice: CHECK fails when the RDMA device left
+// the pod behind the plugin's back.
+func TestCheckNoticesMissingRDMADevice(t *testing.T) {
+	e := newEnv(t, 1, false, "exclusive")
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	mustAdd(t, e, a)
+	if err := e.rdma.Move(pod.Handle, "mlx5_0", e.host.Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Check(context.Background(), a); err == nil {
+		t.Error("CHECK succeeded without the RDMA device in the pod")
+	}
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+}

@@ -199,6 +199,9 @@ func TestGC(t *testing.T) {
 	if diff := cmp.Diff([]string{"a_net1.json"}, e.snapshot().Records); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
+	// Pod a's netns dies before GC: the kernel returns its netdev, GC
+	// renames it back.
+	kernelReturns(t, e, podA, "net1", "net1")
 	if err := e.p.GC(context.Background(), args("", nil, "", e.conf("1.1.0", `"cni.dev/valid-attachments":[]`))); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
