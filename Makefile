@@ -9,11 +9,12 @@ BIN := bin
 all: build
 
 # The CNI binary is named after the plugin type it implements ("kube-rdma"):
-# runtimes look the type up in CNI_PATH.
+# runtimes look the type up in CNI_PATH. It is exec'd twice per pod, so it is
+# built static and stripped (start-up is most of its cost; docs/cni.md).
 build: hack/ensure-go.sh
 	@bash hack/ensure-go.sh
 	$(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
-	$(GO) build -trimpath -o $(BIN)/kube-rdma ./cmd/cni
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/kube-rdma ./cmd/cni
 	$(GO) build -trimpath -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
 
 # Runs discovery, then the device plugin daemon against an in-process kubelet
@@ -32,6 +33,7 @@ test:
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParsers -fuzztime 30s ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./pkg/cni/netconf/
+	$(GO) test -run XXX -fuzz FuzzDecodePods -fuzztime 30s ./pkg/cni/podres/
 
 # Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
 bench:
