@@ -447,7 +447,8 @@ write_guest_run() {
     [[ -f $SHARE/bin/cni ]] && echo 'export KUBE_RDMA_CNI_BIN=/share/bin/cni'
     [[ -f $SHARE/bin/device-plugin ]] && echo 'export KUBE_RDMA_DP_BIN=/share/bin/device-plugin'
     echo 'cd /tmp'
-    echo "/share/bin/guest.test ${args[*]} 2>&1 | tee /share/out/guest-test.log"
+    # %q: a -test.run regexp such as 'A|B' must reach the test binary as one word.
+    echo "/share/bin/guest.test $(printf '%q ' "${args[@]}")2>&1 | tee /share/out/guest-test.log"
     echo 'rc=$?'
     echo 'dmesg >/share/out/dmesg.txt 2>&1'
     echo 'echo "$rc" >/share/out/exit-code'
@@ -533,6 +534,8 @@ report() {
     log "guest tests failed (exit $rc); test log: $RXE_LOG_DIR/guest-test.log; console tail:"
     console_tail 40
   fi
+  # A plain count line that CI reads, then the summary.
+  echo "rxe-e2e: $passed passed, $failed failed, $skipped skipped"
   echo "rxe-e2e: $status ($passed passed, $failed failed, $skipped skipped) in $(elapsed)s, kernel $KVER, pod/host ib_write_bw ratio ${ratio:-n/a}"
   if [[ $status == PASS ]]; then return 0; fi
   return 1

@@ -152,11 +152,3 @@ func TestCNIAddDelRestoresHost(t *testing.T) {
 		t.Errorf("root netns after DEL differs from before ADD\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
-
-// TestDevicePlugin is a placeholder until the device plugin exists: it will run the binary
-// against a kubelet stand-in (a registration gRPC server on a unix socket) in the guest.
-func TestDevicePlugin(t *testing.T) {
-	requireGuest(t)
-	requireBinary(t, "KUBE_RDMA_DP_BIN", "./cmd/device-plugin")
-	t.Skip("device plugin test not written yet: needs the plugin's flags and kubelet socket layout")
-}
