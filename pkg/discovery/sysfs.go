@@ -10,34 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readAttr reads a small sysfs attribute and trims white space. It uses raw
-// syscalls: os.ReadFile's stat and poller registration double the cost on a
-// node with a thousand devices.
+// readAttr reads a small sysfs attribute by absolute path and trims white
+// space (see dir.read).
 func readAttr(path string) (string, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var buf [512]byte
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return "", &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		n += m
-		// sysfs fills an attribute in one show() call: a short read is the
-		// whole value, and a second read only to see EOF would add a third
-		// of the syscalls of a scan.
-		if m == 0 || n < len(buf) {
-			break
-		}
-	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return dir{fd: unix.AT_FDCWD}.read(path)
 }
 
 // readLinkBase returns the last element of a symlink's target ("mlx5_core"
