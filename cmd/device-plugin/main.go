@@ -45,7 +45,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch cmd {
 	case "run":
-		return runCommand(ctx, args)
+		return runCommand(ctx, args, stderr)
 	case "discover":
 		return discoverCommand(args, stdout, stderr)
 	case "demo":

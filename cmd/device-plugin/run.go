@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,17 +15,17 @@ import (
 
 // runCommand parses the `run` flags and runs the device plugin until ctx ends
 // (SIGTERM/SIGINT in main), when it removes its sockets.
-func runCommand(ctx context.Context, args []string) error {
-	cfg, err := parseRunFlags(args)
+func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseRunFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	return deviceplugin.Run(ctx, cfg)
 }
 
-func parseRunFlags(args []string) (deviceplugin.Config, error) {
+func parseRunFlags(args []string, stderr io.Writer) (deviceplugin.Config, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(stderr)
 	var cfg deviceplugin.Config
 	hostname, _ := os.Hostname()
 	fs.StringVar(&cfg.ConfigFile, "config", "", "pools file (YAML or JSON), reloaded on change; empty: one exclusive pool \"hca\" with every RDMA device, prefix rdma.kube-rdma.io")
