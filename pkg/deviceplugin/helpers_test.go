@@ -190,3 +190,16 @@ func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// scrapeUntil scrapes path until it has line (or 5 s pass) and returns the
+// last body.
+func scrapeUntil(t *testing.T, d *deviceplugin.Daemon, path, line string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	body := scrape(t, d, path)
+	for !strings.Contains(body, line+"\n") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		body = scrape(t, d, path)
+	}
+	return body
+}

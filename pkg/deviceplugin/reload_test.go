@@ -59,15 +59,7 @@ func TestConfigReload(t *testing.T) {
 	if len(st.Pools) != 2 {
 		t.Errorf("pools after a bad reload: %d, want 2 (the last good config)", len(st.Pools))
 	}
-	// The kubelet stand-in starts ListAndWatch from inside its Register
-	// handler, so the list can be seen before the plugin's Register call has
-	// returned and counted: wait for the count.
-	const registered = `kube_rdma_device_plugin_registrations_total{pool="hca",result="success"} 1`
-	var body string
-	deadline := time.Now().Add(5 * time.Second)
-	for body = scrape(t, e.d, "/metrics"); !strings.Contains(body, registered+"\n") && time.Now().Before(deadline); body = scrape(t, e.d, "/metrics") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	body := scrape(t, e.d, "/metrics")
 	for _, line := range []string{
 		`kube_rdma_device_plugin_config_last_reload_successful 0`,
 		`kube_rdma_device_plugin_config_reloads_total{result="failure"} 1`,
@@ -115,12 +107,7 @@ func TestMetrics(t *testing.T) {
 	// The kubelet stand-in starts ListAndWatch from inside its Register
 	// handler, so the list can be seen before the plugin's Register call has
 	// returned and counted: wait for the count.
-	const registered = `kube_rdma_device_plugin_registrations_total{pool="hca",result="success"} 1`
-	var body string
-	deadline := time.Now().Add(5 * time.Second)
-	for body = scrape(t, e.d, "/metrics"); !strings.Contains(body, registered+"\n") && time.Now().Before(deadline); body = scrape(t, e.d, "/metrics") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	body := scrapeUntil(t, e.d, "/metrics", `kube_rdma_device_plugin_registrations_total{pool="hca",result="success"} 1`)
 	for _, line := range []string{
 		`kube_rdma_device_plugin_devices{health="Healthy",pool="hca"} 1`,
 		`kube_rdma_device_plugin_devices{health="Unhealthy",pool="hca"} 1`,
