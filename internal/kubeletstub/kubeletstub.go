@@ -84,6 +84,10 @@ func (k *Kubelet) serve() error {
 	if err != nil {
 		return fmt.Errorf("listen on kubelet socket: %w", err)
 	}
+	// grpc's Serve closes a listener it gets after Stop; by default that
+	// close unlinks the path, which by then may be the next serve's socket.
+	// Stop removes the socket itself.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	s := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(s, registration{k: k})
 	k.mu.Lock()

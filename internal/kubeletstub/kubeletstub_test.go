@@ -96,3 +96,24 @@ func TestRestartClearsSockets(t *testing.T) {
 		t.Errorf("kubelet socket after restart: %v", err)
 	}
 }
+
+// TestRestartKeepsNewSocket restarts right after Start, many times: a
+// listener that grpc's Serve goroutine closes late (after Stop) must not
+// unlink the kubelet.sock of the next serve.
+func TestRestartKeepsNewSocket(t *testing.T) {
+	dir := shortDir(t)
+	k, err := Start(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	for i := range 200 {
+		if err := k.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Microsecond)
+		if fi, err := os.Stat(filepath.Join(dir, SocketName)); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			t.Fatalf("restart %d: kubelet socket: %v", i, err)
+		}
+	}
+}

@@ -84,6 +84,10 @@ func (s *poolServer) serve() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
+	// A Serve goroutine that starts after stop closes its listener late;
+	// unlinking on that close would remove the next serve's socket. stop
+	// removes the socket itself.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	s.mu.Lock()
