@@ -13,6 +13,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
@@ -178,5 +179,38 @@ func TestFailedRollbackKeepsRecord(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
 		t.Errorf("after DEL (-before +after):\n%s", diff)
+	}
+}
+
+// TestAddRollbackWhenFinalSaveFails puts the state dir on a one-page tmpfs:
+// the intent record fits, the completed record's temporary file does not
+// (ENOSPC, as on a full /var/lib). ADD must then undo every step, including
+// IPAM, and remove the intent record.
+func TestAddRollbackWhenFinalSaveFails(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 1, false, "exclusive")
+	if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", e.stateDir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(e.stateDir, unix.MNT_DETACH) })
+	pod := netnstest.New(t)
+	before := e.snapshot(pod)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.14.0.0/24")))
+	_, err := e.p.Add(context.Background(), a)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("ADD error = %v, want ENOSPC from the final record save", err)
+	}
+	t.Logf("ADD error: %v", err)
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("after rollback (-before +after):\n%s", diff)
+	}
+	if got := netnstest.Links(t, pod); len(got) != 0 {
+		t.Errorf("pod still has %v", got)
+	}
+	if got := ipamLeases(t, e); len(got) != 0 {
+		t.Errorf("host-local still holds %v", got)
 	}
 }
