@@ -126,22 +126,36 @@ func ParseGID(v string) (string, error) {
 }
 
 // IsPCIAddress reports whether s is a PCI function address "DDDD:BB:DD.F".
+// The kernel prints the domain with at least four hex digits: Intel VMD
+// domains (10000 and up) have five.
 func IsPCIAddress(s string) bool {
-	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
+	n := len(s) - len(":BB:DD.F")
+	if n < 4 || n > 8 {
 		return false
 	}
-	for i, c := range s {
-		switch i {
-		case 4, 7, 10:
-			continue
-		}
+	dom, rest := s[:n], s[n:]
+	if rest[0] != ':' || rest[3] != ':' || rest[6] != '.' || !isHex(dom) || !isHex(rest[1:3]) || !isHex(rest[4:6]) {
+		return false
+	}
+	// device is 5 bits (0-1f), function 3 bits (0-7).
+	dev, _ := strconv.ParseUint(rest[4:6], 16, 8)
+	return dev <= 0x1f && rest[7] >= '0' && rest[7] <= '7'
+}
+
+// IsHostBridge reports whether a sysfs path component names a PCI host
+// bridge, "pciDDDD:BB" (the domain as in IsPCIAddress).
+func IsHostBridge(s string) bool {
+	dom, bus, ok := strings.Cut(strings.TrimPrefix(s, "pci"), ":")
+	return ok && strings.HasPrefix(s, "pci") && len(dom) >= 4 && len(dom) <= 8 && len(bus) == 2 && isHex(dom) && isHex(bus)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
 			return false
 		}
 	}
-	// device is 5 bits (0-1f), function 3 bits (0-7).
-	dev, _ := strconv.ParseUint(s[8:10], 16, 8)
-	return dev <= 0x1f && s[11] >= '0' && s[11] <= '7'
+	return s != ""
 }
 
 // NVIDIAInfo is what /proc/driver/nvidia/gpus/<bdf>/information says.

@@ -80,9 +80,23 @@ func TestIsPCIAddress(t *testing.T) {
 		"0000:3b:00.0": true, "0000:3B:1f.7": true, "0001:00:00.0": true,
 		"0000:3b:00.8": false, "0000:3b:20.0": false, "0000:3b:00": false, "pci0000:3b": false,
 		"mlx5_core.sf.2": false, "0000-3b:00.0": false, "000g:3b:00.0": false,
+		"10000:e1:00.0": true, "c4f5:00:02.0": true, "000:3b:00.0": false, "123456789:3b:00.0": false,
+		"0000:3b:00.0 ": false, "0000:3b:0.00": false,
 	} {
 		if got := IsPCIAddress(in); got != want {
 			t.Errorf("IsPCIAddress(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestIsHostBridge(t *testing.T) {
+	for in, want := range map[string]bool{
+		"pci0000:00": true, "pci0101:00": true, "pci10000:e0": true, "pciC4F5:00": true,
+		"pci0000:0": false, "0000:00": false, "pci:00": false, "pci0000:00:00.0": false, "pcix0000:00": false,
+		"VMBUS:00": false, "platform": false,
+	} {
+		if got := IsHostBridge(in); got != want {
+			t.Errorf("IsHostBridge(%q) = %v, want %v", in, got, want)
 		}
 	}
 }

@@ -123,6 +123,15 @@ func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevi
 	return d, nil
 }
 
+// knownVF lists PCI IDs that only SR-IOV virtual functions carry, so that a
+// VF is known as one inside a VM, where it has no physfn link: Mellanox
+// ConnectX-4 1014, ConnectX-4 Lx 1016, ConnectX-5 1018, ConnectX-5 Ex 101a,
+// ConnectX-6 101c, and the generic mlx5 VF 101e (ConnectX-6 Dx onwards).
+var knownVF = map[string]bool{
+	"15b3:1014": true, "15b3:1016": true, "15b3:1018": true,
+	"15b3:101a": true, "15b3:101c": true, "15b3:101e": true,
+}
+
 // readPCIAttrs fills the PCI identity. pci is the PCI function (the PF for an
 // SF); fn is the device's own directory (its driver link).
 func readPCIAttrs(d *RDMADevice, pci, fn dir) error {
@@ -149,6 +158,11 @@ func readPCIAttrs(d *RDMADevice, pci, fn dir) error {
 		return err
 	}
 	d.Kind = KindPF
+	if pf == "" && knownVF[d.Vendor+":"+d.Device] {
+		// A VF passed through to a VM (Azure ND, OCI, GCP A3): no physfn
+		// here, the PF is the hypervisor's.
+		d.Kind = KindVF
+	}
 	if pf != "" {
 		if !IsPCIAddress(pf) {
 			return &fs.PathError{Op: "parse", Path: filepath.Join(pci.path, "physfn"), Err: malformed("pci address", pf)}

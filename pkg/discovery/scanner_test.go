@@ -229,9 +229,39 @@ func TestScanVM(t *testing.T) {
 		}
 	}
 	for _, d := range n.RDMADevices {
-		if d.NUMANode != -1 || d.Kind != discovery.KindPF || d.PCIeRoot == "" {
+		// A passed-through VF has no physfn link: its PCI ID says VF.
+		if d.NUMANode != -1 || d.Kind != discovery.KindVF || d.PhysFn != "" || d.PCIeRoot == "" {
 			t.Errorf("%s = kind %s numa %d root %q", d.Name, d.Kind, d.NUMANode, d.PCIeRoot)
 		}
+	}
+}
+
+// TestScanAzure: on a Hyper-V guest the PCI host bridges sit below VMBus,
+// not directly under devices/. Every function is on its own domain, so NUMA
+// alone decides; the IB VFs have no physfn and are still VFs.
+func TestScanAzure(t *testing.T) {
+	n, _ := scan(t, nodesim.Azure())
+	if len(n.GPUs) != 8 || len(n.RDMADevices) != 9 {
+		t.Fatalf("got %d GPUs and %d rdma devices, want 8 and 9", len(n.GPUs), len(n.RDMADevices))
+	}
+	ib0 := device(t, n, "mlx5_ib0")
+	want := discovery.RDMADevice{Name: "mlx5_ib0", Kind: discovery.KindVF, PCIAddress: "0101:00:00.0", PCIeRoot: "pci0101:00",
+		PCIPath: []string{"0101:00:00.0"}, NUMANode: 0, Vendor: "15b3", Device: "101e", Driver: "mlx5_core", LinkLayer: "InfiniBand",
+		Netdevs: []string{"ib0"}}
+	got := discovery.RDMADevice{Name: ib0.Name, Kind: ib0.Kind, PCIAddress: ib0.PCIAddress, PCIeRoot: ib0.PCIeRoot,
+		PCIPath: ib0.PCIPath, NUMANode: ib0.NUMANode, Vendor: ib0.Vendor, Device: ib0.Device, Driver: ib0.Driver,
+		LinkLayer: ib0.LinkLayer, Netdevs: ib0.Netdevs, PhysFn: ib0.PhysFn}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mlx5_ib0 (-want +got):\n%s", diff)
+	}
+	if g := n.GPUs[0]; g.PCIAddress != "0001:00:00.0" || g.PCIeRoot != "pci0001:00" || g.NUMANode != 0 {
+		t.Errorf("GPU0 = %s root %q numa %d", g.PCIAddress, g.PCIeRoot, g.NUMANode)
+	}
+	devs := []string{"mlx5_an0", "mlx5_ib0", "mlx5_ib3", "mlx5_ib4", "mlx5_ib7"}
+	near := []discovery.Level{NODE, NODE, NODE, SYS, SYS}
+	far := []discovery.Level{SYS, SYS, SYS, NODE, NODE}
+	if diff := cmp.Diff([][]discovery.Level{near, near, near, near, far, far, far, far}, levels(n, devs...)); diff != "" {
+		t.Errorf("affinity (-want +got):\n%s", diff)
 	}
 }
 

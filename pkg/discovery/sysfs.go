@@ -62,21 +62,24 @@ func readDirNames(dir string) ([]string, error) {
 }
 
 // pciTopology splits a real device path under <sys>/devices into its host
-// bridge ("pci0000:15") and the chain of PCI functions down to and including
-// the last PCI function on the path.
+// bridge ("pci0000:15") and the chain of PCI functions below it down to and
+// including the last PCI function on the path. The host bridge is usually
+// the first component, but not always: a Hyper-V (Azure) guest's PCI buses
+// hang off VMBus ("LNXSYSTM:00/.../VMBUS:00/<guid>/pci0101:00/..."). Behind
+// an Intel VMD controller a second, nested host bridge component appears
+// ("pci10000:e0"); the functions below it stay on the first one's path.
 func pciTopology(devicesDir, real string) (root string, path []string) {
 	rel, err := filepath.Rel(devicesDir, real)
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return "", nil
 	}
-	comps := strings.Split(rel, string(filepath.Separator))
-	if len(comps) == 0 || !strings.HasPrefix(comps[0], "pci") {
-		return "", nil
-	}
-	for _, c := range comps[1:] {
-		if IsPCIAddress(c) {
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		switch {
+		case root == "" && IsHostBridge(c):
+			root = c
+		case root != "" && IsPCIAddress(c):
 			path = append(path, strings.ToLower(c))
 		}
 	}
-	return comps[0], path
+	return root, path
 }

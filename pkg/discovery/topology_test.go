@@ -1,6 +1,9 @@
 package discovery
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestDistance(t *testing.T) {
 	loc := func(root string, numa int, path ...string) Location {
@@ -53,5 +56,35 @@ func TestLevelRank(t *testing.T) {
 	}
 	if Level("X").Rank() <= SYS.Rank() {
 		t.Errorf("an unknown level ranks before SYS")
+	}
+}
+
+func TestPCITopology(t *testing.T) {
+	const dev = "/s/devices"
+	tests := []struct {
+		name, real string
+		root       string
+		path       []string
+	}{
+		{"bare metal", dev + "/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0",
+			"pci0000:15", []string{"0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:18:00.0"}},
+		{"SF below its PF", dev + "/pci0000:00/0000:00:02.0/0000:08:00.0/mlx5_core.sf.2",
+			"pci0000:00", []string{"0000:00:02.0", "0000:08:00.0"}},
+		{"Hyper-V guest", dev + "/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/0ed0-guid/pci0101:00/0101:00:00.0",
+			"pci0101:00", []string{"0101:00:00.0"}},
+		{"behind Intel VMD", dev + "/pci0000:00/0000:00:0e.0/pci10000:e0/10000:e0:1d.0/10000:e1:00.0",
+			"pci0000:00", []string{"0000:00:0e.0", "10000:e0:1d.0", "10000:e1:00.0"}},
+		{"upper case hex", dev + "/pci0000:3B/0000:3B:00.0", "pci0000:3B", []string{"0000:3b:00.0"}},
+		{"virtual", dev + "/virtual/net/veth0", "", nil},
+		{"platform device", dev + "/platform/soc/hns-roce", "", nil},
+		{"outside devices", "/s/bus/pci/devices/0000:18:00.0", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root, path := pciTopology(dev, tt.real)
+			if root != tt.root || !slices.Equal(path, tt.path) {
+				t.Errorf("pciTopology = %q %q, want %q %q", root, path, tt.root, tt.path)
+			}
+		})
 	}
 }

@@ -15,7 +15,7 @@ type DeviceKind string
 
 const (
 	KindPF      DeviceKind = "PF"      // a PCI physical function
-	KindVF      DeviceKind = "VF"      // an SR-IOV virtual function
+	KindVF      DeviceKind = "VF"      // an SR-IOV virtual function (also one passed through to a VM)
 	KindSF      DeviceKind = "SF"      // an auxiliary (scalable function) device on a PF
 	KindVirtual DeviceKind = "virtual" // a software device such as soft-RoCE (rxe)
 )
@@ -39,7 +39,9 @@ type RDMADevice struct {
 	// PCIPath lists the PCI functions from the root port down to the device
 	// itself, as they appear in its sysfs path.
 	PCIPath []string `json:"pciPath,omitempty"`
-	// PhysFn is the PF address of a VF, "" otherwise.
+	// PhysFn is the PF address of a VF, "" otherwise, and "" for a VF passed
+	// through to a VM, whose PF is on the hypervisor: such a VF has no
+	// physfn link and is recognised by its PCI ID.
 	PhysFn    string `json:"physFn"`
 	NodeGUID  string `json:"nodeGUID"`
 	LinkLayer string `json:"linkLayer"` // port 1's link layer

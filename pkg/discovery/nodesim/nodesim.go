@@ -12,7 +12,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+)
+
+// The writer's own idea of sysfs names, kept apart from the parsers it
+// feeds so that a parser bug is not mirrored here.
+var (
+	hostBridgeRE = regexp.MustCompile(`^pci[0-9a-f]{4,8}:[0-9a-f]{2}$`)
+	pciAddrRE    = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$`)
 )
 
 // Topology describes a node.
@@ -227,17 +236,26 @@ func (w *writer) build(t Topology) error {
 
 func (w *writer) function(f Function) error {
 	comps := strings.Split(f.Path, "/")
-	if len(comps) < 2 || !strings.HasPrefix(comps[0], "pci") {
-		return fmt.Errorf("pci path %q does not start with a host bridge", f.Path)
+	hb := slices.IndexFunc(comps, hostBridgeRE.MatchString)
+	if hb < 0 || hb == len(comps)-1 || !pciAddrRE.MatchString(comps[len(comps)-1]) {
+		return fmt.Errorf("pci path %q has no host bridge followed by PCI functions", f.Path)
 	}
-	dir := w.sys("devices", comps[0])
+	// Components up to the host bridge (VMBus on Hyper-V, say) and any
+	// other non-function component are plain directories.
+	dir := w.sys("devices", filepath.Join(comps[:hb+1]...))
 	if err := w.mkdir(dir); err != nil {
 		return err
 	}
-	for i, c := range comps[1:] {
+	for i, c := range comps[hb+1:] {
 		dir = filepath.Join(dir, c)
-		last := i == len(comps)-2
+		last := hb+1+i == len(comps)-1
 		if _, known := w.fns[c]; known && !last {
+			continue
+		}
+		if !last && !pciAddrRE.MatchString(c) {
+			if err := w.mkdir(dir); err != nil {
+				return err
+			}
 			continue
 		}
 		if !last {

@@ -250,6 +250,40 @@ func VM() Topology {
 	return t
 }
 
+// Azure is a Hyper-V guest like Azure's ND H100 v5: eight H100 GPUs and
+// eight ConnectX-7 InfiniBand VFs (15b3:101e, no physfn in the guest), each
+// function on its own PCI domain below a VMBus device
+// (devices/LNXSYSTM:00/.../VMBUS:00/<guid>/pciDDDD:00/DDDD:00:00.0), NUMA
+// given by the host (GPUs and NICs 0-3 on node 0, 4-7 on node 1), plus the
+// accelerated-networking Ethernet VF. The RDMA devices carry the names the
+// Azure HPC images' udev rules give them (mlx5_ib0.., mlx5_an0). The PCIe
+// switches are hidden, so no pair is closer than NODE.
+func Azure() Topology {
+	t := Topology{Name: "azure", NUMANodes: 2}
+	vmbus := func(n int, dom int) string {
+		return fmt.Sprintf("LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/%08x-0000-4000-8000-%012x/pci%04x:00/%s", n, dom, dom, bdf(dom, 0, 0, 0))
+	}
+	for i := range 8 {
+		numa := i / 4
+		t.PCI = append(t.PCI, Function{Path: vmbus(0x100+i, 1+i), Vendor: vNVIDIA, Device: dH100SXM, Class: class3D,
+			Driver: "nvidia", NUMANode: numa, UUID: gpuUUID(0x2000 + i), Minor: i})
+		ib := vmbus(0x200+i, 0x101+i)
+		netdev := fmt.Sprintf("ib%d", i)
+		t.PCI = append(t.PCI, Function{Path: ib, Vendor: vMellanox, Device: dMlx5VF, Class: classIB,
+			Driver: "mlx5_core", NUMANode: numa, Netdevs: []Netdev{{Name: netdev}}})
+		p := activeIB()
+		p.GIDs = []GID{{Index: 0, GID: fmt.Sprintf("fe80:0000:0000:0000:0015:5dff:fd33:%04x", 0xff00+i)}}
+		t.RDMA = append(t.RDMA, RDMA{Name: fmt.Sprintf("mlx5_ib%d", i), Parent: bdf(0x101+i, 0, 0, 0), NodeGUID: guid(0x700 + i),
+			Ports: []Port{p}})
+	}
+	an := fmt.Sprintf("LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/%08x-0000-4000-8000-%012x/pci%04x:00/%s", 0x300, 0xc4f5, 0xc4f5, bdf(0xc4f5, 0, 2, 0))
+	t.PCI = append(t.PCI, Function{Path: an, Vendor: vMellanox, Device: dMlx5VF, Class: classEthernet,
+		Driver: "mlx5_core", NUMANode: 0, Netdevs: []Netdev{{Name: "enP50421s1"}}})
+	t.RDMA = append(t.RDMA, RDMA{Name: "mlx5_an0", Parent: bdf(0xc4f5, 0, 2, 0), NodeGUID: guid(0x7ff),
+		Ports: []Port{rocePort("enP50421s1", [4]byte{10, 0, 0, 4}, StateActive)}})
+	return t
+}
+
 // Synthetic is a large node for benchmarks: gpus GPUs, pfs RoCE PFs spread
 // over one switch per GPU, and vfsPerPF VFs on each PF, every one an RDMA
 // device with an IPv4 GID pair. Synthetic(8, 16, 63) has 1,024 RDMA devices.
@@ -305,6 +339,8 @@ func Named(name string) (Topology, bool) {
 		return PortDown(), true
 	case "vm":
 		return VM(), true
+	case "azure", "azure-nd-h100-v5":
+		return Azure(), true
 	case "synthetic":
 		return Synthetic(8, 16, 63), true
 	}
@@ -313,5 +349,5 @@ func Named(name string) (Topology, bool) {
 
 // Names lists the names Named accepts, one per topology.
 func Names() []string {
-	return []string{"hgx", "dgx", "roce", "soft-roce", "port-down", "vm", "synthetic"}
+	return []string{"hgx", "dgx", "roce", "soft-roce", "port-down", "vm", "azure", "synthetic"}
 }
