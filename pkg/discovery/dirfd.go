@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -58,6 +59,11 @@ func (d dir) read(rel string) (string, error) {
 		if m == 0 || n < len(buf) {
 			break
 		}
+	}
+	// No sysfs value holds a NUL: what follows one is padding, as in a tree
+	// copied with tar, which pads each attribute to its stat size (4096).
+	if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+		n = i
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
 }

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -95,8 +96,9 @@ func (s Scanner) readGPU(devicesDir, busDir, addr, vendor string) (*GPU, error) 
 		p := filepath.Join(s.ProcRoot, "driver/nvidia/gpus", g.PCIAddress, "information")
 		text, err := os.ReadFile(p)
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			// no NVIDIA driver bound (vfio, nouveau) or no procfs: no UUID.
+		case errors.Is(err, fs.ErrNotExist), err == nil && len(bytes.TrimSpace(text)) == 0:
+			// No NVIDIA driver bound (vfio, nouveau) or no procfs: no UUID.
+			// Empty: procfs files have size 0, so a tar copy keeps nothing.
 		case err != nil:
 			return nil, err
 		default:

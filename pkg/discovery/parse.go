@@ -99,9 +99,14 @@ func ParseGUID(v string) (string, error) {
 }
 
 // ParseGID checks a GID table entry ("fe80:0000:...:0001", eight groups).
-// It returns "" for the all-zero GID that older kernels show for empty slots.
+// It returns "" for the all-zero GID that older kernels show for empty slots,
+// and for an empty value: the kernel fails the read of an empty slot, which
+// a plain copy (cp -r) of the table leaves behind as an empty file.
 func ParseGID(v string) (string, error) {
 	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
 	parts := strings.Split(v, ":")
 	if len(parts) != 8 {
 		return "", malformed("gid", v)

@@ -52,6 +52,7 @@ func TestParseIDs(t *testing.T) {
 		{ParseGUID, "b859:9f03:00d4:8a2g", "", false},
 		{ParseGID, "fe80:0000:0000:0000:b859:9f03:00d4:8a2e", "fe80:0000:0000:0000:b859:9f03:00d4:8a2e", true},
 		{ParseGID, "0000:0000:0000:0000:0000:0000:0000:0000", "", true},
+		{ParseGID, "", "", true},
 		{ParseGID, "fe80::1", "", false},
 	}
 	for _, tt := range tests {
