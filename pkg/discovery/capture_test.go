@@ -25,7 +25,7 @@ func TestCaptureRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"dgx", "roce", "soft-roce", "port-down"} {
+	for _, name := range []string{"dgx", "roce", "soft-roce", "port-down", "azure"} {
 		t.Run(name, func(t *testing.T) {
 			topo, _ := nodesim.Named(name)
 			tree, err := nodesim.Build(filepath.Join(t.TempDir(), "node"), topo)
