@@ -61,6 +61,21 @@ func ipamLeases(t *testing.T, e *env) []string {
 	return out
 }
 
+// requireRolledBack checks that a failed ADD left the host, the RDMA
+// devices, the state dir and IPAM as in before, and the pod empty.
+func requireRolledBack(t *testing.T, e *env, pod *netnstest.NS, before snapshot) {
+	t.Helper()
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("after rollback (-before +after):\n%s", diff)
+	}
+	if got := netnstest.Links(t, pod); len(got) != 0 {
+		t.Errorf("pod still has %v", got)
+	}
+	if got := ipamLeases(t, e); len(got) != 0 {
+		t.Errorf("host-local still holds %v", got)
+	}
+}
+
 // TestAddRollback makes each mutating step of ADD fail in turn and checks
 // that the host, the RDMA devices, IPAM and the state dir are as before.
 func TestAddRollback(t *testing.T) {
@@ -130,15 +145,7 @@ func TestAddRollback(t *testing.T) {
 				t.Fatalf("ADD error = %v, want the injected failure", err)
 			}
 			t.Logf("ADD error: %v", err)
-			if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
-				t.Errorf("after rollback (-before +after):\n%s", diff)
-			}
-			if got := netnstest.Links(t, pod); len(got) != 0 {
-				t.Errorf("pod still has %v", got)
-			}
-			if got := ipamLeases(t, e); len(got) != 0 {
-				t.Errorf("host-local still holds %v", got)
-			}
+			requireRolledBack(t, e, pod, before)
 		})
 	}
 }
@@ -204,13 +211,5 @@ func TestAddRollbackWhenFinalSaveFails(t *testing.T) {
 		t.Fatalf("ADD error = %v, want ENOSPC from the final record save", err)
 	}
 	t.Logf("ADD error: %v", err)
-	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
-		t.Errorf("after rollback (-before +after):\n%s", diff)
-	}
-	if got := netnstest.Links(t, pod); len(got) != 0 {
-		t.Errorf("pod still has %v", got)
-	}
-	if got := ipamLeases(t, e); len(got) != 0 {
-		t.Errorf("host-local still holds %v", got)
-	}
+	requireRolledBack(t, e, pod, before)
 }
