@@ -177,7 +177,7 @@ func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error
 		seen := map[string]bool{}
 		for _, s := range p.avail {
 			l := p.devs[s].Location
-			class := fmt.Sprintf("%s|%s|%d", l.PCIeRoot, strings.Join(bridges(l.PCIPath), "/"), l.NUMANode)
+			class := fmt.Sprintf("%s|%s|%d", l.PCIeRoot, strings.Join(l.Bridges(), "/"), l.NUMANode)
 			if prune && seen[class] {
 				continue
 			}
@@ -221,13 +221,4 @@ func grow(p *problem, pol policy, start []int) []int {
 	}
 	slices.Sort(g.chosen)
 	return g.chosen
-}
-
-// bridges is the path above a function: the part that decides its distance
-// to every other function.
-func bridges(path []string) []string {
-	if len(path) == 0 {
-		return nil
-	}
-	return path[:len(path)-1]
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // TestSoftAndExclusiveAddDel: a soft-RoCE device is re-created on its
@@ -21,8 +22,10 @@ import (
 // device itself moves.
 func TestSoftAndExclusiveAddDel(t *testing.T) {
 	for _, tc := range []struct {
-		name, mode, device string
-		wantPod            map[string]string
+		name    string
+		mode    rdma.NetnsMode
+		device  string
+		wantPod map[string]string
 	}{
 		{"rxe shared", "shared", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 		{"hardware exclusive", "exclusive", "mlx5_0", map[string]string{"mlx5_0": "pod0", "rxe0": "host/rxnic"}},
@@ -89,7 +92,10 @@ func kernelReturns(t *testing.T, e *env, pod *netnstest.NS, podIf, hostName stri
 // and a DEL after the netns is gone all succeed and leave the host as it was
 // before ADD, with no state.
 func TestDelIdempotent(t *testing.T) {
-	for _, dev := range []struct{ mode, id string }{{"exclusive", "mlx5_0"}, {"shared", "rxe0"}} {
+	for _, dev := range []struct {
+		mode rdma.NetnsMode
+		id   string
+	}{{"exclusive", "mlx5_0"}, {"shared", "rxe0"}} {
 		for _, tc := range []struct {
 			name  string
 			add   bool

@@ -70,7 +70,7 @@ func pciAddr(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
 // mode a device lives in one netns and moves with Move.
 type fakeRDMA struct {
 	mu   sync.Mutex
-	mode string
+	mode rdma.NetnsMode
 	devs map[string]*fakeDev
 	// fail, when set, can make a method ("Move", "AddRxe", "NetnsMode")
 	// fail for the netns it acts in.
@@ -85,7 +85,7 @@ type fakeDev struct {
 	soft    bool
 }
 
-func newFakeRDMA(t *testing.T, mode string, host netns.NsHandle, hw []string) *fakeRDMA {
+func newFakeRDMA(t *testing.T, mode rdma.NetnsMode, host netns.NsHandle, hw []string) *fakeRDMA {
 	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, t: t}
 	for _, n := range hw {
 		f.devs[n] = &fakeDev{nsID: host.UniqueId()}
@@ -123,7 +123,7 @@ func (f *fakeRDMA) prune() {
 	}
 }
 
-func (f *fakeRDMA) NetnsMode(netns.NsHandle) (string, error) {
+func (f *fakeRDMA) NetnsMode(netns.NsHandle) (rdma.NetnsMode, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.failing("NetnsMode", netns.None()); err != nil {
@@ -138,7 +138,7 @@ func (f *fakeRDMA) List(ns netns.NsHandle) ([]string, error) {
 	f.prune()
 	var out []string
 	for name, d := range f.devs {
-		if f.mode == rdma.ModeShared || d.nsID == ns.UniqueId() {
+		if f.mode == rdma.NetnsShared || d.nsID == ns.UniqueId() {
 			out = append(out, name)
 		}
 	}
@@ -156,7 +156,7 @@ func (f *fakeRDMA) Move(from netns.NsHandle, name string, to netns.NsHandle) err
 	if !ok || d.nsID != from.UniqueId() {
 		return fmt.Errorf("rdma device %s not in netns: %w", name, unix.ENODEV)
 	}
-	if f.mode != rdma.ModeExclusive || d.soft {
+	if f.mode != rdma.NetnsExclusive || d.soft {
 		return unix.EOPNOTSUPP
 	}
 	d.nsID = to.UniqueId()
@@ -228,13 +228,13 @@ type env struct {
 	stateDir string
 	rdma     *fakeRDMA
 	p        *Plugin
-	mode     string
+	mode     rdma.NetnsMode
 	socket   string
 }
 
 // newEnv makes hw "NICs" (mlx5_N on nicN) and, when soft is set, rxe0 on
 // the netdev rxnic, in a new host netns.
-func newEnv(t *testing.T, hw int, soft bool, mode string) *env {
+func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 	t.Helper()
 	host := netnstest.New(t)
 	var hwNames []string

@@ -42,7 +42,7 @@ type Links interface {
 
 // RDMA reads and changes RDMA devices. rdma.Devices implements it.
 type RDMA interface {
-	NetnsMode(ns netns.NsHandle) (string, error)
+	NetnsMode(ns netns.NsHandle) (rdma.NetnsMode, error)
 	List(ns netns.NsHandle) ([]string, error)
 	Move(from netns.NsHandle, name string, to netns.NsHandle) error
 	AddRxe(ns netns.NsHandle, name, netdev string) error

@@ -82,7 +82,7 @@ func TestAddRollback(t *testing.T) {
 	requireHostLocal(t)
 	for _, tc := range []struct {
 		name   string
-		mode   string
+		mode   rdma.NetnsMode
 		device string
 		setup  func(e *env)
 	}{

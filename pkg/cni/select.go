@@ -179,7 +179,7 @@ func softType(d discovery.RDMADevice) string {
 // without changing anything: it exists, nobody claimed it, its netdev is in
 // the host netns and its pod name is free.
 func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]state.Key, key state.Key,
-	mode string, podNS netns.NsHandle) ([]candidate, error) {
+	mode rdma.NetnsMode, podNS netns.NsHandle) ([]candidate, error) {
 	var out []candidate
 	seen := map[string]bool{}
 	for _, a := range plan {
@@ -218,7 +218,7 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 }
 
 // netnsMode returns the RDMA netns mode to act on; "auto" asks the kernel.
-func (p *Plugin) netnsMode(conf *netconf.Conf) (string, error) {
+func (p *Plugin) netnsMode(conf *netconf.Conf) (rdma.NetnsMode, error) {
 	if conf.NetnsMode != netconf.ModeAuto {
 		return conf.NetnsMode, nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -87,23 +88,7 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create cdi dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(w.dir, ".kube-rdma-*.tmp")
-	if err != nil {
-		return fmt.Errorf("write cdi spec: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write cdi spec: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write cdi spec: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write cdi spec: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, data, 0o644, ".kube-rdma-*.tmp"); err != nil {
 		return fmt.Errorf("write cdi spec: %w", err)
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // DefaultHealthInterval is how often port states and presence are re-read:
@@ -262,9 +263,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) readNetnsMode() {
 	mode, err := d.cfg.NetnsMode.NetnsMode()
-	if err != nil || (mode != NetnsShared && mode != NetnsExclusive) {
+	if err != nil || (mode != rdma.NetnsShared && mode != rdma.NetnsExclusive) {
 		d.log.Warn("rdma netns mode unknown", "err", err, "mode", mode)
-		mode = NetnsUnknown
+		mode = rdma.NetnsUnknown
 	}
 	d.m.setNetnsMode(mode)
 	d.stateMu.Lock()
@@ -272,7 +273,7 @@ func (d *Daemon) readNetnsMode() {
 	d.stateMu.Unlock()
 }
 
-func (d *Daemon) stateNetns() string {
+func (d *Daemon) stateNetns() rdma.NetnsMode {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	return d.state.RDMANetnsMode

@@ -17,6 +17,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 const hca = "rdma.kube-rdma.io/hca"
@@ -148,7 +149,7 @@ func TestNetnsModeExclusiveWithSharedPool(t *testing.T) {
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: roce, mode: shared, slots: 4, selectors: {linkLayers: [Ethernet]}}\n")
 	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
 		c.ConfigFile = conf
-		c.NetnsMode = fakeNetns{mode: deviceplugin.NetnsExclusive}
+		c.NetnsMode = fakeNetns{mode: rdma.NetnsExclusive}
 	})
 	st := e.d.State()
 	if st.RDMANetnsMode != "exclusive" {

@@ -17,15 +17,16 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // fakeNetns is a NetnsModeReader with a fixed answer.
 type fakeNetns struct {
-	mode string
+	mode rdma.NetnsMode
 	err  error
 }
 
-func (f fakeNetns) NetnsMode() (string, error) { return f.mode, f.err }
+func (f fakeNetns) NetnsMode() (rdma.NetnsMode, error) { return f.mode, f.err }
 
 type env struct {
 	tree    nodesim.Tree
@@ -68,7 +69,7 @@ func start(t *testing.T, topo nodesim.Topology, mutate func(*deviceplugin.Config
 	cfg := deviceplugin.Config{
 		KubeletDir: kdir, SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot, DevRoot: devRoot,
 		MetricsAddr: "127.0.0.1:0", NodeName: "node-a", Logger: log,
-		NetnsMode: fakeNetns{mode: deviceplugin.NetnsShared}, Events: []deviceplugin.EventSource{},
+		NetnsMode: fakeNetns{mode: rdma.NetnsShared}, Events: []deviceplugin.EventSource{},
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -90,9 +91,9 @@ func (m *metrics) forgetPool(pool string) {
 	m.devices.DeletePartialMatch(prometheus.Labels{"pool": pool})
 }
 
-func (m *metrics) setNetnsMode(mode string) {
+func (m *metrics) setNetnsMode(mode rdma.NetnsMode) {
 	m.netnsMode.Reset()
-	m.netnsMode.WithLabelValues(mode).Set(1)
+	m.netnsMode.WithLabelValues(string(mode)).Set(1)
 }
 
 // portCounters exports each port's sysfs counters/ and hw_counters/ files,

@@ -4,30 +4,26 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
-// Netns modes of the RDMA subsystem.
-const (
-	NetnsShared    = "shared"
-	NetnsExclusive = "exclusive"
-	NetnsUnknown   = "unknown"
-)
-
 // NetnsModeReader reports the RDMA subsystem's netns mode.
 type NetnsModeReader interface {
-	NetnsMode() (string, error)
+	NetnsMode() (rdma.NetnsMode, error)
 }
 
-// NetlinkNetnsMode asks the kernel over RDMA netlink.
+// NetlinkNetnsMode asks the kernel over RDMA netlink, in the daemon's own
+// network namespace.
 type NetlinkNetnsMode struct{}
 
-// NetnsMode returns "shared" or "exclusive".
-func (NetlinkNetnsMode) NetnsMode() (string, error) {
-	m, err := netlink.RdmaSystemGetNetnsMode()
+// NetnsMode returns rdma.NetnsShared or rdma.NetnsExclusive.
+// On error the mode is rdma.NetnsUnknown.
+func (NetlinkNetnsMode) NetnsMode() (rdma.NetnsMode, error) {
+	m, err := rdma.Devices{}.NetnsMode(netns.None())
 	if err != nil {
-		return NetnsUnknown, fmt.Errorf("read rdma netns mode: %w", err)
+		return rdma.NetnsUnknown, err
 	}
 	return m, nil
 }

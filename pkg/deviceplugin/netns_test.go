@@ -10,18 +10,19 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 func TestNetlinkNetnsMode(t *testing.T) {
 	mode, err := deviceplugin.NetlinkNetnsMode{}.NetnsMode()
 	if err != nil {
 		t.Logf("kernel does not say (no RDMA netlink): %v; the daemon reports %q", err, mode)
-		if mode != deviceplugin.NetnsUnknown {
+		if mode != rdma.NetnsUnknown {
 			t.Errorf("mode on error = %q, want unknown", mode)
 		}
 		return
 	}
-	if mode != deviceplugin.NetnsShared && mode != deviceplugin.NetnsExclusive {
+	if mode != rdma.NetnsShared && mode != rdma.NetnsExclusive {
 		t.Errorf("mode %q, want shared or exclusive", mode)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // refresh does the cheap re-read: a presence change means a full scan,
@@ -119,7 +120,7 @@ func (d *Daemon) assign() {
 	if err != nil {
 		problems = append(problems, splitErrors(err)...)
 	}
-	if d.stateNetns() == NetnsExclusive {
+	if d.stateNetns() == rdma.NetnsExclusive {
 		for _, p := range d.conf.Pools {
 			if p.Mode == config.Shared {
 				problems = append(problems, fmt.Sprintf("pool %q is shared but the RDMA subsystem is in exclusive netns mode: "+

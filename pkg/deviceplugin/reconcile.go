@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 const (
@@ -205,12 +206,12 @@ func (d *Daemon) registered(r regResult) {
 
 // State is the daemon's view of the node, served as JSON on /state.
 type State struct {
-	NodeName      string      `json:"nodeName"`
-	RDMANetnsMode string      `json:"rdmaNetnsMode"`
-	ConfigFile    string      `json:"configFile,omitempty"`
-	ConfigError   string      `json:"configError,omitempty"`
-	Problems      []string    `json:"problems,omitempty"`
-	Pools         []PoolState `json:"pools"`
+	NodeName      string         `json:"nodeName"`
+	RDMANetnsMode rdma.NetnsMode `json:"rdmaNetnsMode"`
+	ConfigFile    string         `json:"configFile,omitempty"`
+	ConfigError   string         `json:"configError,omitempty"`
+	Problems      []string       `json:"problems,omitempty"`
+	Pools         []PoolState    `json:"pools"`
 }
 
 // PoolState is one pool's advertised devices.

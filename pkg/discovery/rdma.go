@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"golang.org/x/sys/unix"
 )
 
@@ -347,7 +348,7 @@ func (s Scanner) charDevices() (map[string][]string, []string) {
 			if c := charRank(a) - charRank(b); c != 0 {
 				return c
 			}
-			return naturalCompare(a, b)
+			return natsort.Compare(a, b)
 		})
 		for _, n := range names {
 			if !strings.HasPrefix(n, "uverbs") && !strings.HasPrefix(n, "umad") && !strings.HasPrefix(n, "issm") {

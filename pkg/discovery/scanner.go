@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
 )
 
 // Scanner reads one node. The zero value is not useful: set SysRoot ("/sys")
@@ -126,35 +127,6 @@ func parallel(n, workers int, fn func(i int)) {
 	wg.Wait()
 }
 
-// naturalCompare orders "mlx5_2" before "mlx5_10".
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		ad, bd := digitPrefix(a), digitPrefix(b)
-		if ad > 0 && bd > 0 {
-			an, _ := strconv.Atoi(a[:ad])
-			bn, _ := strconv.Atoi(b[:bd])
-			if c := cmp.Compare(an, bn); c != 0 {
-				return c
-			}
-			a, b = a[ad:], b[bd:]
-			continue
-		}
-		if c := cmp.Compare(a[0], b[0]); c != 0 {
-			return c
-		}
-		a, b = a[1:], b[1:]
-	}
-	return cmp.Compare(len(a), len(b))
-}
-
-func digitPrefix(s string) int {
-	i := 0
-	for i < len(s) && i < 9 && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return i
-}
-
 func sortDevices(devs []RDMADevice) {
-	slices.SortFunc(devs, func(a, b RDMADevice) int { return naturalCompare(a.Name, b.Name) })
+	slices.SortFunc(devs, func(a, b RDMADevice) int { return natsort.Compare(a.Name, b.Name) })
 }

@@ -46,7 +46,7 @@ func (l Level) Rank() int {
 // host bridge and follows the same NUMA rule.
 func Distance(a, b Location, numaNodes int) Level {
 	if a.PCIeRoot != "" && a.PCIeRoot == b.PCIeRoot {
-		ab, bb := bridges(a.PCIPath), bridges(b.PCIPath)
+		ab, bb := a.Bridges(), b.Bridges()
 		common := 0
 		for common < len(ab) && common < len(bb) && ab[common] == bb[common] {
 			common++
@@ -65,11 +65,13 @@ func Distance(a, b Location, numaNodes int) Level {
 	return SYS
 }
 
-func bridges(path []string) []string {
-	if len(path) == 0 {
+// Bridges is the PCI path above the function itself: the bridges that decide
+// its distance to every other function.
+func (l Location) Bridges() []string {
+	if len(l.PCIPath) == 0 {
 		return nil
 	}
-	return path[:len(path)-1]
+	return l.PCIPath[:len(l.PCIPath)-1]
 }
 
 func sameNUMA(a, b, numaNodes int) bool {

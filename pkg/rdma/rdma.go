@@ -17,12 +17,6 @@ var ErrNoRDMA = errors.New("rdma netlink not available")
 // the namespace asked about.
 var ErrDeviceNotFound = errors.New("rdma device not found")
 
-// Netns modes of the RDMA subsystem (rdma system show netns).
-const (
-	ModeShared    = "shared"
-	ModeExclusive = "exclusive"
-)
-
 // Devices operates on RDMA devices through RDMA netlink sockets bound to the
 // namespace each call names. The zero value is ready to use.
 type Devices struct{}
@@ -38,8 +32,8 @@ func rdmaHandle(ns netns.NsHandle) (*netlink.Handle, error) {
 	return h, nil
 }
 
-// NetnsMode returns ModeShared or ModeExclusive.
-func (Devices) NetnsMode(ns netns.NsHandle) (string, error) {
+// NetnsMode returns NetnsShared or NetnsExclusive.
+func (Devices) NetnsMode(ns netns.NsHandle) (NetnsMode, error) {
 	h, err := rdmaHandle(ns)
 	if err != nil {
 		return "", err
@@ -49,7 +43,7 @@ func (Devices) NetnsMode(ns netns.NsHandle) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read rdma netns mode: %w", err)
 	}
-	return m, nil
+	return ParseNetnsMode(m)
 }
 
 // List returns the names of the RDMA devices visible in ns.

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // PluginType is the "type" the plugin is configured under.
@@ -28,9 +29,9 @@ const (
 
 // Netns modes the configuration may ask for.
 const (
-	ModeAuto      = "auto"
-	ModeShared    = "shared"
-	ModeExclusive = "exclusive"
+	ModeAuto      rdma.NetnsMode = "auto"
+	ModeShared                   = rdma.NetnsShared
+	ModeExclusive                = rdma.NetnsExclusive
 )
 
 // ErrInvalid marks a configuration that is malformed or inconsistent.
@@ -54,7 +55,7 @@ type Conf struct {
 	KubeletSocket  string
 	StateDir       string
 	SysfsRoot      string
-	NetnsMode      string
+	NetnsMode      rdma.NetnsMode
 	LogFile        string
 	// PrevResult is the previous plugin's result when chained, converted to
 	// the current result version; nil otherwise.
@@ -117,7 +118,7 @@ func Parse(data []byte) (*Conf, error) {
 		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
 		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
 		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
-		NetnsMode: r.RdmaNetnsMode, LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
+		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
 	}
 	if r.Type != PluginType {
 		return nil, invalid("type is %q, want %q", r.Type, PluginType)

@@ -2,8 +2,8 @@ package netconf
 
 import (
 	"fmt"
-	"slices"
-	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
 )
 
 // Assignment gives one device its interface name in the pod.
@@ -50,35 +50,5 @@ func PlanNames(c *Conf, ifName string, devices []string) ([]Assignment, error) {
 // SortDevices orders device IDs so that "mlx5_2" comes before "mlx5_10",
 // giving a pod's interfaces a stable order.
 func SortDevices(ids []string) {
-	slices.SortFunc(ids, func(a, b string) int { return naturalCompare(a, b) })
-}
-
-func naturalCompare(a, b string) int {
-	for a != "" && b != "" {
-		ad, bd := digits(a), digits(b)
-		if ad > 0 && bd > 0 {
-			x, y := strings.TrimLeft(a[:ad], "0"), strings.TrimLeft(b[:bd], "0")
-			if len(x) != len(y) {
-				return len(x) - len(y)
-			}
-			if c := strings.Compare(x, y); c != 0 {
-				return c
-			}
-			a, b = a[ad:], b[bd:]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
-}
-
-func digits(s string) int {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return i
+	natsort.Sort(ids)
 }

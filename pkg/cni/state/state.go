@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,19 +162,7 @@ func (s Store) Save(a Attachment) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	f, err := os.CreateTemp(s.Dir, tmpPattern)
-	if err != nil {
-		return fmt.Errorf("write record %s: %w", a.Key, err)
-	}
-	defer os.Remove(f.Name()) // no-op once renamed
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.Dir, name))
-	}
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(s.Dir, name), data, 0o600, tmpPattern); err != nil {
 		return fmt.Errorf("write record %s: %w", a.Key, err)
 	}
 	return nil
