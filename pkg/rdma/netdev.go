@@ -79,7 +79,7 @@ func (Netdevs) List(ns netns.NsHandle) ([]Link, error) {
 		return nil, err
 	}
 	defer h.Close()
-	ls, err := h.LinkList()
+	ls, err := retryDump(h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list netdevs: %w", err)
 	}

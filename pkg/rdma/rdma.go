@@ -53,7 +53,7 @@ func (Devices) List(ns netns.NsHandle) ([]string, error) {
 		return nil, err
 	}
 	defer h.Close()
-	ls, err := h.RdmaLinkList()
+	ls, err := retryDump(h.RdmaLinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list rdma devices: %w", err)
 	}
