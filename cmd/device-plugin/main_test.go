@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -127,5 +129,13 @@ func TestRunFlags(t *testing.T) {
 	cfg, err = parseRunFlags([]string{"--node-name", "n1"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil || cfg.NodeName != "n1" {
 		t.Errorf("--node-name n1: %v, %q", err, cfg.NodeName)
+	}
+}
+
+func TestLoggerDurations(t *testing.T) {
+	var b bytes.Buffer
+	newLogger(&b, slog.LevelInfo).Info("reload", "took", 1500*time.Millisecond)
+	if !strings.Contains(b.String(), `"took":"1.5s"`) {
+		t.Errorf("log line %s, want the duration as 1.5s", b.String())
 	}
 }

@@ -55,8 +55,20 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config
 		hostname, _ := os.Hostname()
 		cfg.NodeName = envOr("NODE_NAME", hostname)
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	cfg.Logger = newLogger(os.Stderr, lv)
 	return cfg, nil
+}
+
+// newLogger logs JSON lines, durations as "500ms" rather than the JSON
+// handler's nanoseconds.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}}))
 }
 
 func envOr(name, def string) string {
