@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -52,6 +53,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return topo(args[1:], stdin, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
+	if strings.HasPrefix(args[0], "-") {
+		return cli.Usagef("unknown flag %q: flags follow the command (kubectl rdma topo -f FILE)", args[0])
+	}
 	return cli.Usagef("unknown command %q", args[0])
 }
 

@@ -135,6 +135,7 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"topo", "node.json"}, wantErr: `topo takes no arguments, got ["node.json"]`, usage: true},
 		{args: []string{"topo", "-x"}, wantErr: "flag provided but not defined: -x", usage: true},
 		{args: []string{"nope"}, wantErr: `unknown command "nope"`, usage: true},
+		{args: []string{"-f", "node.json"}, wantErr: `unknown flag "-f": flags follow the command`, usage: true},
 		{args: []string{"version", "x"}, wantErr: "version takes no arguments", usage: true},
 		{args: []string{"topo", "-f", "/nonexistent.json"}, wantErr: "read discovery report: open /nonexistent.json"},
 	}
