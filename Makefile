@@ -12,7 +12,7 @@ all: build
 # a plain `go build` falls back to the VCS stamp the toolchain records.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+DATE ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
 VPKG := github.com/kube-rdma/kube-rdma/internal/version
 VFLAGS := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 

@@ -73,6 +73,11 @@ func TestHelpAndVersion(t *testing.T) {
 		if !errors.Is(err, flag.ErrHelp) || errOut.Len() != 0 || !strings.Contains(out.String(), "-sample") {
 			t.Errorf("%s --help: %v, stdout %q, stderr %q", cmd, err, out.String(), errOut.String())
 		}
+		for line := range strings.Lines(out.String()) {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("%s --help: doubled default: %q", cmd, line)
+			}
+		}
 	}
 	var out bytes.Buffer
 	if err := dispatch(context.Background(), []string{"--version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "kube-rdma-demo ") {
