@@ -55,7 +55,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config
 		hostname, _ := os.Hostname()
 		cfg.NodeName = envOr("NODE_NAME", hostname)
 	}
-	cfg.Logger = newLogger(os.Stderr, lv)
+	cfg.Logger = newLogger(stderr, lv)
 	return cfg, nil
 }
 
