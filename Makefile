@@ -29,10 +29,10 @@ build: hack/ensure-go.sh
 # Runs discovery, then the device plugin daemon against an in-process kubelet
 # stand-in, on a built-in sample node (an 8-GPU HGX H100): no root, no
 # cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others. The
-# demo is its own binary (bin/kube-rdma-demo), not shipped in the image.
+# demo is its own binary (bin/kube-rdma-demo), not shipped in the image; it
+# builds the shipped ones too, which is how CI (.ci/run) builds them.
 SAMPLE ?= hgx
-demo: hack/ensure-go.sh
-	@bash hack/ensure-go.sh
+demo: build
 	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/kube-rdma-demo ./cmd/kube-rdma-demo
 	$(BIN)/kube-rdma-demo run --sample $(SAMPLE)
 
