@@ -7,9 +7,15 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/device-plugin ./cmd/device-plugin \
- && CGO_ENABLED=0 go build -trimpath -o /out/kube-rdma ./cmd/cni \
- && CGO_ENABLED=0 go build -trimpath -o /out/kubectl-rdma ./cmd/kubectl-rdma
+# `--version` of each binary: pass VERSION, COMMIT and DATE as the Makefile
+# computes them (docker build --build-arg VERSION=$(git describe ...)); left
+# empty, the binaries fall back to the VCS stamp of the build.
+ARG VERSION= COMMIT= DATE=
+ENV VFLAGS="-X github.com/kube-rdma/kube-rdma/internal/version.Version=${VERSION} -X github.com/kube-rdma/kube-rdma/internal/version.Commit=${COMMIT} -X github.com/kube-rdma/kube-rdma/internal/version.Date=${DATE}"
+# Only the shipped binaries; the demo (cmd/kube-rdma-demo) stays out.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="$VFLAGS" -o /out/device-plugin ./cmd/device-plugin \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/kube-rdma ./cmd/cni \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="$VFLAGS" -o /out/kubectl-rdma ./cmd/kubectl-rdma
 
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/ /usr/local/bin/

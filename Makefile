@@ -8,21 +8,33 @@ BIN := bin
 
 all: build
 
-# The CNI binary is named after the plugin type it implements ("kube-rdma"):
-# runtimes look the type up in CNI_PATH. It is exec'd twice per pod, so it is
-# built static and stripped (start-up is most of its cost; docs/cni.md).
+# Version, commit and build date, linked into every binary (`<binary> --version`);
+# a plain `go build` falls back to the VCS stamp the toolchain records.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+DATE ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
+VPKG := github.com/kube-rdma/kube-rdma/internal/version
+VFLAGS := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
+
+# The shipped binaries (the image carries these three). The CNI binary is
+# named after the plugin type it implements ("kube-rdma"): runtimes look the
+# type up in CNI_PATH. It is exec'd twice per pod, so it is built static and
+# stripped (start-up is most of its cost; docs/cni.md).
 build: hack/ensure-go.sh
 	@bash hack/ensure-go.sh
-	$(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/kube-rdma ./cmd/cni
-	$(GO) build -trimpath -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
+	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/device-plugin ./cmd/device-plugin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(VFLAGS)' -o $(BIN)/kube-rdma ./cmd/cni
+	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
 
 # Runs discovery, then the device plugin daemon against an in-process kubelet
 # stand-in, on a built-in sample node (an 8-GPU HGX H100): no root, no
-# cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others.
+# cluster, no RDMA hardware. SAMPLE=dgx|roce|soft-roce|... for others. The
+# demo is its own binary (bin/kube-rdma-demo), not shipped in the image; it
+# builds the shipped ones too, which is how CI (.ci/run) builds them.
 SAMPLE ?= hgx
 demo: build
-	$(BIN)/device-plugin demo --sample $(SAMPLE)
+	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/kube-rdma-demo ./cmd/kube-rdma-demo
+	$(BIN)/kube-rdma-demo run --sample $(SAMPLE)
 
 # Unit and integration tests. As root, the tests that move links between real
 # network namespaces run too (CI runs as root); otherwise they skip and say why.

@@ -1,6 +1,7 @@
 // Command kube-rdma is the CNI plugin that moves an RDMA NIC's netdev and
 // RDMA device into a pod and back. The runtime runs it with CNI_* variables
-// and the network configuration on stdin; see docs/cni.md.
+// and the network configuration on stdin; see docs/cni.md. Run by hand
+// (no CNI_COMMAND), it answers --help and --version.
 //
 // It is exec'd for every ADD and DEL, so start-up counts: build it static
 // and stripped (CGO_ENABLED=0 go build -trimpath -ldflags='-s -w'), which
@@ -9,21 +10,43 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
 )
 
+const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
+
+var usage = `usage: kube-rdma [help | version]
+
+` + about + `.
+The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
+VERSION) and the other CNI_* variables set, and the network configuration on
+standard input; see docs/cni.md. CNI spec versions: ` + strings.Join(cni.Versions.SupportedVersions(), ", ") + `.
+
+Commands (without CNI_COMMAND):
+  version  print the version, commit and build date (also --version)
+  help     print this help (also -h, --help)
+`
+
 func main() {
+	// A runtime never passes arguments; a person asking for help does.
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
+		os.Exit(cli.Exit("kube-rdma", command(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+	}
 	p, err := cni.New(os.Stderr)
 	if err != nil {
 		types.NewError(types.ErrInternal, "start kube-rdma", err.Error()).Print()
 		os.Exit(1)
 	}
-	e := skel.PluginMainFuncsWithError(p.Funcs(context.Background()), cni.Versions, "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back")
+	e := skel.PluginMainFuncsWithError(p.Funcs(context.Background()), cni.Versions, about)
 	p.HostNS.Close()
 	if e != nil {
 		if err := e.Print(); err != nil {
@@ -31,4 +54,16 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// command answers a person: help and version.
+func command(args []string, stdout, stderr io.Writer) error {
+	if ok, err := cli.Builtin("kube-rdma", usage, args, stdout, stderr); ok {
+		if err == nil && cli.IsVersion(args[0]) {
+			fmt.Fprintf(stdout, "CNI spec versions: %s\n", strings.Join(cni.Versions.SupportedVersions(), ", "))
+		}
+		return err
+	}
+	fmt.Fprint(stderr, usage)
+	return cli.Usagef("unknown command %q (a runtime runs kube-rdma with CNI_COMMAND set)", args[0])
 }

@@ -6,15 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
-func TestDiscoverSampleJSON(t *testing.T) {
+func TestDiscoverJSON(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.DGXH100())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
-	if err := dispatch(context.Background(), []string{"discover", "--sample", "dgx", "-o", "json"}, &out, &errOut); err != nil {
+	if err := dispatch(context.Background(), []string{"discover", "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot, "-o", "json"}, &out, &errOut); err != nil {
 		t.Fatalf("discover: %v (%s)", err, errOut.String())
 	}
 	var n discovery.Node
@@ -26,17 +34,27 @@ func TestDiscoverSampleJSON(t *testing.T) {
 	}
 }
 
-func TestDispatchErrors(t *testing.T) {
+// Every bad command line is a usage error (exit 2) with nothing on stdout;
+// a bad flag or argument also prints the usage on stderr (a bad flag value
+// is named in the error alone).
+func TestUsageErrors(t *testing.T) {
 	tests := []struct {
-		args []string
-		want string // in the error
+		args  []string
+		want  string // in the error
+		value bool   // a bad flag value: no usage
 	}{
-		{[]string{"discover", "-o", "yaml"}, `output format "yaml"`},
-		{[]string{"discover", "extra"}, "takes no arguments"},
-		{[]string{"discover", "--sample", "nope"}, `unknown sample node "nope"`},
-		{[]string{"discover", "--sysfs-root", "/nonexistent"}, `"/nonexistent" is not a sysfs tree`},
-		{[]string{"demo", "--sample", "nope"}, `unknown sample node "nope"`},
-		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"discover", "-o", "yaml"}, `output format "yaml"`, true},
+		{[]string{"discover", "extra"}, `discover takes no arguments, got ["extra"]`, false},
+		{[]string{"discover", "--sample", "dgx"}, "flag provided but not defined: -sample", false},
+		{[]string{"run", "extra"}, `run takes no arguments, got ["extra"]`, false},
+		{[]string{"--kubelet-dir", "/x", "extra"}, `run takes no arguments, got ["extra"]`, false},
+		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus", false},
+		{[]string{"run", "--health-interval", "2s"}, "--health-interval 2s must be in (0, 1s]", true},
+		{[]string{"run", "--log-level", "loud"}, "--log-level", true},
+		{[]string{"demo"}, `unknown command "demo"`, false},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`, false},
+		{[]string{"help", "run"}, `help takes no arguments`, false},
+		{[]string{"version", "x"}, `version takes no arguments`, false},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -45,21 +63,79 @@ func TestDispatchErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want one containing %q", err, tt.want)
 			}
+			if code := cli.Exit("device-plugin", err, &bytes.Buffer{}); code != 2 {
+				t.Errorf("exit status %d, want 2", code)
+			}
+			if out.Len() != 0 || tt.value == strings.Contains(errOut.String(), "usage: device-plugin") {
+				t.Errorf("stdout %q, stderr %q: want the usage on stderr only for a bad flag or argument", out.String(), errOut.String())
+			}
 		})
 	}
 }
 
-func TestHelp(t *testing.T) {
+func TestDiscoverBadRoot(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := dispatch(context.Background(), []string{"help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "discover") {
-		t.Errorf("help: %v, %q", err, out.String())
+	err := dispatch(context.Background(), []string{"discover", "--sysfs-root", "/nonexistent"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), `"/nonexistent" is not a sysfs tree`) || errors.Is(err, cli.ErrUsage) {
+		t.Errorf("error = %v, want a runtime error naming the root", err)
 	}
-	for _, cmd := range []string{"discover", "demo", "run"} {
-		out.Reset()
-		errOut.Reset()
-		err := dispatch(context.Background(), []string{cmd, "-h"}, &out, &errOut)
-		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "usage: device-plugin "+cmd) {
-			t.Errorf("%s -h: %v, %q", cmd, err, errOut.String())
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		var out, errOut bytes.Buffer
+		err := dispatch(context.Background(), args, &out, &errOut)
+		if err != nil || errOut.Len() != 0 {
+			t.Errorf("%v: %v, stderr %q", args, err, errOut.String())
 		}
+		for _, cmd := range []string{"run", "discover", "version", "help"} {
+			if !strings.Contains(out.String(), "\n  "+cmd+" ") {
+				t.Errorf("%v does not list %s:\n%s", args, cmd, out.String())
+			}
+		}
+	}
+	for _, cmd := range []string{"discover", "run"} {
+		var out, errOut bytes.Buffer
+		err := dispatch(context.Background(), []string{cmd, "-h"}, &out, &errOut)
+		if !errors.Is(err, flag.ErrHelp) || cli.Exit("device-plugin", err, &errOut) != 0 || errOut.Len() != 0 ||
+			!strings.Contains(out.String(), "usage: device-plugin "+cmd) {
+			t.Errorf("%s -h: %v, stdout %q, stderr %q", cmd, err, out.String(), errOut.String())
+		}
+		// No default is printed twice ("(default ...) (default ...)").
+		for line := range strings.Lines(out.String()) {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("%s -h: doubled default: %q", cmd, line)
+			}
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out, errOut bytes.Buffer
+		if err := dispatch(context.Background(), args, &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "device-plugin ") ||
+			!strings.Contains(out.String(), "commit ") || !strings.Contains(out.String(), "built ") {
+			t.Errorf("%v: %v, %q", args, err, out.String())
+		}
+	}
+}
+
+func TestRunFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "node-7")
+	cfg, err := parseRunFlags([]string{"--health-interval", "250ms"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeName != "node-7" || cfg.HealthInterval.String() != "250ms" || cfg.KubeletDir != "/var/lib/kubelet/device-plugins" {
+		t.Errorf("config = %+v", cfg)
+	}
+	cfg, err = parseRunFlags([]string{"--node-name", "n1"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil || cfg.NodeName != "n1" {
+		t.Errorf("--node-name n1: %v, %q", err, cfg.NodeName)
+	}
+}
+
+func TestLoggerDurations(t *testing.T) {
+	var b bytes.Buffer
+	newLogger(&b, slog.LevelInfo).Info("reload", "took", 1500*time.Millisecond)
+	if !strings.Contains(b.String(), `"took":"1.5s"`) {
+		t.Errorf("log line %s, want the duration as 1.5s", b.String())
 	}
 }

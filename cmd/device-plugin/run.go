@@ -10,24 +10,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 )
 
 // runCommand parses the `run` flags and runs the device plugin until ctx ends
 // (SIGTERM/SIGINT in main), when it removes its sockets.
-func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseRunFlags(args, stderr)
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseRunFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	return deviceplugin.Run(ctx, cfg)
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (deviceplugin.Config, error) {
+func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var cfg deviceplugin.Config
-	hostname, _ := os.Hostname()
 	fs.StringVar(&cfg.ConfigFile, "config", "", "pools file (YAML or JSON), reloaded on change; empty: one exclusive pool \"hca\" with every RDMA device, prefix rdma.kube-rdma.io")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&cfg.SysRoot, "sysfs-root", "/sys", "sysfs root")
@@ -35,28 +34,41 @@ func parseRunFlags(args []string, stderr io.Writer) (deviceplugin.Config, error)
 	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9478", "address of /metrics, /state and /healthz; empty disables")
-	fs.StringVar(&cfg.NodeName, "node-name", envOr("NODE_NAME", hostname), "node name for logs and /state (default $NODE_NAME or the hostname)")
+	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("run: unexpected arguments %q", fs.Args())
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(strings.ToUpper(*level))); err != nil {
-		return cfg, fmt.Errorf("run: --log-level: %w", err)
+		return cfg, cli.Usagef("run: --log-level: %w", err)
 	}
 	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {
-		return cfg, fmt.Errorf("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)
+		return cfg, cli.Usagef("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	if cfg.NodeName == "" {
+		hostname, _ := os.Hostname()
+		cfg.NodeName = envOr("NODE_NAME", hostname)
+	}
+	cfg.Logger = newLogger(stderr, lv)
 	return cfg, nil
+}
+
+// newLogger logs JSON lines, durations as "500ms" rather than the JSON
+// handler's nanoseconds.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}}))
 }
 
 func envOr(name, def string) string {

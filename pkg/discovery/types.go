@@ -1,5 +1,7 @@
 package discovery
 
+import "encoding/json"
+
 // Node is everything discovery saw on one node. Its JSON form is a stable
 // contract read by the kubectl plugin, the device plugin and tests.
 type Node struct {
@@ -7,7 +9,27 @@ type Node struct {
 	GPUs        []GPU        `json:"gpus"`
 	Affinity    []Affinity   `json:"affinity"`
 	// Warnings name devices or files that were skipped, with the reason.
-	Warnings []string `json:"warnings,omitempty"`
+	Warnings []string `json:"warnings"`
+}
+
+// MarshalJSON writes every list of the contract, empty ones as [] (never
+// null or absent), so readers need not tell "none" from "not reported".
+func (n Node) MarshalJSON() ([]byte, error) {
+	type plain Node // without this method
+	p := plain(n)
+	if p.RDMADevices == nil {
+		p.RDMADevices = []RDMADevice{}
+	}
+	if p.GPUs == nil {
+		p.GPUs = []GPU{}
+	}
+	if p.Affinity == nil {
+		p.Affinity = []Affinity{}
+	}
+	if p.Warnings == nil {
+		p.Warnings = []string{}
+	}
+	return json.Marshal(p)
 }
 
 // DeviceKind says what kind of function backs an RDMA device.

@@ -5,6 +5,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -125,4 +126,20 @@ func charNames(paths []string) string {
 		s[i] = strings.TrimPrefix(p, "/dev/infiniband/")
 	}
 	return strings.Join(s, ",")
+}
+
+// Formats are the output formats Write knows.
+var Formats = []string{"table", "json"}
+
+// Write writes n as a table (WriteTable) or as the indented JSON contract.
+func Write(w io.Writer, n *discovery.Node, format string) error {
+	switch format {
+	case "table":
+		return WriteTable(w, n)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(n)
+	}
+	return fmt.Errorf("output format %q: want %s", format, strings.Join(Formats, " or "))
 }
