@@ -33,7 +33,7 @@ func TestStandalone(t *testing.T) {
 	e.socket = srv.Socket
 	prev := `"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"SANDBOX"}],"ips":[{"address":"10.0.0.5/24","interface":0}]}`
 	for _, noGet := range []bool{false, true} {
-		srv.NoGet = noGet
+		srv.NoGet.Store(noGet)
 		t.Run(fmt.Sprintf("noGet=%v", noGet), func(t *testing.T) {
 			pod := netnstest.New(t)
 			before := e.snapshot(pod)
