@@ -155,7 +155,7 @@ func TestAddRefusals(t *testing.T) {
 		ifName string
 		code   uint
 	}{
-		{"malformed json", `{"cniVersion":`, "net1", types.ErrInvalidNetworkConfig},
+		{"malformed json", `{"cniVersion":`, "net1", types.ErrDecodingFailure},
 		{"unknown field", string(e.conf("1.1.0", `"master":"eth0","runtimeConfig":{"deviceID":"mlx5_0"}`)), "net1", types.ErrInvalidNetworkConfig},
 		{"missing deviceID", string(e.conf("1.1.0", "")), "net1", types.ErrInvalidNetworkConfig},
 		{"no such device", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_9"}`)), "net1", CodeDeviceNotFound},

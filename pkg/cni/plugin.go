@@ -166,6 +166,7 @@ var (
 	ErrNotAttached    = errors.New("no attachment recorded")
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
+	ErrTryAgain       = errors.New("kubelet PodResources API did not answer; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
@@ -190,12 +191,16 @@ func Error(err error) *types.Error {
 	code := uint(CodeInternal)
 	msg := "kube-rdma failed"
 	switch {
+	case errors.Is(err, netconf.ErrDecode):
+		code, msg = types.ErrDecodingFailure, "failed to decode network configuration"
 	case errors.Is(err, netconf.ErrInvalid):
 		code, msg = types.ErrInvalidNetworkConfig, "invalid network configuration"
 	case errors.Is(err, ErrBadEnvironment):
 		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
 	case errors.Is(err, ErrNotAvailable):
 		code, msg = types.ErrPluginNotAvailable, "plugin not available"
+	case errors.Is(err, ErrTryAgain):
+		code, msg = types.ErrTryAgainLater, "try again later"
 	case errors.Is(err, ErrDeviceNotFound):
 		code, msg = CodeDeviceNotFound, "device not found"
 	case errors.Is(err, ErrDeviceInUse):
