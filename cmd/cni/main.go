@@ -11,24 +11,10 @@ import (
 	"context"
 	"os"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
 )
 
 func main() {
-	p, err := cni.New(os.Stderr)
-	if err != nil {
-		types.NewError(types.ErrInternal, "start kube-rdma", err.Error()).Print()
-		os.Exit(1)
-	}
-	e := skel.PluginMainFuncsWithError(p.Funcs(context.Background()), cni.Versions, "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back")
-	p.HostNS.Close()
-	if e != nil {
-		if err := e.Print(); err != nil {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	newPlugin := func() (*cni.Plugin, error) { return cni.New(os.Stderr) }
+	os.Exit(cni.Main(context.Background(), newPlugin, "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"))
 }
