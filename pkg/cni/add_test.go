@@ -187,3 +187,43 @@ func TestAddRefusals(t *testing.T) {
 		t.Errorf("host changed (-before +after):\n%s", diff)
 	}
 }
+
+// TestResultMTU: the result reports the pod interface's actual MTU (here
+// the NIC's own, none being configured) in versions whose interfaces have
+// the field (1.1.0), and leaves it out of older ones.
+func TestResultMTU(t *testing.T) {
+	for _, tc := range []struct {
+		ver   string
+		extra string
+		want  int
+	}{
+		{"0.4.0", "", 0}, {"1.0.0", "", 0}, {"1.0.0", `"mtu":9000,`, 0},
+		{"1.1.0", "", 1400}, {"1.1.0", `"mtu":9000,`, 9000},
+	} {
+		t.Run(tc.ver+" "+tc.extra, func(t *testing.T) {
+			e := newEnv(t, 1, false, "shared")
+			h := netnstest.Handle(t, e.host)
+			l, _ := h.LinkByName("nic0")
+			if err := h.LinkSetMTU(l, 1400); err != nil {
+				t.Fatal(err)
+			}
+			pod := netnstest.New(t)
+			a := args("c1", pod, "net1", e.conf(tc.ver, tc.extra+`"runtimeConfig":{"deviceID":"mlx5_0"}`))
+			res := mustAdd(t, e, a)
+			defer e.p.Del(context.Background(), a)
+			vres, err := res.GetAsVersion(tc.ver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(vres)
+			var got struct {
+				Interfaces []struct {
+					MTU int `json:"mtu"`
+				} `json:"interfaces"`
+			}
+			if err := json.Unmarshal(raw, &got); err != nil || len(got.Interfaces) != 1 || got.Interfaces[0].MTU != tc.want {
+				t.Errorf("result %s: want one interface with mtu %d", raw, tc.want)
+			}
+		})
+	}
+}
