@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -96,14 +97,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, fmt.Errorf("read claims: %w", err)
 	}
-	mode := netconf.ModeShared
-	if needsMode(plan, res) {
-		if mode, err = p.netnsMode(conf); err != nil {
-			return nil, err
-		}
-	}
-	cands, err := p.resolve(plan, res, claims, key, mode, podNS)
+	cands, err := p.resolve(plan, res, claims, key, podNS)
 	if err != nil {
+		return nil, err
+	}
+	// Only now the kernel is asked (auto mode), so that a node without
+	// RDMA netlink still gets the checks' own codes.
+	if err := p.markExclusive(conf, cands); err != nil {
 		return nil, err
 	}
 
@@ -197,15 +197,21 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	return result, nil
 }
 
-// needsMode reports whether any planned device is hardware, whose RDMA
-// device may have to move; a soft device never moves.
-func needsMode(plan []netconf.Assignment, res Resolver) bool {
-	for _, a := range plan {
-		if d, err := res.LookupRDMA(a.DeviceID); err != nil || softType(d) == "" {
-			return true
-		}
+// markExclusive sets which candidates' RDMA devices move with them: the
+// hardware ones, in exclusive mode. Soft devices never move, so the mode is
+// not asked for when every candidate is soft.
+func (p *Plugin) markExclusive(conf *netconf.Conf, cands []candidate) error {
+	if !slices.ContainsFunc(cands, func(c candidate) bool { return c.soft == "" }) {
+		return nil
 	}
-	return false
+	mode, err := p.netnsMode(conf)
+	if err != nil {
+		return err
+	}
+	for i := range cands {
+		cands[i].exclus = cands[i].soft == "" && mode == netconf.ModeExclusive
+	}
+	return nil
 }
 
 func passthrough(conf *netconf.Conf) *types100.Result {

@@ -3,12 +3,16 @@ package cni
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // TestAddCheckDel runs ADD, CHECK and DEL of a hardware device for each spec
@@ -223,6 +227,39 @@ func TestResultMTU(t *testing.T) {
 			}
 			if err := json.Unmarshal(raw, &got); err != nil || len(got.Interfaces) != 1 || got.Interfaces[0].MTU != tc.want {
 				t.Errorf("result %s: want one interface with mtu %d", raw, tc.want)
+			}
+		})
+	}
+}
+
+// TestChecksBeforeRDMAMode: with rdmaNetnsMode auto on a node without RDMA
+// netlink (the fake answers NetnsMode as such a kernel does), the checks
+// that need no kernel come first and give their own codes.
+func TestChecksBeforeRDMAMode(t *testing.T) {
+	e := newEnv(t, 2, false, "auto")
+	pod, busyPod := netnstest.New(t), netnstest.New(t)
+	mustAdd(t, e, args("busy", busyPod, "net1", e.conf("1.1.0", `"rdmaNetnsMode":"shared","runtimeConfig":{"deviceID":"mlx5_1"}`)))
+	t.Cleanup(func() { e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
+	e.rdma.fail = func(m string, _ netns.NsHandle) error {
+		if m == "NetnsMode" {
+			return fmt.Errorf("open rdma netlink socket: %w: %w", rdma.ErrNoRDMA, unix.EPROTONOSUPPORT)
+		}
+		return nil
+	}
+	netnstest.Veth(t, pod, "taken", "takenp")
+	for _, tc := range []struct {
+		name, dev, ifName string
+		code              uint
+	}{
+		{"no such device", "mlx5_9", "net1", CodeDeviceNotFound},
+		{"device claimed", "mlx5_1", "net1", CodeDeviceInUse},
+		{"pod name taken", "mlx5_0", "taken", CodeNameTaken},
+		{"then the mode", "mlx5_0", "net1", types.ErrInternal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.p.Add(context.Background(), args("c", pod, tc.ifName, e.conf("1.1.0", `"runtimeConfig":{"deviceID":"`+tc.dev+`"}`)))
+			if got := cniCode(err); got != tc.code {
+				t.Errorf("ADD: code %d (%v), want %d", got, err, tc.code)
 			}
 		})
 	}

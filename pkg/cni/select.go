@@ -188,7 +188,7 @@ type candidate struct {
 	host   rdma.Link
 	podIf  string
 	soft   string // "rxe" for a soft-RoCE device
-	exclus bool   // move the RDMA device itself
+	exclus bool   // move the RDMA device itself (set by markExclusive)
 }
 
 // hostNetdev returns the netdev an RDMA device's traffic uses.
@@ -222,7 +222,7 @@ func softType(d discovery.RDMADevice) string {
 // without changing anything: it exists, nobody claimed it, its netdev is in
 // the host netns and its pod name is free.
 func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]state.Key, key state.Key,
-	mode rdma.NetnsMode, podNS netns.NsHandle) ([]candidate, error) {
+	podNS netns.NsHandle) ([]candidate, error) {
 	var out []candidate
 	seen := map[string]bool{}
 	for _, a := range plan {
@@ -253,9 +253,7 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 		} else if !errors.Is(err, rdma.ErrLinkNotFound) {
 			return nil, fmt.Errorf("read pod netdev %q: %w", a.IfName, err)
 		}
-		c := candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)}
-		c.exclus = c.soft == "" && mode == netconf.ModeExclusive
-		out = append(out, c)
+		out = append(out, candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)})
 	}
 	return out, nil
 }
