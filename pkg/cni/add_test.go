@@ -36,7 +36,7 @@ func TestAddCheckDel(t *testing.T) {
 					t.Errorf("nic0 still on the host")
 				}
 			}
-			addrs, err := netlinkAddrs{}.List(pod.Handle, "net1")
+			addrs, err := rdma.Addresses{}.List(pod.Handle, "net1")
 			if err != nil || len(addrs) != 1 || addrs[0].String() != "10.10.0.2/24" {
 				t.Errorf("pod addresses = %v, %v; want 10.10.0.2/24", addrs, err)
 			}

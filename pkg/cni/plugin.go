@@ -118,7 +118,7 @@ func New(log io.Writer) (*Plugin, error) {
 		HostNS:       host,
 		BootID:       boot,
 		Links:        rdma.Netdevs{},
-		Addrs:        netlinkAddrs{},
+		Addrs:        routeAddrs{},
 		RDMA:         rdma.Devices{},
 		IPAM:         execIPAM{},
 		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
