@@ -264,3 +264,22 @@ func TestChecksBeforeRDMAMode(t *testing.T) {
 		})
 	}
 }
+
+// TestSoftDeviceNeedsNoRDMAMode: rdmaNetnsMode auto asks the kernel only
+// for hardware devices; a soft-RoCE device attaches where the kernel cannot
+// be asked (the fake answers NetnsMode as a kernel without RDMA netlink).
+func TestSoftDeviceNeedsNoRDMAMode(t *testing.T) {
+	e := newEnv(t, 0, true, "auto")
+	e.rdma.fail = func(m string, _ netns.NsHandle) error {
+		if m == "NetnsMode" {
+			return fmt.Errorf("open rdma netlink socket: %w: %w", rdma.ErrNoRDMA, unix.EPROTONOSUPPORT)
+		}
+		return nil
+	}
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"rxe0"}`))
+	mustAdd(t, e, a)
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -30,6 +30,8 @@ func TestSoftAndExclusiveAddDel(t *testing.T) {
 		{"rxe shared", "shared", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 		{"hardware exclusive", "exclusive", "mlx5_0", map[string]string{"mlx5_0": "pod0", "rxe0": "host/rxnic"}},
 		{"hardware shared", "shared", "mlx5_0", map[string]string{"mlx5_0": "host", "rxe0": "host/rxnic"}},
+		// Soft-RoCE is re-created, never moved, in exclusive mode too.
+		{"rxe exclusive", "exclusive", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 1, true, tc.mode)

@@ -67,6 +67,11 @@ func TestKubeletAnswers(t *testing.T) {
 		{name: "multus kubelet error", kubelet: serve(func(s *podrestest.Server) { s.Fail(errors.New("internal error")) }),
 			extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrInternal},
 		{name: "multus kubelet not answering", kubelet: staleSocket, extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrTryAgainLater},
+		{name: "multus resourceName: only its allocations count", kubelet: serve(func(*podrestest.Server) {}),
+			extra: `"resourceName":"other/res","runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: CodeNotAllocated},
+		{name: "multus without pod name: not checked", kubelet: serve(func(*podrestest.Server) {}), extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`},
+		{name: "multus without pod name, required", kubelet: serve(func(*podrestest.Server) {}),
+			extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`, want: types.ErrInvalidEnvironmentVariables},
 		{name: "multus no socket skips the check", kubelet: missing, extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`, pod: "p"},
 		{name: "multus no socket, required", kubelet: missing, extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`,
 			pod: "p", want: types.ErrPluginNotAvailable},
@@ -84,7 +89,9 @@ func TestKubeletAnswers(t *testing.T) {
 			pod := netnstest.New(t)
 			before := e.snapshot(pod)
 			a := args("c1", pod, "eth0", e.conf("1.1.0", tc.extra))
-			a.Args = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + tc.pod
+			if tc.pod != "" {
+				a.Args = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + tc.pod
+			}
 			res, err := e.p.Add(context.Background(), a)
 			if err == nil {
 				defer func() {
@@ -106,5 +113,16 @@ func TestKubeletAnswers(t *testing.T) {
 				t.Errorf("result interfaces %d, want prevResult's 1 + %d", len(res.Interfaces), tc.attach)
 			}
 		})
+	}
+}
+
+// TestCheckStandaloneWithoutRecord: CHECK of a standalone attachment that
+// has no record (the pod had no devices) succeeds without asking the kubelet.
+func TestCheckStandaloneWithoutRecord(t *testing.T) {
+	e := newEnv(t, 0, false, "shared")
+	a := args("c1", netnstest.New(t), "eth0", e.conf("1.1.0", `"resourceName":"rdma/hca"`))
+	a.Args = podArgs
+	if err := e.p.Check(context.Background(), a); err != nil {
+		t.Errorf("CHECK: %v", err)
 	}
 }

@@ -102,6 +102,9 @@ func transient(err error) bool {
 // of the resource allocated to the pod.
 func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
 	if !conf.Standalone() {
+		if !pod.known() && conf.RequirePodResources {
+			return nil, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
+		}
 		if !pod.known() {
 			return []string{conf.DeviceID}, nil
 		}

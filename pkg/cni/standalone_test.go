@@ -219,8 +219,12 @@ func TestStatus(t *testing.T) {
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"resourceName":"rdma/hca"`))); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS without kubelet = %v, want code %d", err, types.ErrPluginNotAvailable)
 	}
+	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"requirePodResources":true`))); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS without kubelet, requirePodResources = %v, want code %d", err, types.ErrPluginNotAvailable)
+	}
 	srv := podrestest.Start(t)
 	e.socket = srv.Socket
+	srv.GetDisabled.Store(true) // the probe pod is unknown either way: the kubelet answered
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"resourceName":"rdma/hca"`))); err != nil {
 		t.Errorf("STATUS with kubelet: %v", err)
 	}

@@ -63,9 +63,9 @@ type Conf struct {
 	SysfsRoot      string
 	NetnsMode      rdma.NetnsMode
 	LogFile        string
-	// RequirePodResources refuses an ADD with a deviceID when the kubelet's
-	// PodResources socket does not exist, instead of skipping the
-	// "allocated to this pod" check.
+	// RequirePodResources refuses an ADD with a deviceID when the
+	// "allocated to this pod" check cannot be made (no PodResources socket,
+	// no pod name in CNI_ARGS) instead of skipping it.
 	RequirePodResources bool
 	// PrevResult is the previous plugin's result when chained, converted to
 	// the current result version; nil otherwise.

@@ -39,6 +39,13 @@ func TestParse(t *testing.T) {
 				RequirePodResources: true,
 				KubeletSocket:       DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
 		},
+		{
+			name: "runtimeConfig.mac wins over mac; runtimeConfig.ips is for the IPAM plugin",
+			in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","mac":"02:00:00:00:00:09",
+				"runtimeConfig":{"deviceID":"rxe0","mac":"02:00:00:00:00:01","ips":["10.1.0.5/24"]}}`,
+			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", DeviceID: "rxe0", MAC: mac,
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
+		},
 		{name: "malformed json", in: `{"cniVersion":`, wantErr: ErrDecode},
 		{name: "not an object", in: `[1]`, wantErr: ErrDecode},
 		{name: "wrong field type", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mtu":"9000"}`, wantErr: ErrInvalid},
