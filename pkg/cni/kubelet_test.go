@@ -1,8 +1,10 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -54,6 +56,7 @@ func TestKubeletAnswers(t *testing.T) {
 		pod     string // K8S_POD_NAME
 		want    uint   // CNI code; 0: attached
 		attach  int    // standalone: interfaces added to prevResult
+		warn    bool   // a warning is logged
 	}{
 		{name: "multus allocated", kubelet: serve(func(*podrestest.Server) {}), extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p"},
 		{name: "multus not allocated", kubelet: serve(func(*podrestest.Server) {}), extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`, pod: "p", want: CodeNotAllocated},
@@ -72,13 +75,13 @@ func TestKubeletAnswers(t *testing.T) {
 		{name: "multus without pod name: not checked", kubelet: serve(func(*podrestest.Server) {}), extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`},
 		{name: "multus without pod name, required", kubelet: serve(func(*podrestest.Server) {}),
 			extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`, want: types.ErrInvalidEnvironmentVariables},
-		{name: "multus no socket skips the check", kubelet: missing, extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`, pod: "p"},
+		{name: "multus no socket skips the check", kubelet: missing, extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`, pod: "p", warn: true},
 		{name: "multus no socket, required", kubelet: missing, extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`,
 			pod: "p", want: types.ErrPluginNotAvailable},
 		{name: "standalone get disabled", kubelet: serve(func(s *podrestest.Server) { s.GetDisabled.Store(true) }),
 			extra: `"resourceName":"rdma/hca",` + prev, pod: "p", attach: 1},
 		{name: "standalone unknown pod passes prevResult through", kubelet: serve(func(*podrestest.Server) {}),
-			extra: `"resourceName":"rdma/hca",` + prev, pod: "other"},
+			extra: `"resourceName":"rdma/hca",` + prev, pod: "other", warn: true},
 		{name: "standalone kubelet error", kubelet: serve(func(s *podrestest.Server) { s.Fail(errors.New("internal error")) }),
 			extra: `"resourceName":"rdma/hca",` + prev, pod: "p", want: types.ErrInternal},
 		{name: "standalone kubelet not answering", kubelet: staleSocket, extra: `"resourceName":"rdma/hca",` + prev, pod: "p", want: types.ErrTryAgainLater},
@@ -92,7 +95,12 @@ func TestKubeletAnswers(t *testing.T) {
 			if tc.pod != "" {
 				a.Args = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + tc.pod
 			}
+			var logs bytes.Buffer
+			e.p.Log = slog.New(slog.NewTextHandler(&logs, nil))
 			res, err := e.p.Add(context.Background(), a)
+			if warned := strings.Contains(logs.String(), "level=WARN"); warned != tc.warn {
+				t.Errorf("warning logged: %v, want %v:\n%s", warned, tc.warn, logs.String())
+			}
 			if err == nil {
 				defer func() {
 					if err := e.p.Del(context.Background(), a); err != nil {
