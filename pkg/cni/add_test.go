@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -90,6 +94,14 @@ func TestCheckDetectsDrift(t *testing.T) {
 			l, _ := h.LinkByName("net1")
 			h.LinkSetDown(l)
 			h.LinkSetName(l, "other")
+		}},
+		{"mac", func(t *testing.T, pod *netnstest.NS) {
+			h := netnstest.Handle(t, pod)
+			l, _ := h.LinkByName("net1")
+			mac, _ := net.ParseMAC("02:00:00:00:00:99")
+			if err := h.LinkSetHardwareAddr(l, mac); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"down", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
@@ -281,5 +293,52 @@ func TestSoftDeviceNeedsNoRDMAMode(t *testing.T) {
 	mustAdd(t, e, a)
 	if err := e.p.Del(context.Background(), a); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckAddresses: CHECK wants the addresses prevResult gave the pod
+// interface to be on it.
+func TestCheckAddresses(t *testing.T) {
+	e := newEnv(t, 1, false, "shared")
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	mustAdd(t, e, a)
+	defer e.p.Del(context.Background(), a)
+	prev := `"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"net1","sandbox":"` + pod.Path + `"}],` +
+		`"ips":[{"address":"10.9.0.5/24","interface":0}]}`
+	check := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+prev))
+	if err := e.p.Check(context.Background(), check); err == nil {
+		t.Error("CHECK succeeded without the address on net1")
+	}
+	_, ipn, _ := net.ParseCIDR("10.9.0.0/24")
+	ipn.IP = net.ParseIP("10.9.0.5").To4()
+	if err := (rdma.Addresses{}).Configure(pod.Handle, "net1", []net.IPNet{*ipn}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Check(context.Background(), check); err != nil {
+		t.Errorf("CHECK with the address: %v", err)
+	}
+}
+
+// TestCheckRunsIPAMCheck: CHECK ends with the IPAM plugin's CHECK, which
+// fails here because the lease was removed behind the plugins' back.
+func TestCheckRunsIPAMCheck(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 1, false, "shared")
+	pod := netnstest.New(t)
+	conf := e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24"))
+	res := mustAdd(t, e, args("c1", pod, "net1", conf))
+	defer e.p.Del(context.Background(), args("c1", pod, "net1", conf))
+	vres, _ := res.GetAsVersion("1.0.0")
+	raw, _ := json.Marshal(vres)
+	check := args("c1", pod, "net1", e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24")+`,"prevResult":`+string(raw)))
+	if err := e.p.Check(context.Background(), check); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	if err := os.Remove(filepath.Join(e.stateDir, "..", "ipam", "rdma", "10.50.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Check(context.Background(), check); err == nil || !strings.Contains(err.Error(), "ipam host-local check") {
+		t.Errorf("CHECK with the IPAM lease gone = %v, want the IPAM CHECK's error", err)
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
@@ -28,6 +31,28 @@ func staleSocket(t *testing.T) string {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
+	return path
+}
+
+// hangingSocket returns the path of a unix socket whose server accepts and
+// never answers (a kubelet that hangs).
+func hangingSocket(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubelet.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
 	return path
 }
 
@@ -69,6 +94,9 @@ func TestKubeletAnswers(t *testing.T) {
 			extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "other", want: CodeNotAllocated},
 		{name: "multus kubelet error", kubelet: serve(func(s *podrestest.Server) { s.Fail(errors.New("internal error")) }),
 			extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrInternal},
+		{name: "multus kubelet unavailable", kubelet: serve(func(s *podrestest.Server) { s.Fail(status.Error(codes.Unavailable, "shutting down")) }),
+			extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrTryAgainLater},
+		{name: "multus kubelet hangs", kubelet: hangingSocket, extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrTryAgainLater},
 		{name: "multus kubelet not answering", kubelet: staleSocket, extra: `"runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: types.ErrTryAgainLater},
 		{name: "multus resourceName: only its allocations count", kubelet: serve(func(*podrestest.Server) {}),
 			extra: `"resourceName":"other/res","runtimeConfig":{"deviceID":"mlx5_0"}`, pod: "p", want: CodeNotAllocated},
@@ -97,7 +125,9 @@ func TestKubeletAnswers(t *testing.T) {
 			}
 			var logs bytes.Buffer
 			e.p.Log = slog.New(slog.NewTextHandler(&logs, nil))
-			res, err := e.p.Add(context.Background(), a)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // the hanging kubelet's timeout
+			defer cancel()
+			res, err := e.p.Add(ctx, a)
 			if warned := strings.Contains(logs.String(), "level=WARN"); warned != tc.warn {
 				t.Errorf("warning logged: %v, want %v:\n%s", warned, tc.warn, logs.String())
 			}
