@@ -68,7 +68,8 @@ type IPAMArgs struct {
 }
 
 // PodResources answers which devices the kubelet allocated to a pod, by
-// resource name. *podres.Client implements it.
+// resource name; a pod the kubelet does not know is podres.ErrPodNotFound.
+// *podres.Client implements it.
 type PodResources interface {
 	Devices(ctx context.Context, namespace, name string) (map[string][]string, error)
 }
