@@ -103,6 +103,8 @@ func TestKubeletAnswers(t *testing.T) {
 		{name: "multus without pod name: not checked", kubelet: serve(func(*podrestest.Server) {}), extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`},
 		{name: "multus without pod name, required", kubelet: serve(func(*podrestest.Server) {}),
 			extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`, want: types.ErrInvalidEnvironmentVariables},
+		{name: "multus no such device: 100 before asking the kubelet", kubelet: serve(func(s *podrestest.Server) { s.Fail(errors.New("internal error")) }),
+			extra: `"runtimeConfig":{"deviceID":"mlx5_9"}`, pod: "other", want: CodeDeviceNotFound},
 		{name: "multus no socket skips the check", kubelet: missing, extra: `"runtimeConfig":{"deviceID":"mlx5_1"}`, pod: "p", warn: true},
 		{name: "multus no socket, required", kubelet: missing, extra: `"requirePodResources":true,"runtimeConfig":{"deviceID":"mlx5_0"}`,
 			pod: "p", want: types.ErrPluginNotAvailable},

@@ -108,6 +108,11 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 		if !pod.known() {
 			return []string{conf.DeviceID}, nil
 		}
+		// A device that does not exist is 100 whatever the kubelet says.
+		d, err := res.LookupRDMA(conf.DeviceID)
+		if err != nil {
+			return nil, lookupError(conf.DeviceID, err)
+		}
 		alloc, err := p.allocated(ctx, conf.KubeletSocket, pod)
 		switch {
 		case errors.Is(err, errNoKubeletSocket) && conf.RequirePodResources:
@@ -124,10 +129,6 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 			return nil, fmt.Errorf("deviceID %q: %w %s/%s: %w", conf.DeviceID, ErrNotAllocated, pod.Namespace, pod.Name, err)
 		case err != nil:
 			return nil, fmt.Errorf("check deviceID %q against the pod's allocation: %w", conf.DeviceID, err)
-		}
-		d, err := res.LookupRDMA(conf.DeviceID)
-		if err != nil {
-			return nil, lookupError(conf.DeviceID, err)
 		}
 		for name, ids := range alloc {
 			if conf.ResourceName != "" && name != conf.ResourceName {
