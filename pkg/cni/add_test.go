@@ -342,3 +342,21 @@ func TestCheckRunsIPAMCheck(t *testing.T) {
 		t.Errorf("CHECK with the IPAM lease gone = %v, want the IPAM CHECK's error", err)
 	}
 }
+
+// TestSiwRefused: only rxe soft devices are re-created in the pod; a siw
+// device (which the kernel would destroy when its netdev leaves) is refused
+// before any change.
+func TestSiwRefused(t *testing.T) {
+	e := newEnv(t, 0, false, "shared")
+	netnstest.Veth(t, e.host, "sinic", "sipeer")
+	e.sys = writeSysfs(t, 0, map[string]string{"siw0": "sinic"})
+	pod := netnstest.New(t)
+	before := e.snapshot(pod)
+	_, err := e.p.Add(context.Background(), args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"siw0"}`)))
+	if err == nil || cniCode(err) != types.ErrInternal || !strings.Contains(err.Error(), "siw") {
+		t.Errorf("ADD of siw0 = %v (code %d), want a refusal naming siw", err, cniCode(err))
+	}
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("host changed (-before +after):\n%s", diff)
+	}
+}

@@ -257,7 +257,13 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 		} else if !errors.Is(err, rdma.ErrLinkNotFound) {
 			return nil, fmt.Errorf("read pod netdev %q: %w", a.IfName, err)
 		}
-		out = append(out, candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)})
+		c := candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)}
+		if c.soft != "" && c.soft != "rxe" {
+			// The kernel destroys it when its netdev leaves, and only rxe
+			// is re-created in the pod.
+			return nil, fmt.Errorf("rdma device %s is a %s device: only rxe soft devices can be given to a pod", d.Name, c.soft)
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
