@@ -167,7 +167,7 @@ var (
 	ErrNotAttached    = errors.New("no attachment recorded")
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
-	ErrTryAgain       = errors.New("kubelet PodResources API did not answer; try again later")
+	ErrTryAgain       = errors.New("kubelet PodResources API unavailable; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).

@@ -79,9 +79,10 @@ func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[
 }
 
 // transient reports whether a PodResources failure is one that clears up:
-// no answer at all (connection refused while the kubelet restarts, a
-// timeout, a dropped connection) or a gRPC status that says so. A kubelet
-// that answered with another status, or a pod it does not know, is not.
+// no usable answer (connection refused while the kubelet restarts, a
+// timeout, a dropped connection, an answer cut short or garbled) or a gRPC
+// status that says so. A kubelet that answered with another status, or a
+// pod it does not know, is not.
 func transient(err error) bool {
 	if errors.Is(err, podres.ErrPodNotFound) {
 		return false
