@@ -15,9 +15,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
 )
@@ -41,19 +38,8 @@ func main() {
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(cli.Exit("kube-rdma", command(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 	}
-	p, err := cni.New(os.Stderr)
-	if err != nil {
-		types.NewError(types.ErrInternal, "start kube-rdma", err.Error()).Print()
-		os.Exit(1)
-	}
-	e := skel.PluginMainFuncsWithError(p.Funcs(context.Background()), cni.Versions, about)
-	p.HostNS.Close()
-	if e != nil {
-		if err := e.Print(); err != nil {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	newPlugin := func() (*cni.Plugin, error) { return cni.New(os.Stderr) }
+	os.Exit(cni.Main(context.Background(), newPlugin, about))
 }
 
 // command answers a person: help and version.

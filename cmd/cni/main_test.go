@@ -36,9 +36,21 @@ type run struct {
 // invoke runs the plugin as a runtime does, from inside host.
 func invoke(t *testing.T, host *netnstest.NS, command, netnsPath, stdin string) run {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "KUBE_RDMA_AS_PLUGIN=1", "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr1",
+	return invokeEnv(t, host, stdin, "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr1",
 		"CNI_NETNS="+netnsPath, "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni")
+}
+
+// invokeEnv runs the plugin with exactly the CNI_* variables given.
+func invokeEnv(t *testing.T, host *netnstest.NS, stdin string, cniEnv ...string) run {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = []string{"KUBE_RDMA_AS_PLUGIN=1"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CNI_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, cniEnv...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -50,7 +62,7 @@ func invoke(t *testing.T, host *netnstest.NS, command, netnsPath, stdin string) 
 	} else if err != nil {
 		t.Fatalf("run plugin: %v", err)
 	}
-	t.Logf("%s: exit %d, stdout %s, stderr %s", command, r.exit, r.stdout, errb.String())
+	t.Logf("%v: exit %d, stdout %s, stderr %s", cniEnv, r.exit, r.stdout, errb.String())
 	return r
 }
 
@@ -112,5 +124,56 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 	}
 	if v := invoke(t, host, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.4.0","1.0.0","1.1.0"]`) {
 		t.Errorf("VERSION = %q", v.stdout)
+	}
+}
+
+// TestErrorsCarryCNIVersion: every error the binary prints is the spec's
+// error result, with cniVersion: the configuration's when it is one the
+// plugin speaks, else the latest it speaks (1.1.0). Errors skel finds
+// (environment, JSON, version) and the handlers' errors alike.
+func TestErrorsCarryCNIVersion(t *testing.T) {
+	host, pod := netnstest.New(t), netnstest.New(t)
+	dir := t.TempDir()
+	tree, err := nodesim.Build(t.TempDir(), nodesim.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := func(ver, extra string) string {
+		return `{"cniVersion":"` + ver + `","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"` +
+			filepath.Join(dir, "state") + `","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + filepath.Join(dir, "none.sock") + `"` + extra + `}`
+	}
+	env := func(command string) []string {
+		return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni"}
+	}
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		env   []string
+		code  uint
+		ver   string
+	}{
+		{"malformed json", `{"cniVersion":"1.0.0",`, env("ADD"), types.ErrDecodingFailure, "1.1.0"},
+		{"unknown field", conf("1.0.0", `,"master":"eth0","runtimeConfig":{"deviceID":"mlx5_0"}`), env("ADD"), types.ErrInvalidNetworkConfig, "1.0.0"},
+		{"no name (skel)", `{"cniVersion":"0.4.0","type":"kube-rdma"}`, env("ADD"), types.ErrInvalidNetworkConfig, "0.4.0"},
+		{"unsupported version (skel)", conf("0.3.1", `,"runtimeConfig":{"deviceID":"mlx5_0"}`), env("ADD"), types.ErrIncompatibleCNIVersion, "1.1.0"},
+		{"no such device", conf("1.0.0", `,"runtimeConfig":{"deviceID":"mlx5_9"}`), env("ADD"), 100, "1.0.0"},
+		{"missing CNI_NETNS (skel)", conf("0.4.0", `,"runtimeConfig":{"deviceID":"mlx5_0"}`),
+			[]string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr1", "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni"}, types.ErrInvalidEnvironmentVariables, "0.4.0"},
+		{"CHECK without attachment", conf("1.1.0", `,"runtimeConfig":{"deviceID":"mlx5_0"}`), env("CHECK"), 104, "1.1.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := invokeEnv(t, host, tc.stdin, tc.env...)
+			var got struct {
+				CNIVersion string `json:"cniVersion"`
+				Code       uint   `json:"code"`
+				Msg        string `json:"msg"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.exit == 0 {
+				t.Fatalf("exit %d, stdout %q: want a CNI error", r.exit, r.stdout)
+			}
+			if got.CNIVersion != tc.ver || got.Code != tc.code || got.Msg == "" {
+				t.Errorf("error = %+v, want cniVersion %s, code %d and a msg", got, tc.ver, tc.code)
+			}
+		})
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -95,14 +97,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, fmt.Errorf("read claims: %w", err)
 	}
-	mode := netconf.ModeShared
-	if needsMode(plan, res) {
-		if mode, err = p.netnsMode(conf); err != nil {
-			return nil, err
-		}
-	}
-	cands, err := p.resolve(plan, res, claims, key, mode, podNS)
+	cands, err := p.resolve(plan, res, claims, key, podNS)
 	if err != nil {
+		return nil, err
+	}
+	// Only now the kernel is asked (auto mode), so that a node without
+	// RDMA netlink still gets the checks' own codes.
+	if err := p.markExclusive(conf, cands); err != nil {
 		return nil, err
 	}
 
@@ -142,19 +143,24 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 			err = errors.Join(err, derr)
 		}
 	}()
+	mtus := make([]int, len(cands))
 	for i, c := range cands {
-		if err := p.attach(podNS, &rec.Devices[i], c, conf, u, log); err != nil {
+		if mtus[i], err = p.attach(podNS, &rec.Devices[i], c, conf, u, log); err != nil {
 			return nil, err
 		}
 	}
+	// The interface mtu field is 1.1.0's; older results do not have it.
+	hasMTU, _ := version.GreaterThanOrEqualTo(conf.CNIVersion, "1.1.0")
 
 	result := passthrough(conf)
 	for i := range rec.Devices {
 		d := &rec.Devices[i]
 		idx := len(result.Interfaces)
-		result.Interfaces = append(result.Interfaces, &types100.Interface{
-			Name: d.PodIfName, Mac: d.PodMAC, Mtu: conf.MTU, Sandbox: args.Netns, PciID: d.PCIAddress,
-		})
+		iface := &types100.Interface{Name: d.PodIfName, Mac: d.PodMAC, Sandbox: args.Netns, PciID: d.PCIAddress}
+		if hasMTU {
+			iface.Mtu = mtus[i]
+		}
+		result.Interfaces = append(result.Interfaces, iface)
 		if conf.IPAMType == "" {
 			continue
 		}
@@ -191,15 +197,21 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	return result, nil
 }
 
-// needsMode reports whether any planned device is hardware, whose RDMA
-// device may have to move; a soft device never moves.
-func needsMode(plan []netconf.Assignment, res Resolver) bool {
-	for _, a := range plan {
-		if d, err := res.LookupRDMA(a.DeviceID); err != nil || softType(d) == "" {
-			return true
-		}
+// markExclusive sets which candidates' RDMA devices move with them: the
+// hardware ones, in exclusive mode. Soft devices never move, so the mode is
+// not asked for when every candidate is soft.
+func (p *Plugin) markExclusive(conf *netconf.Conf, cands []candidate) error {
+	if !slices.ContainsFunc(cands, func(c candidate) bool { return c.soft == "" }) {
+		return nil
 	}
-	return false
+	mode, err := p.netnsMode(conf)
+	if err != nil {
+		return err
+	}
+	for i := range cands {
+		cands[i].exclus = cands[i].soft == "" && mode == netconf.ModeExclusive
+	}
+	return nil
 }
 
 func passthrough(conf *netconf.Conf) *types100.Result {
@@ -210,7 +222,8 @@ func passthrough(conf *netconf.Conf) *types100.Result {
 }
 
 // attach moves one device into the pod and pushes the steps that undo it.
-func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) error {
+// It returns the MTU the pod interface has.
+func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) (int, error) {
 	moved, err := p.Links.Move(p.HostNS, c.host, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
 	if err != nil {
 		err = fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
@@ -221,7 +234,7 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf
 				err = errors.Join(err, fmt.Errorf("re-create %s on %s: %w", c.dev.Name, c.host.Name, serr))
 			}
 		}
-		return err
+		return 0, err
 	}
 	d.PodMAC = moved.MAC
 	dev := *d
@@ -233,7 +246,7 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf
 		// The kernel destroyed the soft device when its netdev left.
 		name, err := p.addSoft(podNS, c.dev.Name, c.podIf, true)
 		if err != nil {
-			return fmt.Errorf("re-create %s device %s on %s in the pod: %w", c.soft, c.dev.Name, c.podIf, err)
+			return 0, fmt.Errorf("re-create %s device %s on %s in the pod: %w", c.soft, c.dev.Name, c.podIf, err)
 		}
 		d.PodRDMA = name
 		if name != c.dev.Name {
@@ -242,11 +255,11 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf
 	}
 	if c.exclus {
 		if err := p.RDMA.Move(p.HostNS, c.dev.Name, podNS); err != nil {
-			return fmt.Errorf("move rdma device %s into the pod: %w", c.dev.Name, err)
+			return 0, fmt.Errorf("move rdma device %s into the pod: %w", c.dev.Name, err)
 		}
 		u.push("return rdma device "+c.dev.Name, func() error { return p.RDMA.Move(podNS, c.dev.Name, p.HostNS) })
 	}
-	return nil
+	return moved.MTU, nil
 }
 
 // addSoft creates a soft-RoCE device called name on netdev in ns. The

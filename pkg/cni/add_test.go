@@ -3,12 +3,20 @@ package cni
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // TestAddCheckDel runs ADD, CHECK and DEL of a hardware device for each spec
@@ -32,7 +40,7 @@ func TestAddCheckDel(t *testing.T) {
 					t.Errorf("nic0 still on the host")
 				}
 			}
-			addrs, err := netlinkAddrs{}.List(pod.Handle, "net1")
+			addrs, err := rdma.Addresses{}.List(pod.Handle, "net1")
 			if err != nil || len(addrs) != 1 || addrs[0].String() != "10.10.0.2/24" {
 				t.Errorf("pod addresses = %v, %v; want 10.10.0.2/24", addrs, err)
 			}
@@ -86,6 +94,14 @@ func TestCheckDetectsDrift(t *testing.T) {
 			l, _ := h.LinkByName("net1")
 			h.LinkSetDown(l)
 			h.LinkSetName(l, "other")
+		}},
+		{"mac", func(t *testing.T, pod *netnstest.NS) {
+			h := netnstest.Handle(t, pod)
+			l, _ := h.LinkByName("net1")
+			mac, _ := net.ParseMAC("02:00:00:00:00:99")
+			if err := h.LinkSetHardwareAddr(l, mac); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"down", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
@@ -155,7 +171,7 @@ func TestAddRefusals(t *testing.T) {
 		ifName string
 		code   uint
 	}{
-		{"malformed json", `{"cniVersion":`, "net1", types.ErrInvalidNetworkConfig},
+		{"malformed json", `{"cniVersion":`, "net1", types.ErrDecodingFailure},
 		{"unknown field", string(e.conf("1.1.0", `"master":"eth0","runtimeConfig":{"deviceID":"mlx5_0"}`)), "net1", types.ErrInvalidNetworkConfig},
 		{"missing deviceID", string(e.conf("1.1.0", "")), "net1", types.ErrInvalidNetworkConfig},
 		{"no such device", string(e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_9"}`)), "net1", CodeDeviceNotFound},
@@ -182,6 +198,163 @@ func TestAddRefusals(t *testing.T) {
 	_, err := e.p.Add(context.Background(), args("c", pod, "taken", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)))
 	if got := cniCode(err); got != CodeNameTaken {
 		t.Errorf("ADD with a taken pod name: code %d (%v), want %d", got, err, CodeNameTaken)
+	}
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("host changed (-before +after):\n%s", diff)
+	}
+}
+
+// TestResultMTU: the result reports the pod interface's actual MTU (here
+// the NIC's own, none being configured) in versions whose interfaces have
+// the field (1.1.0), and leaves it out of older ones.
+func TestResultMTU(t *testing.T) {
+	for _, tc := range []struct {
+		ver   string
+		extra string
+		want  int
+	}{
+		{"0.4.0", "", 0}, {"1.0.0", "", 0}, {"1.0.0", `"mtu":9000,`, 0},
+		{"1.1.0", "", 1400}, {"1.1.0", `"mtu":9000,`, 9000},
+	} {
+		t.Run(tc.ver+" "+tc.extra, func(t *testing.T) {
+			e := newEnv(t, 1, false, "shared")
+			h := netnstest.Handle(t, e.host)
+			l, _ := h.LinkByName("nic0")
+			if err := h.LinkSetMTU(l, 1400); err != nil {
+				t.Fatal(err)
+			}
+			pod := netnstest.New(t)
+			a := args("c1", pod, "net1", e.conf(tc.ver, tc.extra+`"runtimeConfig":{"deviceID":"mlx5_0"}`))
+			res := mustAdd(t, e, a)
+			defer e.p.Del(context.Background(), a)
+			vres, err := res.GetAsVersion(tc.ver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(vres)
+			var got struct {
+				Interfaces []struct {
+					MTU int `json:"mtu"`
+				} `json:"interfaces"`
+			}
+			if err := json.Unmarshal(raw, &got); err != nil || len(got.Interfaces) != 1 || got.Interfaces[0].MTU != tc.want {
+				t.Errorf("result %s: want one interface with mtu %d", raw, tc.want)
+			}
+		})
+	}
+}
+
+// TestChecksBeforeRDMAMode: with rdmaNetnsMode auto on a node without RDMA
+// netlink (the fake answers NetnsMode as such a kernel does), the checks
+// that need no kernel come first and give their own codes.
+func TestChecksBeforeRDMAMode(t *testing.T) {
+	e := newEnv(t, 2, false, "auto")
+	pod, busyPod := netnstest.New(t), netnstest.New(t)
+	mustAdd(t, e, args("busy", busyPod, "net1", e.conf("1.1.0", `"rdmaNetnsMode":"shared","runtimeConfig":{"deviceID":"mlx5_1"}`)))
+	t.Cleanup(func() { e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
+	e.rdma.fail = func(m string, _ netns.NsHandle) error {
+		if m == "NetnsMode" {
+			return fmt.Errorf("open rdma netlink socket: %w: %w", rdma.ErrNoRDMA, unix.EPROTONOSUPPORT)
+		}
+		return nil
+	}
+	netnstest.Veth(t, pod, "taken", "takenp")
+	for _, tc := range []struct {
+		name, dev, ifName string
+		code              uint
+	}{
+		{"no such device", "mlx5_9", "net1", CodeDeviceNotFound},
+		{"device claimed", "mlx5_1", "net1", CodeDeviceInUse},
+		{"pod name taken", "mlx5_0", "taken", CodeNameTaken},
+		{"then the mode", "mlx5_0", "net1", types.ErrInternal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.p.Add(context.Background(), args("c", pod, tc.ifName, e.conf("1.1.0", `"runtimeConfig":{"deviceID":"`+tc.dev+`"}`)))
+			if got := cniCode(err); got != tc.code {
+				t.Errorf("ADD: code %d (%v), want %d", got, err, tc.code)
+			}
+		})
+	}
+}
+
+// TestSoftDeviceNeedsNoRDMAMode: rdmaNetnsMode auto asks the kernel only
+// for hardware devices; a soft-RoCE device attaches where the kernel cannot
+// be asked (the fake answers NetnsMode as a kernel without RDMA netlink).
+func TestSoftDeviceNeedsNoRDMAMode(t *testing.T) {
+	e := newEnv(t, 0, true, "auto")
+	e.rdma.fail = func(m string, _ netns.NsHandle) error {
+		if m == "NetnsMode" {
+			return fmt.Errorf("open rdma netlink socket: %w: %w", rdma.ErrNoRDMA, unix.EPROTONOSUPPORT)
+		}
+		return nil
+	}
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"rxe0"}`))
+	mustAdd(t, e, a)
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckAddresses: CHECK wants the addresses prevResult gave the pod
+// interface to be on it.
+func TestCheckAddresses(t *testing.T) {
+	e := newEnv(t, 1, false, "shared")
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	mustAdd(t, e, a)
+	defer e.p.Del(context.Background(), a)
+	prev := `"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"net1","sandbox":"` + pod.Path + `"}],` +
+		`"ips":[{"address":"10.9.0.5/24","interface":0}]}`
+	check := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+prev))
+	if err := e.p.Check(context.Background(), check); err == nil {
+		t.Error("CHECK succeeded without the address on net1")
+	}
+	_, ipn, _ := net.ParseCIDR("10.9.0.0/24")
+	ipn.IP = net.ParseIP("10.9.0.5").To4()
+	if err := (rdma.Addresses{}).Configure(pod.Handle, "net1", []net.IPNet{*ipn}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Check(context.Background(), check); err != nil {
+		t.Errorf("CHECK with the address: %v", err)
+	}
+}
+
+// TestCheckRunsIPAMCheck: CHECK ends with the IPAM plugin's CHECK, which
+// fails here because the lease was removed behind the plugins' back.
+func TestCheckRunsIPAMCheck(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 1, false, "shared")
+	pod := netnstest.New(t)
+	conf := e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24"))
+	res := mustAdd(t, e, args("c1", pod, "net1", conf))
+	defer e.p.Del(context.Background(), args("c1", pod, "net1", conf))
+	vres, _ := res.GetAsVersion("1.0.0")
+	raw, _ := json.Marshal(vres)
+	check := args("c1", pod, "net1", e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24")+`,"prevResult":`+string(raw)))
+	if err := e.p.Check(context.Background(), check); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	if err := os.Remove(filepath.Join(e.stateDir, "..", "ipam", "rdma", "10.50.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Check(context.Background(), check); err == nil || !strings.Contains(err.Error(), "ipam host-local check") {
+		t.Errorf("CHECK with the IPAM lease gone = %v, want the IPAM CHECK's error", err)
+	}
+}
+
+// TestSiwRefused: only rxe soft devices are re-created in the pod; a siw
+// device (which the kernel would destroy when its netdev leaves) is refused
+// before any change.
+func TestSiwRefused(t *testing.T) {
+	e := newEnv(t, 0, false, "shared")
+	netnstest.Veth(t, e.host, "sinic", "sipeer")
+	e.sys = writeSysfs(t, 0, map[string]string{"siw0": "sinic"})
+	pod := netnstest.New(t)
+	before := e.snapshot(pod)
+	_, err := e.p.Add(context.Background(), args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"siw0"}`)))
+	if err == nil || cniCode(err) != types.ErrInternal || !strings.Contains(err.Error(), "siw") {
+		t.Errorf("ADD of siw0 = %v (code %d), want a refusal naming siw", err, cniCode(err))
 	}
 	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
 		t.Errorf("host changed (-before +after):\n%s", diff)

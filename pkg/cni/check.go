@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 )
 
@@ -134,10 +135,11 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	if err := (p.store(conf)).Writable(); err != nil {
 		errs = append(errs, err)
 	}
-	if conf.Standalone() {
-		_, reachable, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
-		if !reachable {
-			errs = append(errs, fmt.Errorf("kubelet PodResources socket %s not reachable: %v", conf.KubeletSocket, err))
+	if conf.Standalone() || conf.RequirePodResources {
+		// A pod the kubelet does not know is an answer: it is there.
+		_, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
+		if err != nil && !errors.Is(err, podres.ErrPodNotFound) {
+			errs = append(errs, fmt.Errorf("kubelet PodResources API: %w", err))
 		}
 	}
 	if len(errs) > 0 {

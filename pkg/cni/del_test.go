@@ -1,8 +1,10 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +32,8 @@ func TestSoftAndExclusiveAddDel(t *testing.T) {
 		{"rxe shared", "shared", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 		{"hardware exclusive", "exclusive", "mlx5_0", map[string]string{"mlx5_0": "pod0", "rxe0": "host/rxnic"}},
 		{"hardware shared", "shared", "mlx5_0", map[string]string{"mlx5_0": "host", "rxe0": "host/rxnic"}},
+		// Soft-RoCE is re-created, never moved, in exclusive mode too.
+		{"rxe exclusive", "exclusive", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 1, true, tc.mode)
@@ -158,10 +162,15 @@ func TestDelHostNameTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	netnstest.Veth(t, e.host, "nic0", "squatter")
+	var logs bytes.Buffer
+	e.p.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	if err := e.p.Del(context.Background(), a); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	tmp := tempName(rec.Devices[0])
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "got="+tmp) {
+		t.Errorf("no warning naming %s in the log:\n%s", tmp, logs.String())
+	}
 	var found bool
 	for _, l := range netnstest.Links(t, e.host) {
 		if l.Name == tmp && l.MAC == rec.Devices[0].Host.MAC {
@@ -218,5 +227,29 @@ func TestCheckNoticesMissingRDMADevice(t *testing.T) {
 	}
 	if err := e.p.Del(context.Background(), a); err != nil {
 		t.Fatalf("DEL: %v", err)
+	}
+}
+
+// TestDelWithoutAddReleasesIPAM: a DEL without ADD (a runtime cleaning up an
+// ADD that failed before the plugin saved anything) still runs IPAM DEL,
+// so an address the IPAM plugin handed out is not leaked.
+func TestDelWithoutAddReleasesIPAM(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 0, false, "shared")
+	pod := netnstest.New(t)
+	conf := e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.40.0.0/24"))
+	ia := IPAMArgs{ContainerID: "c1", Netns: pod.Path, IfName: "net1", Path: cniPath}
+	if _, err := (execIPAM{}).Add(context.Background(), "host-local", conf, ia); err != nil {
+		t.Fatal(err)
+	}
+	lease := filepath.Join(e.stateDir, "..", "ipam", "rdma", "10.40.0.2")
+	if _, err := os.Stat(lease); err != nil {
+		t.Fatalf("host-local lease: %v", err)
+	}
+	if err := e.p.Del(context.Background(), args("c1", pod, "net1", conf)); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if _, err := os.Stat(lease); !os.IsNotExist(err) {
+		t.Errorf("lease %s still there after DEL (%v)", lease, err)
 	}
 }

@@ -266,7 +266,7 @@ func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 	e.p = &Plugin{
 		HostNS:       host.Handle,
 		Links:        rdma.Netdevs{},
-		Addrs:        netlinkAddrs{},
+		Addrs:        routeAddrs{},
 		RDMA:         f,
 		IPAM:         execIPAM{},
 		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },

@@ -16,9 +16,9 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // execIPAM runs the IPAM plugin found in CNI_PATH with explicit arguments
@@ -154,55 +154,18 @@ func greater(a, b string) bool {
 	return g
 }
 
-// netlinkAddrs configures addresses through a netlink handle bound to the
-// pod's namespace.
-type netlinkAddrs struct{}
+// routeAddrs converts IPAM's addresses and routes for rdma.Addresses, which
+// does the netlink work in the pod's namespace.
+type routeAddrs struct{ rdma.Addresses }
 
-func (netlinkAddrs) Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("open netlink socket in pod netns: %w", err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(ifName)
-	if err != nil {
-		return fmt.Errorf("find %q in pod netns: %w", ifName, err)
-	}
+func (a routeAddrs) Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error {
+	addrs := make([]net.IPNet, 0, len(ips))
 	for _, ip := range ips {
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.Address.IP, Mask: ip.Address.Mask}}
-		if err := h.AddrAdd(l, addr); err != nil {
-			return fmt.Errorf("add address %s to %q: %w", ip.Address.String(), ifName, err)
-		}
+		addrs = append(addrs, ip.Address)
 	}
+	rs := make([]rdma.Route, 0, len(routes))
 	for _, r := range routes {
-		rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: r.Dst.IP, Mask: r.Dst.Mask}, Gw: r.GW}
-		if r.MTU > 0 {
-			rt.MTU = r.MTU
-		}
-		if err := h.RouteAdd(rt); err != nil {
-			return fmt.Errorf("add route %s via %s on %q: %w", r.Dst.String(), r.GW, ifName, err)
-		}
+		rs = append(rs, rdma.Route{Dst: r.Dst, GW: r.GW, MTU: r.MTU})
 	}
-	return nil
-}
-
-func (netlinkAddrs) List(ns netns.NsHandle, ifName string) ([]net.IPNet, error) {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, fmt.Errorf("open netlink socket in pod netns: %w", err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(ifName)
-	if err != nil {
-		return nil, fmt.Errorf("find %q in pod netns: %w", ifName, err)
-	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("list addresses of %q: %w", ifName, err)
-	}
-	var out []net.IPNet
-	for _, a := range addrs {
-		out = append(out, *a.IPNet)
-	}
-	return out, nil
+	return a.Addresses.Configure(ns, ifName, addrs, rs)
 }

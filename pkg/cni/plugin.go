@@ -68,7 +68,8 @@ type IPAMArgs struct {
 }
 
 // PodResources answers which devices the kubelet allocated to a pod, by
-// resource name. *podres.Client implements it.
+// resource name; a pod the kubelet does not know is podres.ErrPodNotFound.
+// *podres.Client implements it.
 type PodResources interface {
 	Devices(ctx context.Context, namespace, name string) (map[string][]string, error)
 }
@@ -118,7 +119,7 @@ func New(log io.Writer) (*Plugin, error) {
 		HostNS:       host,
 		BootID:       boot,
 		Links:        rdma.Netdevs{},
-		Addrs:        netlinkAddrs{},
+		Addrs:        routeAddrs{},
 		RDMA:         rdma.Devices{},
 		IPAM:         execIPAM{},
 		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
@@ -166,6 +167,7 @@ var (
 	ErrNotAttached    = errors.New("no attachment recorded")
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
+	ErrTryAgain       = errors.New("kubelet PodResources API unavailable; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
@@ -190,12 +192,16 @@ func Error(err error) *types.Error {
 	code := uint(CodeInternal)
 	msg := "kube-rdma failed"
 	switch {
+	case errors.Is(err, netconf.ErrDecode):
+		code, msg = types.ErrDecodingFailure, "failed to decode network configuration"
 	case errors.Is(err, netconf.ErrInvalid):
 		code, msg = types.ErrInvalidNetworkConfig, "invalid network configuration"
 	case errors.Is(err, ErrBadEnvironment):
 		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
 	case errors.Is(err, ErrNotAvailable):
 		code, msg = types.ErrPluginNotAvailable, "plugin not available"
+	case errors.Is(err, ErrTryAgain):
+		code, msg = types.ErrTryAgainLater, "try again later"
 	case errors.Is(err, ErrDeviceNotFound):
 		code, msg = CodeDeviceNotFound, "device not found"
 	case errors.Is(err, ErrDeviceInUse):

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -43,48 +44,92 @@ func parseCNIArgs(s string) podRef {
 	return p
 }
 
-// allocated asks the kubelet for the pod's devices. reachable is false when
-// the socket does not exist or does not answer; err is set only for a
-// kubelet that answered with an error.
-func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (devs map[string][]string, reachable bool, err error) {
+// errNoKubeletSocket is allocated's answer when the PodResources socket
+// does not exist: the one failure that may skip the "allocated to this pod"
+// check (a node without a kubelet, e.g. a plain container runtime).
+var errNoKubeletSocket = errors.New("kubelet PodResources socket does not exist")
+
+// allocated asks the kubelet for the pod's devices. A socket that does not
+// exist is errNoKubeletSocket; a pod the kubelet does not know is
+// podres.ErrPodNotFound; a kubelet that does not answer, or answers that it
+// is unavailable, is ErrTryAgain; any other answer is an error as it came.
+func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[string][]string, error) {
 	if p.PodResources == nil {
-		return nil, false, nil
+		return nil, fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
 	}
 	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return nil, fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
 	}
 	c, closeFn, err := p.PodResources(socket)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
-	devs, err = c.Devices(ctx, pod.Namespace, pod.Name)
+	devs, err := c.Devices(ctx, pod.Namespace, pod.Name)
 	if err != nil {
-		return nil, false, fmt.Errorf("ask kubelet %s for the devices of pod %s/%s: %w", socket, pod.Namespace, pod.Name, err)
+		err = fmt.Errorf("ask kubelet %s for the devices of pod %s/%s: %w", socket, pod.Namespace, pod.Name, err)
+		if transient(err) {
+			err = fmt.Errorf("%w: %w", ErrTryAgain, err)
+		}
+		return nil, err
 	}
-	return devs, true, nil
+	return devs, nil
+}
+
+// transient reports whether a PodResources failure is one that clears up:
+// no usable answer (connection refused while the kubelet restarts, a
+// timeout, a dropped connection, an answer cut short or garbled) or a gRPC
+// status that says so. A kubelet that answered with another status, or a
+// pod it does not know, is not.
+func transient(err error) bool {
+	if errors.Is(err, podres.ErrPodNotFound) {
+		return false
+	}
+	var se *podres.StatusError
+	if !errors.As(err, &se) {
+		return true
+	}
+	switch se.Code {
+	case 4, 8, 14: // DeadlineExceeded, ResourceExhausted, Unavailable
+		return true
+	}
+	return false
 }
 
 // selectDevices returns the device IDs this ADD attaches: the deviceID,
-// checked against the pod's allocation when the kubelet answers, or in
-// standalone mode every device of the resource allocated to the pod.
+// checked against the pod's allocation, or in standalone mode every device
+// of the resource allocated to the pod.
 func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
 	if !conf.Standalone() {
+		if !pod.known() && conf.RequirePodResources {
+			return nil, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
+		}
 		if !pod.known() {
 			return []string{conf.DeviceID}, nil
 		}
-		alloc, reachable, err := p.allocated(ctx, conf.KubeletSocket, pod)
-		if !reachable {
-			if err != nil {
-				log.Warn("kubelet PodResources not reachable; deviceID not checked", "err", err)
-			}
-			return []string{conf.DeviceID}, nil
-		}
+		// A device that does not exist is 100 whatever the kubelet says.
 		d, err := res.LookupRDMA(conf.DeviceID)
 		if err != nil {
 			return nil, lookupError(conf.DeviceID, err)
+		}
+		alloc, err := p.allocated(ctx, conf.KubeletSocket, pod)
+		switch {
+		case errors.Is(err, errNoKubeletSocket) && conf.RequirePodResources:
+			return nil, fmt.Errorf("%w: deviceID %q cannot be checked against the pod's allocation (requirePodResources): %w",
+				ErrNotAvailable, conf.DeviceID, err)
+		case errors.Is(err, errNoKubeletSocket):
+			log.Warn("kubelet PodResources socket does not exist; deviceID not checked against the pod's allocation",
+				"socket", conf.KubeletSocket)
+			return []string{conf.DeviceID}, nil
+		case errors.Is(err, podres.ErrPodNotFound):
+			// At sandbox creation the kubelet knows the pod: a pod it does
+			// not know has nothing allocated by it (wrong CNI_ARGS, or
+			// another kubelet's socket).
+			return nil, fmt.Errorf("deviceID %q: %w %s/%s: %w", conf.DeviceID, ErrNotAllocated, pod.Namespace, pod.Name, err)
+		case err != nil:
+			return nil, fmt.Errorf("check deviceID %q against the pod's allocation: %w", conf.DeviceID, err)
 		}
 		for name, ids := range alloc {
 			if conf.ResourceName != "" && name != conf.ResourceName {
@@ -101,12 +146,15 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 	if !pod.known() {
 		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
-	alloc, reachable, err := p.allocated(ctx, conf.KubeletSocket, pod)
-	if err != nil {
+	alloc, err := p.allocated(ctx, conf.KubeletSocket, pod)
+	switch {
+	case errors.Is(err, errNoKubeletSocket):
+		return nil, fmt.Errorf("%w: %w", ErrNotAvailable, err)
+	case errors.Is(err, podres.ErrPodNotFound):
+		log.Warn("kubelet does not know the pod; it has no devices allocated", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return nil, nil
+	case err != nil:
 		return nil, err
-	}
-	if !reachable {
-		return nil, fmt.Errorf("%w: kubelet PodResources socket %s does not exist", ErrNotAvailable, conf.KubeletSocket)
 	}
 	// Name the devices by their RDMA names, sorted, so that a pod's
 	// interfaces come in the same order however the kubelet lists them.
@@ -145,7 +193,7 @@ type candidate struct {
 	host   rdma.Link
 	podIf  string
 	soft   string // "rxe" for a soft-RoCE device
-	exclus bool   // move the RDMA device itself
+	exclus bool   // move the RDMA device itself (set by markExclusive)
 }
 
 // hostNetdev returns the netdev an RDMA device's traffic uses.
@@ -179,7 +227,7 @@ func softType(d discovery.RDMADevice) string {
 // without changing anything: it exists, nobody claimed it, its netdev is in
 // the host netns and its pod name is free.
 func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]state.Key, key state.Key,
-	mode rdma.NetnsMode, podNS netns.NsHandle) ([]candidate, error) {
+	podNS netns.NsHandle) ([]candidate, error) {
 	var out []candidate
 	seen := map[string]bool{}
 	for _, a := range plan {
@@ -211,7 +259,11 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 			return nil, fmt.Errorf("read pod netdev %q: %w", a.IfName, err)
 		}
 		c := candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)}
-		c.exclus = c.soft == "" && mode == netconf.ModeExclusive
+		if c.soft != "" && c.soft != "rxe" {
+			// The kernel destroys it when its netdev leaves, and only rxe
+			// is re-created in the pod.
+			return nil, fmt.Errorf("rdma device %s is a %s device: only rxe soft devices can be given to a pod", d.Name, c.soft)
+		}
 		out = append(out, c)
 	}
 	return out, nil

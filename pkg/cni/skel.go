@@ -3,6 +3,9 @@ package cni
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -43,4 +46,72 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 		Status: wrap(p.Status),
 		GC:     wrap(p.GC),
 	}
+}
+
+// Main runs the command the runtime asked for (CNI_* environment, the
+// configuration on stdin) with the plugin newPlugin builds, prints the
+// result or the error on stdout and returns the exit status.
+//
+// The spec's error result carries cniVersion, which types.Error and skel
+// leave out; skel also reads stdin itself, before the handlers, and fails
+// some requests (bad environment, JSON or version) without them. So Main
+// reads stdin first, hands skel the same bytes, and prints every error with
+// the configuration's cniVersion when it is one the plugin speaks, else the
+// latest it speaks.
+func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) int {
+	stdin, err := io.ReadAll(os.Stdin)
+	ver := errorVersion(stdin)
+	if err != nil {
+		return printError(ver, types.NewError(types.ErrIOFailure, "read stdin", err.Error()))
+	}
+	p, err := newPlugin()
+	if err != nil {
+		return printError(ver, types.NewError(types.ErrInternal, "start kube-rdma", err.Error()))
+	}
+	defer p.HostNS.Close()
+	// skel reads os.Stdin and takes no reader: give it a pipe with the
+	// bytes already read.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return printError(ver, types.NewError(types.ErrIOFailure, "pipe stdin", err.Error()))
+	}
+	go func() {
+		w.Write(stdin)
+		w.Close()
+	}()
+	os.Stdin = r
+	defer r.Close()
+	if e := skel.PluginMainFuncsWithError(p.Funcs(ctx), Versions, about); e != nil {
+		return printError(ver, e)
+	}
+	return 0
+}
+
+// errorVersion is the cniVersion an error is printed with.
+func errorVersion(stdin []byte) string {
+	supported := Versions.SupportedVersions()
+	var v struct {
+		CNIVersion string `json:"cniVersion"`
+	}
+	if json.Unmarshal(stdin, &v) == nil && slices.Contains(supported, v.CNIVersion) {
+		return v.CNIVersion
+	}
+	return supported[len(supported)-1]
+}
+
+// printError prints e as the spec's error result and returns the exit
+// status: 1, or 2 when not even the error could be printed.
+func printError(ver string, e *types.Error) int {
+	out := struct {
+		CNIVersion string `json:"cniVersion"`
+		*types.Error
+	}{ver, e}
+	b, err := json.MarshalIndent(out, "", "    ")
+	if err == nil {
+		_, err = os.Stdout.Write(b)
+	}
+	if err != nil {
+		return 2
+	}
+	return 1
 }

@@ -33,7 +33,7 @@ func TestStandalone(t *testing.T) {
 	e.socket = srv.Socket
 	prev := `"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"SANDBOX"}],"ips":[{"address":"10.0.0.5/24","interface":0}]}`
 	for _, noGet := range []bool{false, true} {
-		srv.NoGet = noGet
+		srv.NoGet.Store(noGet)
 		t.Run(fmt.Sprintf("noGet=%v", noGet), func(t *testing.T) {
 			pod := netnstest.New(t)
 			before := e.snapshot(pod)
@@ -219,8 +219,12 @@ func TestStatus(t *testing.T) {
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"resourceName":"rdma/hca"`))); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS without kubelet = %v, want code %d", err, types.ErrPluginNotAvailable)
 	}
+	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"requirePodResources":true`))); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS without kubelet, requirePodResources = %v, want code %d", err, types.ErrPluginNotAvailable)
+	}
 	srv := podrestest.Start(t)
 	e.socket = srv.Socket
+	srv.GetDisabled.Store(true) // the probe pod is unknown either way: the kubelet answered
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", `"resourceName":"rdma/hca"`))); err != nil {
 		t.Errorf("STATUS with kubelet: %v", err)
 	}
@@ -238,5 +242,34 @@ func TestStatus(t *testing.T) {
 	}
 	if err := e.p.Status(ctx, args("", nil, "", e.conf("1.1.0", ""))); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS without rdma netlink = %v, want code %d", err, types.ErrPluginNotAvailable)
+	}
+}
+
+// TestGCThisNetworkOnly: GC leaves other networks' attachments alone and
+// releases the IPAM of those it collects.
+func TestGCThisNetworkOnly(t *testing.T) {
+	requireHostLocal(t)
+	e := newEnv(t, 2, false, "shared")
+	podA, podB := netnstest.New(t), netnstest.New(t)
+	mine := e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.60.0.0/24"))
+	other := []byte(strings.Replace(string(e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)), `"name":"rdma"`, `"name":"other"`, 1))
+	mustAdd(t, e, args("a", podA, "net1", mine))
+	mustAdd(t, e, args("b", podB, "net1", other))
+	defer e.p.Del(context.Background(), args("b", podB, "net1", other))
+	lease := filepath.Join(e.stateDir, "..", "ipam", "rdma", "10.60.0.2")
+	if _, err := os.Stat(lease); err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	if err := e.p.GC(context.Background(), args("", nil, "", e.conf("1.1.0", `"cni.dev/valid-attachments":[]`))); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if got := netnstest.Links(t, podA); len(got) != 0 {
+		t.Errorf("pod a still has %v", got)
+	}
+	if _, err := os.Stat(lease); !os.IsNotExist(err) {
+		t.Errorf("lease %s still there after GC (%v)", lease, err)
+	}
+	if got := netnstest.Links(t, podB); len(got) != 1 {
+		t.Errorf("pod b of network other lost its device: %v", got)
 	}
 }

@@ -1,8 +1,8 @@
 // Package rdma performs the netlink operations the CNI plugin needs on a
 // node: reading and moving netdevs between network namespaces (move, rename,
 // MTU, MAC and up state in a single request), reading the RDMA subsystem's
-// netns mode, moving RDMA devices between namespaces and creating soft-RoCE
-// (rxe) links. Every operation takes the namespace it acts in and uses a
+// netns mode, moving RDMA devices between namespaces, creating soft-RoCE
+// (rxe) links, and putting addresses and routes on a netdev. Every operation takes the namespace it acts in and uses a
 // netlink socket bound to it (netlink.NewHandleAt), never switching the
 // calling thread's namespace.
 //

@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -72,11 +73,29 @@ func (Devices) Move(from netns.NsHandle, name string, to netns.NsHandle) error {
 		return err
 	}
 	defer h.Close()
-	l, err := h.RdmaLinkByName(name)
+	return move(h, name, to)
+}
+
+// linkMover is the part of *netlink.Handle that move uses.
+type linkMover interface {
+	RdmaLinkList() ([]*netlink.RdmaLink, error)
+	RdmaLinkSetNsFd(link *netlink.RdmaLink, fd uint32) error
+}
+
+// move finds the device in a dump and moves it. netlink's RdmaLinkByName
+// also lists and searches, but answers a name it did not find and a dump
+// that failed alike (an error with text only); here a device missing from
+// a complete dump is ErrDeviceNotFound and a failed dump is what it is.
+func move(h linkMover, name string, to netns.NsHandle) error {
+	ls, err := retryDump(h.RdmaLinkList)
 	if err != nil {
-		return fmt.Errorf("find rdma device %q: %w: %w", name, ErrDeviceNotFound, err)
+		return fmt.Errorf("find rdma device %q: list rdma devices: %w", name, err)
 	}
-	if err := h.RdmaLinkSetNsFd(l, uint32(to)); err != nil {
+	i := slices.IndexFunc(ls, func(l *netlink.RdmaLink) bool { return l.Attrs.Name == name })
+	if i < 0 {
+		return fmt.Errorf("find rdma device %q: %w", name, ErrDeviceNotFound)
+	}
+	if err := h.RdmaLinkSetNsFd(ls[i], uint32(to)); err != nil {
 		return fmt.Errorf("move rdma device %q to netns %s: %w", name, to, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -34,8 +35,13 @@ const (
 	ModeExclusive                = rdma.NetnsExclusive
 )
 
-// ErrInvalid marks a configuration that is malformed or inconsistent.
+// ErrInvalid marks a configuration that is JSON but not a valid one: an
+// unknown field, a value of the wrong type, an inconsistent setting.
 var ErrInvalid = errors.New("invalid network configuration")
+
+// ErrDecode marks stdin data that is not a JSON object at all (CNI code 6,
+// "failed to decode content", as skel answers for it).
+var ErrDecode = errors.New("network configuration is not a JSON object")
 
 // Conf is a validated configuration with defaults applied.
 type Conf struct {
@@ -57,6 +63,10 @@ type Conf struct {
 	SysfsRoot      string
 	NetnsMode      rdma.NetnsMode
 	LogFile        string
+	// RequirePodResources refuses an ADD with a deviceID when the
+	// "allocated to this pod" check cannot be made (no PodResources socket,
+	// no pod name in CNI_ARGS) instead of skipping it.
+	RequirePodResources bool
 	// PrevResult is the previous plugin's result when chained, converted to
 	// the current result version; nil otherwise.
 	PrevResult       *types100.Result
@@ -96,6 +106,8 @@ type raw struct {
 	SysfsRoot      string   `json:"sysfsRoot,omitempty"`
 	RdmaNetnsMode  string   `json:"rdmaNetnsMode,omitempty"`
 	LogFile        string   `json:"logFile,omitempty"`
+
+	RequirePodResources bool `json:"requirePodResources,omitempty"`
 }
 
 func invalid(format string, a ...any) error {
@@ -109,6 +121,12 @@ func Parse(data []byte) (*Conf, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+			errors.As(err, &te) && te.Field == "" {
+			return nil, fmt.Errorf("%w: %w", ErrDecode, err)
+		}
 		return nil, invalid("decode: %v", err)
 	}
 	if dec.More() {
@@ -119,6 +137,7 @@ func Parse(data []byte) (*Conf, error) {
 		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
 		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
 		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
+		RequirePodResources: r.RequirePodResources,
 	}
 	if r.Type != PluginType {
 		return nil, invalid("type is %q, want %q", r.Type, PluginType)

@@ -15,7 +15,7 @@ func TestParse(t *testing.T) {
 		name    string
 		in      string
 		want    *Conf
-		wantErr bool
+		wantErr error
 	}{
 		{
 			name: "multus with runtimeConfig",
@@ -33,31 +33,42 @@ func TestParse(t *testing.T) {
 		},
 		{
 			name: "standalone",
-			in:   `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","resourceName":"rdma.kube-rdma.io/hca","interfaceNames":["ib0","ib1"]}`,
+			in: `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","resourceName":"rdma.kube-rdma.io/hca","interfaceNames":["ib0","ib1"],
+				"requirePodResources":true}`,
 			want: &Conf{CNIVersion: "1.0.0", Name: "rdma", ResourceName: "rdma.kube-rdma.io/hca", InterfaceNames: []string{"ib0", "ib1"},
+				RequirePodResources: true,
+				KubeletSocket:       DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
+		},
+		{
+			name: "runtimeConfig.mac wins over mac; runtimeConfig.ips is for the IPAM plugin",
+			in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","mac":"02:00:00:00:00:09",
+				"runtimeConfig":{"deviceID":"rxe0","mac":"02:00:00:00:00:01","ips":["10.1.0.5/24"]}}`,
+			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", DeviceID: "rxe0", MAC: mac,
 				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
 		},
-		{name: "malformed json", in: `{"cniVersion":`, wantErr: true},
-		{name: "unknown field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","master":"eth0"}`, wantErr: true},
-		{name: "unknown runtimeConfig field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","runtimeConfig":{"foo":1}}`, wantErr: true},
-		{name: "wrong type", in: `{"cniVersion":"1.1.0","name":"rdma","type":"host-device"}`, wantErr: true},
-		{name: "no name", in: `{"cniVersion":"1.1.0","type":"kube-rdma"}`, wantErr: true},
-		{name: "bad mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"zz"}`, wantErr: true},
-		{name: "multicast mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"01:00:5e:00:00:01"}`, wantErr: true},
-		{name: "mtu", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mtu":70000}`, wantErr: true},
-		{name: "mode", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","rdmaNetnsMode":"private"}`, wantErr: true},
-		{name: "relative state dir", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","stateDir":"state"}`, wantErr: true},
-		{name: "ipam without type", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{}}`, wantErr: true},
-		{name: "ipam type with path", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{"type":"../x"}}`, wantErr: true},
-		{name: "duplicate interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a","a"]}`, wantErr: true},
-		{name: "bad interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a/b"]}`, wantErr: true},
-		{name: "trailing data", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"} {}`, wantErr: true},
+		{name: "malformed json", in: `{"cniVersion":`, wantErr: ErrDecode},
+		{name: "not an object", in: `[1]`, wantErr: ErrDecode},
+		{name: "wrong field type", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mtu":"9000"}`, wantErr: ErrInvalid},
+		{name: "unknown field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","master":"eth0"}`, wantErr: ErrInvalid},
+		{name: "unknown runtimeConfig field", in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","runtimeConfig":{"foo":1}}`, wantErr: ErrInvalid},
+		{name: "wrong type", in: `{"cniVersion":"1.1.0","name":"rdma","type":"host-device"}`, wantErr: ErrInvalid},
+		{name: "no name", in: `{"cniVersion":"1.1.0","type":"kube-rdma"}`, wantErr: ErrInvalid},
+		{name: "bad mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"zz"}`, wantErr: ErrInvalid},
+		{name: "multicast mac", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mac":"01:00:5e:00:00:01"}`, wantErr: ErrInvalid},
+		{name: "mtu", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","mtu":70000}`, wantErr: ErrInvalid},
+		{name: "mode", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","rdmaNetnsMode":"private"}`, wantErr: ErrInvalid},
+		{name: "relative state dir", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","stateDir":"state"}`, wantErr: ErrInvalid},
+		{name: "ipam without type", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{}}`, wantErr: ErrInvalid},
+		{name: "ipam type with path", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","ipam":{"type":"../x"}}`, wantErr: ErrInvalid},
+		{name: "duplicate interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a","a"]}`, wantErr: ErrInvalid},
+		{name: "bad interface name", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","interfaceNames":["a/b"]}`, wantErr: ErrInvalid},
+		{name: "trailing data", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"} {}`, wantErr: ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse([]byte(tc.in))
-			if tc.wantErr {
-				if !errors.Is(err, ErrInvalid) {
-					t.Fatalf("Parse error = %v, want ErrInvalid", err)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Parse error = %v, want %v", err, tc.wantErr)
 				}
 				return
 			}
@@ -147,8 +158,8 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrDecode) {
+				t.Fatalf("error %v wraps neither ErrInvalid nor ErrDecode", err)
 			}
 			return
 		}

@@ -14,14 +14,35 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // gRPC status codes the client tells apart.
 const (
 	codeOK            = 0
+	codeUnknown       = 2
 	codeNotFound      = 5
 	codeUnimplemented = 12
 )
+
+// ErrPodNotFound is returned when the kubelet does not know the pod.
+var ErrPodNotFound = errors.New("kubelet does not know the pod")
+
+// getDisabled is the whole message of the kubelet's answer to Get while the
+// KubeletPodResourcesGet feature gate is off (kubelets 1.27-1.33 by
+// default): a plain error, so gRPC sends it as code 2 (Unknown), a code
+// every unexpected failure also gets. The message is the only thing that
+// tells this answer apart, so it is compared, whole, only with code 2.
+// Kubelets before 1.27 have no Get at all and answer code 12.
+const getDisabled = "PodResources API Get method disabled"
+
+// podNotFound is the whole message of the kubelet's answer to Get for a pod
+// it does not know, also a plain error sent as code 2 (kubernetes
+// pkg/kubelet/apis/podresources/server_v1.go). Compared whole, with the
+// pod's own name and namespace, and only with code 2.
+func podNotFound(namespace, name string) string {
+	return fmt.Sprintf("pod %s in namespace %s not found", name, namespace)
+}
 
 // StatusError is a non-OK gRPC status.
 type StatusError struct {
@@ -36,8 +57,12 @@ func (e *StatusError) Error() string {
 // maxMessage bounds a response (the kubelet's own default is 16 MiB).
 const maxMessage = 16 << 20
 
-// Client talks to one kubelet socket, one connection per call.
-type Client struct{ socket string }
+// Client talks to one kubelet socket, one connection per call. It remembers
+// that the kubelet does not serve Get, so later calls go straight to List.
+type Client struct {
+	socket string
+	noGet  atomic.Bool
+}
 
 // Dial prepares a client for the unix socket at path; it does not connect
 // until the first call.
@@ -52,44 +77,15 @@ func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, e
 
 // Devices returns the device IDs allocated to the pod, by resource name,
 // over all its containers, sorted. It uses Get and falls back to List on a
-// kubelet without the Get call (KubeletPodResourcesGet disabled). A pod the
-// kubelet does not know has no devices.
+// kubelet that does not serve Get (code 12, or code 2 with the kubelet's
+// "Get method disabled" message), and remembers that for later calls. A pod
+// the kubelet does not know is ErrPodNotFound.
 func (c *Client) Devices(ctx context.Context, namespace, name string) (map[string][]string, error) {
-	var pod *podResources
-	resp, err := c.call(ctx, "Get", encodeGetRequest(name, namespace))
-	var se *StatusError
-	switch {
-	case err == nil:
-		pods, derr := decodePods(resp)
-		if derr != nil {
-			return nil, fmt.Errorf("decode Get response: %w", derr)
-		}
-		if len(pods) > 0 {
-			pod = &pods[0]
-		}
-	case errors.As(err, &se) && se.Code == codeNotFound:
-	case errors.As(err, &se) && se.Code == codeUnimplemented:
-		resp, err := c.call(ctx, "List", nil)
-		if err != nil {
-			return nil, fmt.Errorf("list pod resources: %w", err)
-		}
-		pods, err := decodePods(resp)
-		if err != nil {
-			return nil, fmt.Errorf("decode List response: %w", err)
-		}
-		for i := range pods {
-			if pods[i].namespace == namespace && pods[i].name == name {
-				pod = &pods[i]
-				break
-			}
-		}
-	default:
-		return nil, fmt.Errorf("get pod resources of %s/%s: %w", namespace, name, err)
+	pod, err := c.pod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string][]string{}
-	if pod == nil {
-		return out, nil
-	}
 	for _, d := range pod.devices {
 		if !slices.Contains(out[d.resource], d.id) {
 			out[d.resource] = append(out[d.resource], d.id)
@@ -99,4 +95,44 @@ func (c *Client) Devices(ctx context.Context, namespace, name string) (map[strin
 		slices.Sort(ids)
 	}
 	return out, nil
+}
+
+func (c *Client) pod(ctx context.Context, namespace, name string) (*podResources, error) {
+	if !c.noGet.Load() {
+		resp, err := c.call(ctx, "Get", encodeGetRequest(name, namespace))
+		var se *StatusError
+		switch {
+		case err == nil:
+			pods, err := decodePods(resp)
+			if err != nil {
+				return nil, fmt.Errorf("decode Get response: %w", err)
+			}
+			if len(pods) == 0 {
+				return nil, fmt.Errorf("get pod resources of %s/%s: empty answer: %w", namespace, name, ErrPodNotFound)
+			}
+			return &pods[0], nil
+		case errors.As(err, &se) && (se.Code == codeNotFound ||
+			se.Code == codeUnknown && se.Message == podNotFound(namespace, name)):
+			return nil, fmt.Errorf("get pod resources of %s/%s: %w: %w", namespace, name, ErrPodNotFound, err)
+		case errors.As(err, &se) && (se.Code == codeUnimplemented ||
+			se.Code == codeUnknown && se.Message == getDisabled):
+			c.noGet.Store(true)
+		default:
+			return nil, fmt.Errorf("get pod resources of %s/%s: %w", namespace, name, err)
+		}
+	}
+	resp, err := c.call(ctx, "List", nil)
+	if err != nil {
+		return nil, fmt.Errorf("list pod resources: %w", err)
+	}
+	pods, err := decodePods(resp)
+	if err != nil {
+		return nil, fmt.Errorf("decode List response: %w", err)
+	}
+	for i := range pods {
+		if pods[i].namespace == namespace && pods[i].name == name {
+			return &pods[i], nil
+		}
+	}
+	return nil, fmt.Errorf("list pod resources: %s/%s is not listed: %w", namespace, name, ErrPodNotFound)
 }

@@ -5,9 +5,11 @@ package podrestest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -22,15 +24,26 @@ type Pod struct {
 	Devices         map[string][]string
 }
 
-// Server answers List and Get from its pods. With NoGet set it answers Get
-// with Unimplemented, as a kubelet without KubeletPodResourcesGet does.
+// Server answers List and Get from its pods with the kubelet's answers
+// (kubernetes pkg/kubelet/apis/podresources/server_v1.go): Get of a pod it
+// does not know fails with a plain error, which gRPC sends as code 2
+// (Unknown) and "pod <name> in namespace <ns> not found".
 type Server struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
 	Socket string
-	NoGet  bool
+	// NoGet answers Get with Unimplemented (code 12), as a kubelet older
+	// than 1.27, whose API has no Get, does.
+	NoGet atomic.Bool
+	// GetDisabled answers Get with code 2 (Unknown) and "PodResources API
+	// Get method disabled", as kubelets 1.27-1.33 do while the
+	// KubeletPodResourcesGet feature gate is off (their default).
+	GetDisabled atomic.Bool
+	// GetCalls and ListCalls count the requests.
+	GetCalls, ListCalls atomic.Int32
 
 	mu   sync.Mutex
 	pods []Pod
+	fail error
 }
 
 // Start serves on <t.TempDir()>/kubelet.sock until the test ends.
@@ -63,10 +76,23 @@ func (s *Server) resources(p Pod) *podresourcesv1.PodResources {
 	return &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name, Containers: []*podresourcesv1.ContainerResources{ctr}}
 }
 
-// List implements the kubelet's List.
-func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+// Fail makes every later call answer err (nil: answer again). A plain
+// error reaches the client as code 2 (Unknown) with its text, as the
+// kubelet's own errors do.
+func (s *Server) Fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fail = err
+}
+
+// List implements the kubelet's List.
+func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	s.ListCalls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
 	resp := &podresourcesv1.ListPodResourcesResponse{}
 	for _, p := range s.pods {
 		resp.PodResources = append(resp.PodResources, s.resources(p))
@@ -76,15 +102,22 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 
 // Get implements the kubelet's Get.
 func (s *Server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
-	if s.NoGet {
-		return nil, status.Error(codes.Unimplemented, "Get is not enabled")
+	s.GetCalls.Add(1)
+	if s.NoGet.Load() {
+		return nil, status.Error(codes.Unimplemented, "unknown method Get for service v1.PodResourcesLister")
+	}
+	if s.GetDisabled.Load() {
+		return nil, fmt.Errorf("PodResources API Get method disabled")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
 	for _, p := range s.pods {
 		if p.Namespace == req.GetPodNamespace() && p.Name == req.GetPodName() {
 			return &podresourcesv1.GetPodResourcesResponse{PodResources: s.resources(p)}, nil
 		}
 	}
-	return nil, status.Errorf(codes.NotFound, "pod %s/%s not found", req.GetPodNamespace(), req.GetPodName())
+	return nil, fmt.Errorf("pod %s in namespace %s not found", req.GetPodName(), req.GetPodNamespace())
 }

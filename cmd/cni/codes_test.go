@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// docCodes reads the error codes from the table under "## Errors" in
+// docs/cni.md.
+func docCodes(t *testing.T) []uint {
+	t.Helper()
+	f, err := os.Open("../../docs/cni.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	row := regexp.MustCompile(`^\| (\d+) \| `)
+	var codes []uint
+	in := false
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line := sc.Text()
+		if len(line) > 3 && line[:3] == "## " {
+			in = line == "## Errors"
+			continue
+		}
+		if m := row.FindStringSubmatch(line); in && m != nil {
+			c, _ := strconv.ParseUint(m[1], 10, 32)
+			codes = append(codes, uint(c))
+		}
+	}
+	if len(codes) == 0 {
+		t.Fatal("no error table under ## Errors in docs/cni.md")
+	}
+	return codes
+}
+
+// TestDocumentedErrorCodes runs the binary into every error code the table
+// in docs/cni.md lists, and fails for a code the table lists that no case
+// produces or a case whose code the table does not list.
+func TestDocumentedErrorCodes(t *testing.T) {
+	host, pod := netnstest.New(t), netnstest.New(t)
+	netnstest.Veth(t, host, "nic0", "peer0")
+	netnstest.Veth(t, host, "nic1", "peer1")
+	netnstest.Veth(t, pod, "taken", "takenp")
+	port := nodesim.Port{State: nodesim.StateActive, PhysState: nodesim.PhysLinkUp, LinkLayer: "Ethernet"}
+	var topo nodesim.Topology
+	for i, addr := range []string{"0000:01:00.0", "0000:02:00.0"} {
+		topo.PCI = append(topo.PCI, nodesim.Function{Path: "pci0000:00/0000:00:01.0/" + addr, Vendor: "15b3", Device: "1017", Class: "020000",
+			Driver: "mlx5_core", NUMANode: -1, Netdevs: []nodesim.Netdev{{Name: "nic" + strconv.Itoa(i)}}})
+		topo.RDMA = append(topo.RDMA, nodesim.RDMA{Name: "mlx5_" + strconv.Itoa(i), Parent: addr, Ports: []nodesim.Port{port}})
+	}
+	tree, err := nodesim.Build(t.TempDir(), topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubelet := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p", Devices: map[string][]string{"rdma/hca": {"mlx5_0"}}})
+	failing := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p"})
+	failing.Fail(errors.New("internal error"))
+	stale := filepath.Join(dir, "stale.sock") // a kubelet that is restarting
+	l, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	conf := func(socket, extra string) string {
+		return `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"` + filepath.Join(dir, "state") +
+			`","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + socket + `"` + extra + `}`
+	}
+	none := filepath.Join(dir, "none.sock")
+	env := func(command, ifName, args string) []string {
+		return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=" + ifName,
+			"CNI_PATH=/usr/lib/cni", "CNI_ARGS=" + args}
+	}
+	const podArgs = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
+	dev := func(id string) string { return `,"runtimeConfig":{"deviceID":"` + id + `"}` }
+
+	// mlx5_1 is claimed by another attachment.
+	busy := invokeEnv(t, host, conf(none, dev("mlx5_1")), "CNI_COMMAND=ADD", "CNI_CONTAINERID=busy", "CNI_NETNS="+pod.Path,
+		"CNI_IFNAME=busy1", "CNI_PATH=/usr/lib/cni")
+	if busy.exit != 0 {
+		t.Fatalf("ADD of mlx5_1: exit %d", busy.exit)
+	}
+	var tested []uint
+	for _, tc := range []struct {
+		code  uint
+		what  string
+		stdin string
+		env   []string
+	}{
+		{1, "unsupported cniVersion", `{"cniVersion":"0.3.1","name":"rdma","type":"kube-rdma"}`, env("ADD", "net1", "")},
+		{4, "standalone without pod name", conf(kubelet.Socket, `,"resourceName":"rdma/hca"`), env("ADD", "net1", "")},
+		{6, "malformed json", `{"cniVersion":"1.1.0",`, env("ADD", "net1", "")},
+		{7, "unknown field", conf(none, `,"master":"eth0"`+dev("mlx5_0")), env("ADD", "net1", "")},
+		{7, "missing deviceID", conf(none, ""), env("ADD", "net1", "")},
+		{11, "kubelet not answering", conf(stale, dev("mlx5_0")), env("ADD", "net1", podArgs)},
+		{50, "standalone without kubelet socket", conf(none, `,"resourceName":"rdma/hca"`), env("ADD", "net1", podArgs)},
+		{50, "requirePodResources without kubelet socket", conf(none, `,"requirePodResources":true`+dev("mlx5_0")), env("ADD", "net1", podArgs)},
+		{100, "no such device", conf(none, dev("mlx5_9")), env("ADD", "net1", "")},
+		{101, "device claimed", conf(none, dev("mlx5_1")), env("ADD", "net1", "")},
+		{102, "device not allocated", conf(kubelet.Socket, dev("mlx5_1")), env("ADD", "net1", podArgs)},
+		{102, "pod unknown to the kubelet", conf(kubelet.Socket, dev("mlx5_0")), env("ADD", "net1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=other")},
+		{103, "pod interface name taken", conf(none, dev("mlx5_0")), env("ADD", "taken", "")},
+		{104, "CHECK without attachment", conf(none, dev("mlx5_0")), env("CHECK", "net1", "")},
+		{999, "kubelet answers an error", conf(failing.Socket, dev("mlx5_0")), env("ADD", "net1", podArgs)},
+	} {
+		t.Run(strconv.Itoa(int(tc.code))+" "+tc.what, func(t *testing.T) {
+			r := invokeEnv(t, host, tc.stdin, tc.env...)
+			var got struct {
+				Code uint `json:"code"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.exit == 0 || got.Code != tc.code {
+				t.Errorf("exit %d, stdout %q: want code %d", r.exit, r.stdout, tc.code)
+			}
+			if !slices.Contains(docCodes(t), tc.code) {
+				t.Errorf("code %d is not in the table in docs/cni.md", tc.code)
+			}
+		})
+		tested = append(tested, tc.code)
+	}
+	for _, c := range docCodes(t) {
+		if !slices.Contains(tested, c) {
+			t.Errorf("docs/cni.md lists code %d, which no case produces", c)
+		}
+	}
+}

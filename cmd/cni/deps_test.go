@@ -1,0 +1,28 @@
+package main
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestLinksNeitherGRPCNorHTTP: the plugin is exec'd for every ADD and DEL,
+// and grpc-go's, protobuf's and net/http's initialization cost more than
+// the rest of its start-up (docs/cni.md, Build).
+func TestLinksNeitherGRPCNorHTTP(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go tool to list the plugin's packages")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, bad := range []string{"google.golang.org/grpc", "google.golang.org/protobuf/proto", "net/http"} {
+		if slices.Contains(deps, bad) {
+			t.Errorf("the plugin links %s", bad)
+		}
+	}
+}
