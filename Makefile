@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 BIN := bin
 # Pinned; built from the Go module proxy on first use and cached in GOCACHE.
-# v0.8.2 is the newest release; it is built with and for Go 1.26.
+# v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build demo test fuzz bench dp-idle bench-cni e2e-rxe lint ci clean
