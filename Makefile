@@ -3,6 +3,9 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 BIN := bin
+# Pinned; built from the Go module proxy on first use and cached in GOCACHE.
+# v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build demo test fuzz bench dp-idle bench-cni e2e-rxe lint ci clean
 
@@ -37,10 +40,14 @@ demo: build
 	$(BIN)/kube-rdma-demo run --sample $(SAMPLE)
 
 # Unit and integration tests. As root, the tests that move links between real
-# network namespaces run too (CI runs as root); otherwise they skip and say why.
+# network namespaces run too (CI runs as root); as another user they re-run as
+# root in a user namespace where the kernel allows it, else skip and say why.
+# hack/testsummary prints what plain go test would, then the skips by reason.
 test:
 	@bash hack/ensure-go.sh
-	$(GO) test -count=1 -timeout 15m ./...
+	@if [ "$$(id -u)" = 0 ]; then echo "make test: as root: the tests that create network namespaces and move links run"; \
+	else echo "make test: as $$(id -un), not root: tests that create network namespaces re-run as root in a user namespace if the kernel allows it; tests that need root skip, with reasons at the end"; fi
+	@set -o pipefail; $(GO) test -count=1 -timeout 15m -json ./... | $(GO) run ./hack/testsummary
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParsers -fuzztime 30s ./pkg/discovery/
@@ -66,6 +73,7 @@ e2e-rxe:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 ci:
 	bash .ci/run

@@ -37,13 +37,12 @@ type Kubelet struct {
 	dir string
 	log *slog.Logger
 
-	mu       sync.Mutex
-	server   *grpc.Server
-	plugins  map[string]*plugin
-	regs     []*pluginapi.RegisterRequest
-	changed  chan struct{} // closed and replaced on every change
-	stopped  bool
-	serveErr chan error
+	mu      sync.Mutex
+	server  *grpc.Server
+	plugins map[string]*plugin
+	regs    []*pluginapi.RegisterRequest
+	changed chan struct{} // closed and replaced on every change
+	stopped bool
 }
 
 type plugin struct {

@@ -1,6 +1,10 @@
 // Package netnstest creates throw-away network namespaces and veth links for
 // tests that must move real netdevs, so they never touch the links of the
 // machine's own namespace. It is imported only from _test.go files.
+//
+// Tests that use it run as root (CI), or, as any other user, re-run
+// themselves as root in a user namespace where the kernel allows it
+// (RequireNetAdmin), and skip with the reason otherwise.
 package netnstest
 
 import (
@@ -18,15 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RequireRoot skips the test unless it runs as root with CAP_SYS_ADMIN, which
-// creating namespaces and moving links needs.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces and move links (CI runs as root)")
-	}
-}
-
 // NS is a network namespace bind-mounted on a file, as a runtime creates a
 // pod's namespace.
 type NS struct {
@@ -37,10 +32,11 @@ type NS struct {
 }
 
 // New creates a namespace with only a loopback device, removed when the test
-// ends.
+// ends. Run as another user than root, it first re-runs the test in a user
+// namespace (see RequireNetAdmin).
 func New(t testing.TB) *NS {
 	t.Helper()
-	RequireRoot(t)
+	RequireNetAdmin(t)
 	path := filepath.Join(t.TempDir(), "netns")
 	ns, err := create(path)
 	if err != nil {

@@ -6,6 +6,25 @@
 // sets (see policy). Closest, the device plugin's GetPreferredAllocation,
 // packs devices close to each other; NearestTo, for binding NICs to the GPUs
 // of a pod, picks free devices close to given locations.
+//
+// Both policies first narrow the candidates (see candidates):
+//
+//   - An unhealthy device is never picked unless it is in MustInclude (the
+//     kubelet may force it). If fewer than Size healthy devices (plus the
+//     forced ones) are available, the request fails with ErrBadRequest: a
+//     preference that names a device known to be broken would be a wrong
+//     answer, and the kubelet then falls back to its own choice.
+//   - An InfiniBand port and an Ethernet port cannot talk RDMA to each
+//     other, so a set keeps to one link layer. An unknown link layer ("")
+//     goes with any. If MustInclude fixes a link layer, only that layer is
+//     considered; if it holds two, the kubelet forced a mix and every layer
+//     is. Otherwise each layer that can fill Size on its own is tried and the
+//     best set wins (as the policy compares finished sets: for Closest the
+//     closest), ties going to the set with the smaller IDs as everywhere
+//     else.
+//   - Only when no single layer can fill Size is a mixed set returned: the
+//     kubelet asks for a preference, and a mixed set it may still use is
+//     better than none.
 package allocator
 
 import (
@@ -28,6 +47,12 @@ var (
 type Device struct {
 	ID       string
 	Location discovery.Location
+	// Unhealthy devices are picked only when MustInclude names them. The
+	// zero value is healthy.
+	Unhealthy bool
+	// LinkLayer is the port's link layer, "InfiniBand" or "Ethernet"; ""
+	// (unknown) is compatible with any.
+	LinkLayer string
 }
 
 // Topology is every device the caller knows, and the NUMA node count that
@@ -47,7 +72,8 @@ type Request struct {
 // Closest picks Size devices from Available that are closest to each other:
 // first the fewest, shortest PCIe hops (same switch, then same root complex,
 // then same NUMA node, then anything), with MustInclude always in. Ties go
-// to the lexically smallest IDs. The result is sorted.
+// to the lexically smallest IDs. Unhealthy devices and other link layers are
+// left out as the package doc says. The result is sorted.
 func Closest(t Topology, r Request) ([]string, error) {
 	return choose(t, r, closeness{})
 }
@@ -55,7 +81,8 @@ func Closest(t Topology, r Request) ([]string, error) {
 // NearestTo picks Size devices from Available closest to the targets (GPU
 // locations), serving the targets in turn (one NIC per GPU first): pick k is
 // the device closest to target k mod len(targets), then closest to all of
-// them, then to the devices already picked. The result is sorted.
+// them, then to the devices already picked. Unhealthy devices and other link
+// layers are left out as the package doc says. The result is sorted.
 func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: no targets", ErrBadRequest)
@@ -68,7 +95,7 @@ func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, e
 type problem struct {
 	devs  []Device
 	numa  int
-	avail []int
+	avail []int // the candidates of the pick under way, a subset of devs
 	must  []int
 	size  int
 	rank  []int8 // rank[i*len(devs)+j]
@@ -117,7 +144,6 @@ func resolve(t Topology, r Request) (*problem, error) {
 	n := len(p.devs)
 	p.rank = make([]int8, n*n)
 	for i := range n {
-		p.avail = append(p.avail, i)
 		for j := i + 1; j < n; j++ {
 			r := int8(discovery.Distance(p.devs[i].Location, p.devs[j].Location, p.numa).Rank())
 			p.rank[i*n+j], p.rank[j*n+i] = r, r
@@ -133,7 +159,8 @@ type policy interface {
 	// (the smaller ID).
 	key(p *problem, c int, g *growth) [3]int
 	// seeded says whether, with nothing chosen yet, every device should be
-	// tried as the first pick (and the finished sets compared with better).
+	// tried as the first pick (and the finished sets compared with better;
+	// better also compares the best sets of different link layers).
 	seeded() bool
 	// better compares two finished sets; negative means a is better.
 	better(p *problem, a, b []int) int
@@ -169,6 +196,35 @@ func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	groups, err := candidates(p)
+	if err != nil {
+		return nil, err
+	}
+	var best []int
+	for _, g := range groups {
+		if len(g) < p.size {
+			continue
+		}
+		p.avail = g
+		if set := pick(p, pol, prune); best == nil || pol.better(p, set, best) < 0 {
+			best = set
+		}
+	}
+	if best == nil {
+		// No single link layer can fill the request: mix them.
+		p.avail = healthy(p)
+		best = pick(p, pol, prune)
+	}
+	out := make([]string, len(best))
+	for i, d := range best {
+		out[i] = p.devs[d].ID
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// pick chooses p.size devices out of p.avail with pol.
+func pick(p *problem, pol policy, prune bool) []int {
 	var best []int
 	if len(p.must) == 0 && pol.seeded() {
 		// Devices under the same bridge with the same NUMA node are at the
@@ -190,12 +246,7 @@ func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error
 	} else {
 		best = grow(p, pol, p.must)
 	}
-	out := make([]string, len(best))
-	for i, d := range best {
-		out[i] = p.devs[d].ID
-	}
-	slices.Sort(out)
-	return out, nil
+	return best
 }
 
 // grow adds the best candidate until the set has size devices. Candidates

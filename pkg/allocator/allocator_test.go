@@ -182,7 +182,8 @@ func BenchmarkClosest1024(b *testing.B) {
 }
 
 // TestSeedPruning checks that trying one seed per bridge class gives the
-// same answer as trying every device, on generated topologies.
+// same answer as trying every device, on generated topologies with mixed
+// link layers and some unhealthy devices.
 func TestSeedPruning(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for iter := range 300 {
@@ -197,9 +198,20 @@ func TestSeedPruning(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				path = []string{sw, sw + "-sub", fmt.Sprintf("dev%02d", i)}
 			}
-			topo.Devices = append(topo.Devices, Device{ID: fmt.Sprintf("dev%02d", i), Location: loc(numa, root, path...)})
+			layer := []string{"", "Ethernet", "InfiniBand"}[rng.IntN(3)]
+			topo.Devices = append(topo.Devices, Device{ID: fmt.Sprintf("dev%02d", i), Location: loc(numa, root, path...),
+				LinkLayer: layer, Unhealthy: rng.IntN(5) == 0})
 		}
-		req := Request{Available: ids(topo), Size: 1 + rng.IntN(n)}
+		healthy := 0
+		for _, d := range topo.Devices {
+			if !d.Unhealthy {
+				healthy++
+			}
+		}
+		if healthy == 0 {
+			continue
+		}
+		req := Request{Available: ids(topo), Size: 1 + rng.IntN(healthy)}
 		fast, err := chooseSeeds(topo, req, closeness{}, true)
 		if err != nil {
 			t.Fatal(err)

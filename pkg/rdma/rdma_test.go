@@ -7,6 +7,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 )
 
 // fakeLinks stands in for an RDMA netlink handle only because this test
@@ -61,6 +63,7 @@ func TestMoveLookupErrors(t *testing.T) {
 // TestMoveWithoutRDMA runs on a kernel without RDMA netlink (this test
 // machine's): Move says so, and does not say the device is missing.
 func TestMoveWithoutRDMA(t *testing.T) {
+	netnstest.RequireNetAdmin(t) // Move enters the namespace (setns)
 	ns, err := netns.Get()
 	if err != nil {
 		t.Fatal(err)
