@@ -28,6 +28,10 @@ var (
 type Device struct {
 	ID       string
 	Location discovery.Location
+	// Unhealthy devices are never preferred (zero value: healthy).
+	Unhealthy bool
+	// LinkLayer is "InfiniBand" or "Ethernet"; "" is unknown.
+	LinkLayer string
 }
 
 // Topology is every device the caller knows, and the NUMA node count that

@@ -10,6 +10,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -27,7 +28,9 @@ func TestNetlinkNetnsMode(t *testing.T) {
 	}
 }
 
-func TestNetlinkLinksPokes(t *testing.T) {
+// TestNetlinkEventsPoke: the default event source (nodewatch.Netlink) pokes
+// on link and address updates in the namespace it follows.
+func TestNetlinkEventsPoke(t *testing.T) {
 	netnstest.RequireRoot(t)
 	ns := netnstest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -35,7 +38,7 @@ func TestNetlinkLinksPokes(t *testing.T) {
 	pokes := make(chan struct{}, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- deviceplugin.NetlinkLinks{Namespace: &ns.Handle}.Run(ctx, func() {
+		done <- nodewatch.Netlink{Namespace: ns.Handle}.Run(ctx, func() {
 			select {
 			case pokes <- struct{}{}:
 			default:
