@@ -1,0 +1,79 @@
+package nodewatch
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// TestSnapshots: health changes publish a new Gen, port changes a new
+// DevicesGen, nothing changed publishes nothing, and a published snapshot
+// never changes.
+func TestSnapshots(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}})
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.states.Close()
+	first, changed := w.Latest()
+	if !first.Healthy["mlx5_9"] || first.Node.Affinity != nil {
+		t.Fatalf("first snapshot: mlx5_9 healthy %v, affinity %d entries", first.Healthy["mlx5_9"], len(first.Node.Affinity))
+	}
+
+	w.refresh(time.Now(), false)
+	if s, _ := w.Latest(); s != first {
+		t.Fatal("an unchanged node published a snapshot")
+	}
+
+	if err := tree.SetPortState("mlx5_9", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+		t.Fatal(err)
+	}
+	w.refresh(time.Now(), false)
+	down, _ := w.Latest()
+	select {
+	case <-changed:
+	default:
+		t.Fatal("change channel not closed")
+	}
+	if down.Gen != first.Gen+1 || down.DevicesGen != first.DevicesGen || down.Healthy["mlx5_9"] {
+		t.Errorf("after port down: gen %d devicesGen %d healthy %v; want %d, %d, false",
+			down.Gen, down.DevicesGen, down.Healthy["mlx5_9"], first.Gen+1, first.DevicesGen)
+	}
+	if !first.Healthy["mlx5_9"] {
+		t.Error("the first snapshot changed")
+	}
+
+	port := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_9/ports/1")
+	for file, v := range map[string]string{"gids/3": "0000:0000:0000:0000:0000:ffff:0a01:0909", "gid_attrs/types/3": "RoCE v2", "gid_attrs/ndevs/3": "gpu0rdma0v1"} {
+		if err := os.WriteFile(filepath.Join(port, file), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.refresh(time.Now(), true)
+	gids, _ := w.Latest()
+	if gids.DevicesGen != down.DevicesGen+1 {
+		t.Errorf("devicesGen after a GID change: %d, want %d", gids.DevicesGen, down.DevicesGen+1)
+	}
+	idx := func(s *Snapshot) []int {
+		for _, d := range s.Node.RDMADevices {
+			if d.Name == "mlx5_9" {
+				return d.Ports[0].RoCEv2GIDIndexes
+			}
+		}
+		return nil
+	}
+	if got := idx(gids); len(got) != 2 || got[1] != 3 {
+		t.Errorf("RoCE v2 indexes after the change: %v, want [1 3]", got)
+	}
+	if got := idx(down); len(got) != 1 {
+		t.Errorf("the earlier snapshot's indexes changed to %v", got)
+	}
+}
