@@ -38,7 +38,7 @@ func TestNetlinkEventsPoke(t *testing.T) {
 	pokes := make(chan struct{}, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- nodewatch.Netlink{Namespace: ns.Handle}.Run(ctx, func() {
+		done <- nodewatch.Netlink{Namespace: ns.Handle}.Run(ctx, func(nodewatch.Event) {
 			select {
 			case pokes <- struct{}{}:
 			default:
@@ -81,13 +81,13 @@ func TestNetlinkEventsPoke(t *testing.T) {
 // pokeSource is an EventSource the test fires by hand.
 type pokeSource chan struct{}
 
-func (p pokeSource) Run(ctx context.Context, poke func()) error {
+func (p pokeSource) Run(ctx context.Context, poke func(nodewatch.Event)) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p:
-			poke()
+			poke(nodewatch.Event{})
 		}
 	}
 }

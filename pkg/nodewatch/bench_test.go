@@ -28,7 +28,7 @@ func BenchmarkTick(b *testing.B) {
 	gen := w.cur.Gen
 	b.ReportAllocs()
 	for b.Loop() {
-		w.refresh(time.Now(), false)
+		w.refresh(time.Now(), gidRequest{})
 	}
 	if w.cur.Gen != gen {
 		b.Fatal("an idle tick published")
@@ -41,6 +41,6 @@ func BenchmarkRereadGIDs(b *testing.B) {
 	w := syntheticWatcher(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		w.refresh(time.Now(), true)
+		w.refresh(time.Now(), gidRequest{all: true})
 	}
 }

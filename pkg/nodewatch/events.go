@@ -22,7 +22,7 @@ type Netlink struct {
 }
 
 // Run follows both subscriptions until ctx ends or one of them fails.
-func (n Netlink) Run(ctx context.Context, poke func()) error {
+func (n Netlink) Run(ctx context.Context, poke func(Event)) error {
 	ns := n.Namespace
 	if ns == 0 {
 		ns = netns.None()
@@ -30,8 +30,8 @@ func (n Netlink) Run(ctx context.Context, poke func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
-	go func() { errc <- rdma.WatchLinks(ctx, ns, func(string) { poke() }) }()
-	go func() { errc <- rdma.WatchAddrs(ctx, ns, func(int) { poke() }) }()
+	go func() { errc <- rdma.WatchLinks(ctx, ns, func(l string) { poke(Event{Netdev: l}) }) }()
+	go func() { errc <- rdma.WatchAddrs(ctx, ns, func(l string) { poke(Event{Netdev: l}) }) }()
 	err := <-errc
 	cancel()
 	return errors.Join(err, <-errc)
@@ -46,7 +46,7 @@ type ClassDir struct {
 
 // Run watches the directory until ctx ends; a missing directory is not
 // watched (nil is returned at once).
-func (c ClassDir) Run(ctx context.Context, poke func()) error {
+func (c ClassDir) Run(ctx context.Context, poke func(Event)) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch rdma class dir: %w", err)
@@ -63,7 +63,7 @@ func (c ClassDir) Run(ctx context.Context, poke func()) error {
 			if !ok {
 				return nil
 			}
-			poke()
+			poke(Event{})
 		case err := <-fw.Errors:
 			return fmt.Errorf("watch rdma class dir: %w", err)
 		}

@@ -88,7 +88,6 @@ func (w *Watcher) rescan(now time.Time) error {
 	w.states = discovery.OpenPortStates(w.cfg.Scanner.SysRoot, ports)
 	w.scratch = make(map[string]bool, len(ports))
 	w.states.Read(w.scratch)
-	w.gidDirty, w.lastGID = false, now // the scan has just read every GID
 	w.publish(node, maps.Clone(w.scratch), true)
 	return nil
 }

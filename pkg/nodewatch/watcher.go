@@ -25,16 +25,23 @@ const DefaultInterval = 500 * time.Millisecond
 // (10 s) keeps it at a fraction of the health reads.
 const DefaultGIDEvery = 20
 
-// minGIDGap bounds how often events re-read GID tables: a storm of link
-// events (pods starting, each with a veth pair) causes at most one re-read
-// per gap.
-const minGIDGap = 200 * time.Millisecond
+// minEventGap bounds how often events cause a re-read: a storm of events
+// causes at most one re-read per gap. Events about netdevs that belong to
+// no RDMA device (pods' veth pairs on a busy node) cause none.
+const minEventGap = 100 * time.Millisecond
+
+// Event says something may have changed on the node.
+type Event struct {
+	// Netdev is the network interface the event is about (a link or
+	// address update); "" means unknown: every device is re-read.
+	Netdev string
+}
 
 // EventSource pokes the watcher when something may have changed on the
 // node, so it re-reads at once instead of at the next tick.
 type EventSource interface {
 	// Run calls poke on each event until ctx ends.
-	Run(ctx context.Context, poke func()) error
+	Run(ctx context.Context, poke func(Event)) error
 }
 
 // Config says what to watch and how often.
@@ -67,9 +74,15 @@ type Watcher struct {
 	states   *discovery.PortStates
 	scratch  map[string]bool
 	ticks    int
-	gidDirty bool
-	lastGID  time.Time
-	now      func() time.Time
+	netdevs  map[string][]int // netdev -> indexes in the snapshot's RDMADevices
+	last     time.Time        // of the last re-read
+
+	evMu     sync.Mutex
+	evAll    bool            // an event about an unknown netdev is pending
+	evNames  map[string]bool // netdevs with pending events
+	evSignal chan struct{}
+
+	now func() time.Time
 }
 
 // New returns a watcher; Scan reads the node for the first time, Run keeps
@@ -85,7 +98,7 @@ func New(cfg Config) *Watcher {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Watcher{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}),
-		pending: map[string]*retry{}, now: time.Now}
+		pending: map[string]*retry{}, evNames: map[string]bool{}, evSignal: make(chan struct{}, 1), now: time.Now}
 }
 
 // Latest returns the current snapshot (nil before the first Scan) and a
@@ -101,7 +114,7 @@ func (w *Watcher) Latest() (*Snapshot, <-chan struct{}) {
 func (w *Watcher) Scan() error { return w.rescan(w.now()) }
 
 // Run keeps the snapshot current until ctx ends: a cheap re-read every
-// Interval and on every event, full scans when devices come or go.
+// Interval and on events, full scans when devices come or go.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer w.states.Close()
 	if cur, _ := w.Latest(); cur == nil {
@@ -109,53 +122,91 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	pokes := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case pokes <- struct{}{}:
-		default:
-		}
-	}
 	for _, src := range w.cfg.Events {
 		go func() {
-			if err := src.Run(ctx, poke); err != nil && ctx.Err() == nil {
+			if err := src.Run(ctx, w.poke); err != nil && ctx.Err() == nil {
 				w.log.Warn("event source stopped; relying on the periodic re-read", "err", err)
 			}
 		}()
 	}
 	tick := time.NewTicker(w.cfg.Interval)
 	defer tick.Stop()
-	gidTimer := time.NewTimer(time.Hour)
-	gidTimer.Stop()
+	gap := time.NewTimer(time.Hour)
+	gap.Stop()
+	var req gidRequest
 	for {
+		ticked := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 			w.ticks++
-			if w.ticks%w.cfg.GIDEvery == 0 {
-				w.gidDirty = true
+			ticked = true
+			req.all = req.all || w.ticks%w.cfg.GIDEvery == 0
+		case <-w.evSignal:
+			if !w.takeEvents(&req) {
+				continue // about netdevs of no RDMA device
 			}
-		case <-pokes:
-			w.gidDirty = true
-		case <-gidTimer.C:
+		case <-gap.C:
 		}
 		now := w.now()
-		if w.gidDirty && now.Sub(w.lastGID) < minGIDGap {
-			// Too soon after the last re-read: do the health part now and
-			// the GID part when the gap has passed.
-			gidTimer.Reset(minGIDGap - now.Sub(w.lastGID))
-			w.refresh(now, false)
+		if !ticked && now.Sub(w.last) < minEventGap {
+			gap.Reset(minEventGap - now.Sub(w.last))
 			continue
 		}
-		w.refresh(now, w.gidDirty)
+		w.last = now
+		w.refresh(now, req)
+		req = gidRequest{}
 	}
 }
 
+// gidRequest says whose ports and GID tables a refresh re-reads.
+type gidRequest struct {
+	all  bool
+	devs map[int]bool // indexes in the snapshot's RDMADevices
+}
+
+func (w *Watcher) poke(ev Event) {
+	w.evMu.Lock()
+	if ev.Netdev == "" {
+		w.evAll = true
+	} else {
+		w.evNames[ev.Netdev] = true
+	}
+	w.evMu.Unlock()
+	select {
+	case w.evSignal <- struct{}{}:
+	default:
+	}
+}
+
+// takeEvents moves pending events into req; it reports whether any concerns
+// an RDMA device (or an unknown netdev).
+func (w *Watcher) takeEvents(req *gidRequest) bool {
+	w.evMu.Lock()
+	all, names := w.evAll, w.evNames
+	w.evAll, w.evNames = false, map[string]bool{}
+	w.evMu.Unlock()
+	if all {
+		req.all = true
+		return true
+	}
+	ours := false
+	for n := range names {
+		for _, i := range w.netdevs[n] {
+			if req.devs == nil {
+				req.devs = map[int]bool{}
+			}
+			req.devs[i], ours = true, true
+		}
+	}
+	return ours
+}
+
 // refresh does the cheap re-read: a presence change or a due retry means a
-// full scan, otherwise port states (and, with gids, every device's ports)
+// full scan, otherwise port states (and the ports of the devices req names)
 // are compared with the current snapshot.
-func (w *Watcher) refresh(now time.Time, gids bool) {
+func (w *Watcher) refresh(now time.Time, req gidRequest) {
 	names, err := discovery.ListRDMA(w.cfg.Scanner.SysRoot, w.buf)
 	if err != nil {
 		w.log.Warn("re-read rdma devices", "err", err)
@@ -187,11 +238,9 @@ func (w *Watcher) refresh(now time.Time, gids bool) {
 		w.gone = nil
 	}
 	cur, _ := w.Latest()
-	node := cur.Node
-	devicesChanged := false
-	if gids {
-		w.gidDirty, w.lastGID = false, now
-		node, devicesChanged = w.rereadPorts(cur.Node)
+	node, devicesChanged := cur.Node, false
+	if req.all || len(req.devs) > 0 {
+		node, devicesChanged = w.rereadPorts(cur.Node, req)
 	}
 	if !devicesChanged && maps.Equal(w.scratch, cur.Healthy) {
 		return
@@ -206,9 +255,12 @@ func (w *Watcher) refresh(now time.Time, gids bool) {
 
 // rereadPorts re-reads every device's ports; it returns a new node when any
 // changed (the published one is never modified).
-func (w *Watcher) rereadPorts(n *discovery.Node) (*discovery.Node, bool) {
+func (w *Watcher) rereadPorts(n *discovery.Node, req gidRequest) (*discovery.Node, bool) {
 	var devs []discovery.RDMADevice
 	for i, d := range n.RDMADevices {
+		if !req.all && !req.devs[i] {
+			continue
+		}
 		nd, err := w.cfg.Scanner.RereadPorts(d)
 		if err != nil {
 			continue // removed meanwhile: the next presence check scans
@@ -250,6 +302,32 @@ func (w *Watcher) publish(node *discovery.Node, health map[string]bool, devicesC
 		s.DevicesGen++
 	}
 	w.cur = s
+	if devicesChanged || w.netdevs == nil {
+		w.netdevs = netdevIndex(node)
+	}
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// netdevIndex maps every netdev name a device mentions (its netdevs, its
+// ports' and their GIDs') to the device's index.
+func netdevIndex(n *discovery.Node) map[string][]int {
+	out := map[string][]int{}
+	add := func(name string, i int) {
+		if name != "" && !slices.Contains(out[name], i) {
+			out[name] = append(out[name], i)
+		}
+	}
+	for i, d := range n.RDMADevices {
+		for _, nd := range d.Netdevs {
+			add(nd, i)
+		}
+		for _, p := range d.Ports {
+			add(p.Netdev, i)
+			for _, g := range p.GIDs {
+				add(g.Netdev, i)
+			}
+		}
+	}
+	return out
 }

@@ -28,7 +28,7 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("first snapshot: mlx5_9 healthy %v, affinity %d entries", first.Healthy["mlx5_9"], len(first.Node.Affinity))
 	}
 
-	w.refresh(time.Now(), false)
+	w.refresh(time.Now(), gidRequest{})
 	if s, _ := w.Latest(); s != first {
 		t.Fatal("an unchanged node published a snapshot")
 	}
@@ -36,7 +36,7 @@ func TestSnapshots(t *testing.T) {
 	if err := tree.SetPortState("mlx5_9", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
-	w.refresh(time.Now(), false)
+	w.refresh(time.Now(), gidRequest{})
 	down, _ := w.Latest()
 	select {
 	case <-changed:
@@ -57,7 +57,7 @@ func TestSnapshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.refresh(time.Now(), true)
+	w.refresh(time.Now(), gidRequest{all: true})
 	gids, _ := w.Latest()
 	if gids.DevicesGen != down.DevicesGen+1 {
 		t.Errorf("devicesGen after a GID change: %d, want %d", gids.DevicesGen, down.DevicesGen+1)
@@ -75,5 +75,39 @@ func TestSnapshots(t *testing.T) {
 	}
 	if got := idx(down); len(got) != 1 {
 		t.Errorf("the earlier snapshot's indexes changed to %v", got)
+	}
+}
+
+// TestEventsSelectDevices: an event about a netdev of no RDMA device (a
+// pod's veth) re-reads nothing, one about a device's netdev re-reads that
+// device, one about an unknown netdev re-reads every device.
+func TestEventsSelectDevices(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}})
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.states.Close()
+	snap, _ := w.Latest()
+	var req gidRequest
+	w.poke(Event{Netdev: "veth1a2b3c"})
+	if w.takeEvents(&req) || req.all || len(req.devs) > 0 {
+		t.Errorf("veth event: %+v, want nothing to re-read", req)
+	}
+	w.poke(Event{Netdev: "gpu0rdma0v1"})
+	if !w.takeEvents(&req) || req.all || len(req.devs) != 1 {
+		t.Fatalf("VF netdev event: %+v, want one device", req)
+	}
+	for i := range req.devs {
+		if got := snap.Node.RDMADevices[i].Name; got != "mlx5_9" {
+			t.Errorf("VF netdev event re-reads %s, want mlx5_9", got)
+		}
+	}
+	w.poke(Event{})
+	if !w.takeEvents(&req) || !req.all {
+		t.Errorf("unknown event: %+v, want every device", req)
 	}
 }

@@ -71,16 +71,28 @@ func WatchLinks(ctx context.Context, ns netns.NsHandle, fn func(link string)) er
 	})
 }
 
-// WatchAddrs calls fn with the link index on every address added or removed
-// in ns (netns.None() for the caller's own namespace) until ctx ends.
-func WatchAddrs(ctx context.Context, ns netns.NsHandle, fn func(linkIndex int)) error {
+// WatchAddrs calls fn with the link's name on every address added or
+// removed in ns (netns.None() for the caller's own namespace) until ctx
+// ends. The name is looked up by index; it is "" when the link is gone.
+func WatchAddrs(ctx context.Context, ns netns.NsHandle, fn func(link string)) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
+	}
+	defer h.Close()
 	ch := make(chan netlink.AddrUpdate, 64)
 	errc := make(chan error, 1)
-	err := netlink.AddrSubscribeWithOptions(ch, ctx.Done(), netlink.AddrSubscribeOptions{
+	err = netlink.AddrSubscribeWithOptions(ch, ctx.Done(), netlink.AddrSubscribeOptions{
 		Namespace: nsOption(ns), ErrorCallback: errCallback(errc),
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to address updates in netns %s: %w", ns, err)
 	}
-	return subscription(ctx, ch, errc, "address", func(u netlink.AddrUpdate) { fn(u.LinkIndex) })
+	return subscription(ctx, ch, errc, "address", func(u netlink.AddrUpdate) {
+		name := ""
+		if l, err := h.LinkByIndex(u.LinkIndex); err == nil {
+			name = l.Attrs().Name
+		}
+		fn(name)
+	})
 }

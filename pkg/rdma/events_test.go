@@ -18,7 +18,7 @@ func TestWatchLinksAndAddrs(t *testing.T) {
 	ns := netnstest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	links, addrs := make(chan string, 16), make(chan int, 16)
+	links, addrs := make(chan string, 16), make(chan string, 16)
 	done := make(chan error, 2)
 	go func() {
 		done <- rdma.WatchLinks(ctx, ns.Handle, func(l string) {
@@ -29,7 +29,7 @@ func TestWatchLinksAndAddrs(t *testing.T) {
 		})
 	}()
 	go func() {
-		done <- rdma.WatchAddrs(ctx, ns.Handle, func(i int) {
+		done <- rdma.WatchAddrs(ctx, ns.Handle, func(i string) {
 			select {
 			case addrs <- i:
 			default:
@@ -47,8 +47,8 @@ func TestWatchLinksAndAddrs(t *testing.T) {
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	gotLink, gotAddr := "", -1
-	for i := 0; gotLink == "" || gotAddr < 0; i++ {
+	gotLink, gotAddr := "", ""
+	for i := 0; gotLink == "" || gotAddr == ""; i++ {
 		set := h.LinkSetUp
 		if i%2 == 1 {
 			set = h.LinkSetDown
@@ -64,15 +64,15 @@ func TestWatchLinksAndAddrs(t *testing.T) {
 		case gotLink = <-links:
 		case gotAddr = <-addrs:
 		case <-deadline.C:
-			t.Fatalf("within 5s: link update %q, address update %d", gotLink, gotAddr)
+			t.Fatalf("within 5s: link update %q, address update %q", gotLink, gotAddr)
 		case <-tick.C:
 		}
 	}
 	if gotLink != "lo" {
 		t.Errorf("link update for %q, want lo", gotLink)
 	}
-	if gotAddr != lo.Attrs().Index {
-		t.Errorf("address update for link %d, want lo's %d", gotAddr, lo.Attrs().Index)
+	if gotAddr != "lo" {
+		t.Errorf("address update for %q, want lo", gotAddr)
 	}
 	cancel()
 	for range 2 {
