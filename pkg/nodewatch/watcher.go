@@ -67,15 +67,15 @@ type Watcher struct {
 	changed chan struct{} // closed and replaced on every publish
 
 	// Owned by Run (and Scan before Run starts).
-	names    []string // class/infiniband at the last full scan
-	buf      []string
-	pending  map[string]*retry // listed but not readable yet
-	gone     *retry            // a state read failed with unchanged names
-	states   *discovery.PortStates
-	scratch  map[string]bool
-	ticks    int
-	netdevs  map[string][]int // netdev -> indexes in the snapshot's RDMADevices
-	last     time.Time        // of the last re-read
+	names   []string // class/infiniband at the last full scan
+	buf     []string
+	pending map[string]*retry // listed but not readable yet
+	gone    *retry            // a state read failed with unchanged names
+	states  *discovery.PortStates
+	scratch map[string]bool
+	ticks   int
+	netdevs map[string][]int // netdev -> indexes in the snapshot's RDMADevices
+	last    time.Time        // of the last re-read
 
 	evMu     sync.Mutex
 	evAll    bool            // an event about an unknown netdev is pending
