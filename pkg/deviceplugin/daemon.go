@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -209,6 +210,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
 		"rdmaDevices", len(snap.Node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
 	close(d.ready)
+	// The first scan's garbage (every sysfs string read, a thousand
+	// devices' worth on a big node) would otherwise stay in RSS until the
+	// background scavenger returns it, minutes later.
+	debug.FreeOSMemory()
 	for {
 		select {
 		case <-ctx.Done():

@@ -118,3 +118,36 @@ func TestRereadPortsSeesNewGIDs(t *testing.T) {
 		t.Error("RereadPorts of a removed device: no error")
 	}
 }
+
+func TestRDMAListSum(t *testing.T) {
+	topo := nodesim.PortDown()
+	_, tree := scan(t, topo)
+	l := discovery.OpenRDMAList(tree.SysRoot)
+	defer l.Close()
+	n0, s0, err := l.Sum()
+	if err != nil || n0 != 2 {
+		t.Fatalf("Sum = %d, %v; want 2 entries", n0, err)
+	}
+	if n, s, _ := l.Sum(); n != n0 || s != s0 {
+		t.Errorf("second Sum %d/%x differs from the first %d/%x", n, s, n0, s0)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _, _, _ = l.Sum() }); allocs != 0 {
+		t.Errorf("Sum allocates %.0f times per call, want 0", allocs)
+	}
+	if err := tree.RemoveRDMA("mlx5_1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, s, _ := l.Sum(); n != 1 || s == s0 {
+		t.Errorf("after a removal: %d entries, sum changed %v; want 1, true", n, s != s0)
+	}
+	if err := tree.AddRDMA(topo.RDMA[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n, s, _ := l.Sum(); n != n0 || s != s0 {
+		t.Errorf("after adding it back: %d/%x, want %d/%x", n, s, n0, s0)
+	}
+	empty := discovery.OpenRDMAList(t.TempDir())
+	if n, s, err := empty.Sum(); n != 0 || s != 0 || err != nil {
+		t.Errorf("missing class dir: %d, %x, %v", n, s, err)
+	}
+}

@@ -58,6 +58,15 @@ func (w *Watcher) retryDue(now time.Time) bool {
 
 // rescan reads the whole node, reopens the port state files and publishes.
 func (w *Watcher) rescan(now time.Time) error {
+	if w.list == nil {
+		w.list = discovery.OpenRDMAList(w.cfg.Scanner.SysRoot)
+	}
+	// The sum is taken before the scan: a device added in between makes the
+	// next tick scan again.
+	n, sum, err := w.list.Sum()
+	if err != nil {
+		return err
+	}
 	names, err := discovery.ListRDMA(w.cfg.Scanner.SysRoot, nil)
 	if err != nil {
 		return err
@@ -75,7 +84,7 @@ func (w *Watcher) rescan(now time.Time) error {
 		w.logChanges(cur.Node, node)
 	}
 	w.track(now, names, node)
-	w.names = names
+	w.listN, w.listSum = n, sum
 	ports := make(map[string][]int, len(node.RDMADevices))
 	for _, d := range node.RDMADevices {
 		ps := make([]int, 0, len(d.Ports))

@@ -15,15 +15,15 @@ import (
 // the 1 s the kubelet should wait at most to learn of a change.
 const DefaultInterval = 500 * time.Millisecond
 
-// DefaultGIDEvery is how many ticks pass between GID table re-reads that no
-// event asked for. GID slots change when addresses change, and address and
-// link events trigger a re-read at once; the periodic one only catches an
-// event that was missed (a subscription that failed). Re-reading the ports
-// of the 1,024-device synthetic node costs about as much as 25 health ticks
-// (measured with BenchmarkTick/BenchmarkRereadGIDs), so doing it every tick
-// would make the idle daemon's CPU use ~25 times higher; every 20th tick
-// (10 s) keeps it at a fraction of the health reads.
-const DefaultGIDEvery = 20
+// GID tables change when addresses change; address and link events about a
+// device's netdev re-read its ports at once. As a safety net for a missed
+// event (a subscription that failed, a netdev in another namespace) every
+// tick also re-reads the ports of one device, in turn, so a full sweep takes
+// one Interval per device (8.5 minutes on a 1,024-device node, 4 s on an
+// 8-NIC node). Re-reading every device's ports costs about 60 health ticks
+// on the 1,024-device fixture (BenchmarkRereadGIDs against BenchmarkTick):
+// doing that every 10 s tripled the idle daemon's CPU; one device per tick
+// adds about 1/1000 of a tick.
 
 // minEventGap bounds how often events cause a re-read: a storm of events
 // causes at most one re-read per gap. Events about netdevs that belong to
@@ -49,9 +49,6 @@ type Config struct {
 	Scanner discovery.Scanner
 	// Interval is the presence and health re-read period; 0 is DefaultInterval.
 	Interval time.Duration
-	// GIDEvery is how many ticks pass between unprompted GID re-reads; 0
-	// is DefaultGIDEvery.
-	GIDEvery int
 	Events   []EventSource
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
@@ -67,13 +64,14 @@ type Watcher struct {
 	changed chan struct{} // closed and replaced on every publish
 
 	// Owned by Run (and Scan before Run starts).
-	names   []string // class/infiniband at the last full scan
-	buf     []string
+	list    *discovery.RDMAList
+	listN   int    // entries in class/infiniband at the last full scan
+	listSum uint64 // and the hash of their names
 	pending map[string]*retry // listed but not readable yet
 	gone    *retry            // a state read failed with unchanged names
 	states  *discovery.PortStates
 	scratch map[string]bool
-	ticks   int
+	sweep   int // the device whose ports the next tick re-reads
 	netdevs map[string][]int // netdev -> indexes in the snapshot's RDMADevices
 	last    time.Time        // of the last re-read
 
@@ -90,9 +88,6 @@ type Watcher struct {
 func New(cfg Config) *Watcher {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
-	}
-	if cfg.GIDEvery <= 0 {
-		cfg.GIDEvery = DefaultGIDEvery
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -117,6 +112,7 @@ func (w *Watcher) Scan() error { return w.rescan(w.now()) }
 // Interval and on events, full scans when devices come or go.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer w.states.Close()
+	defer w.list.Close()
 	if cur, _ := w.Latest(); cur == nil {
 		if err := w.Scan(); err != nil {
 			return err
@@ -140,9 +136,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			w.ticks++
 			ticked = true
-			req.all = req.all || w.ticks%w.cfg.GIDEvery == 0
+			if cur, _ := w.Latest(); len(cur.Node.RDMADevices) > 0 {
+				req.add(w.sweep % len(cur.Node.RDMADevices))
+				w.sweep++
+			}
 		case <-w.evSignal:
 			if !w.takeEvents(&req) {
 				continue // about netdevs of no RDMA device
@@ -164,6 +162,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 type gidRequest struct {
 	all  bool
 	devs map[int]bool // indexes in the snapshot's RDMADevices
+}
+
+func (r *gidRequest) add(i int) {
+	if r.devs == nil {
+		r.devs = map[int]bool{}
+	}
+	r.devs[i] = true
 }
 
 func (w *Watcher) poke(ev Event) {
@@ -194,10 +199,8 @@ func (w *Watcher) takeEvents(req *gidRequest) bool {
 	ours := false
 	for n := range names {
 		for _, i := range w.netdevs[n] {
-			if req.devs == nil {
-				req.devs = map[int]bool{}
-			}
-			req.devs[i], ours = true, true
+			req.add(i)
+			ours = true
 		}
 	}
 	return ours
@@ -207,13 +210,12 @@ func (w *Watcher) takeEvents(req *gidRequest) bool {
 // full scan, otherwise port states (and the ports of the devices req names)
 // are compared with the current snapshot.
 func (w *Watcher) refresh(now time.Time, req gidRequest) {
-	names, err := discovery.ListRDMA(w.cfg.Scanner.SysRoot, w.buf)
+	n, sum, err := w.list.Sum()
 	if err != nil {
 		w.log.Warn("re-read rdma devices", "err", err)
 		return
 	}
-	w.buf = names
-	if !slices.Equal(names, w.names) || w.retryDue(now) {
+	if n != w.listN || sum != w.listSum || w.retryDue(now) {
 		if err := w.rescan(now); err != nil {
 			w.log.Warn("rescan", "err", err)
 		}
