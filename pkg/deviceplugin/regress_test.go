@@ -176,8 +176,8 @@ func TestGIDChangeReachesAllocateAndCDI(t *testing.T) {
 	})
 }
 
-// TestCDISpecsRemovedOnStop: a normal exit removes the CDI specs the daemon
-// wrote, and only those.
+// TestCDISpecsRemovedOnStop: a removed pool's CDI spec goes at once, and a
+// normal exit removes the rest of the specs the daemon wrote, and only those.
 func TestCDISpecsRemovedOnStop(t *testing.T) {
 	cdi := filepath.Join(t.TempDir(), "cdi")
 	if err := os.MkdirAll(cdi, 0o755); err != nil {
@@ -187,23 +187,33 @@ func TestCDISpecsRemovedOnStop(t *testing.T) {
 	if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.CDIDir = cdi })
-	poll(t, 2*time.Second, "spec written", func() bool {
-		_, err := os.Stat(filepath.Join(cdi, "kube-rdma-hca.json"))
-		return err == nil
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	ib := "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"
+	writeFile(t, conf, ib+"- {name: roce, mode: shared, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
+	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+		c.CDIDir = cdi
+		c.ConfigFile = conf
+	})
+	listing := func() []string {
+		entries, err := os.ReadDir(cdi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, x := range entries {
+			got = append(got, x.Name())
+		}
+		return got
+	}
+	poll(t, 2*time.Second, "specs written", func() bool { return len(listing()) == 3 })
+	writeFile(t, conf, ib)
+	poll(t, 2*time.Second, "removed pool's spec removed", func() bool {
+		return cmp.Equal([]string{"kube-rdma-ib.json", "vendor-gpu.json"}, listing())
 	})
 	if err := e.stop(); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(cdi)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, x := range entries {
-		got = append(got, x.Name())
-	}
-	if diff := cmp.Diff([]string{"vendor-gpu.json"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"vendor-gpu.json"}, listing()); diff != "" {
 		t.Errorf("CDI dir after stop (-want +got)\n%s", diff)
 	}
 }

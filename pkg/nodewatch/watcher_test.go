@@ -1,6 +1,7 @@
 package nodewatch
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -109,5 +110,63 @@ func TestEventsSelectDevices(t *testing.T) {
 	w.poke(Event{})
 	if !w.takeEvents(&req) || !req.all {
 		t.Errorf("unknown event: %+v, want every device", req)
+	}
+}
+
+// TestIdleTickDoesNotAllocate: a tick on an unchanged node allocates nothing.
+func TestIdleTickDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	tree, err := nodesim.Build(t.TempDir(), nodesim.HGX())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}})
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.states.Close()
+	defer w.list.Close()
+	if allocs := testing.AllocsPerRun(50, func() { w.refresh(time.Now(), gidRequest{}) }); allocs != 0 {
+		t.Errorf("an idle tick allocates %.0f times, want 0", allocs)
+	}
+}
+
+// TestSweepRereadsPortsWithoutEvents: with no event source, a GID change is
+// still picked up by the per-tick sweep.
+func TestSweepRereadsPortsWithoutEvents(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}, Interval: 10 * time.Millisecond})
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	first, changed := w.Latest()
+	port := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_9/ports/1")
+	for file, v := range map[string]string{"gids/3": "0000:0000:0000:0000:0000:ffff:0a01:0909", "gid_attrs/types/3": "RoCE v2", "gid_attrs/ndevs/3": "gpu0rdma0v1"} {
+		if err := os.WriteFile(filepath.Join(port, file), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// 13 devices at 10 ms a tick: one sweep is 130 ms.
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("GID change not seen within 5 s")
+		}
+		var s *Snapshot
+		s, changed = w.Latest()
+		if s.DevicesGen > first.DevicesGen {
+			return
+		}
 	}
 }
