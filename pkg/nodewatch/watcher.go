@@ -65,13 +65,13 @@ type Watcher struct {
 
 	// Owned by Run (and Scan before Run starts).
 	list    *discovery.RDMAList
-	listN   int    // entries in class/infiniband at the last full scan
-	listSum uint64 // and the hash of their names
+	listN   int               // entries in class/infiniband at the last full scan
+	listSum uint64            // and the hash of their names
 	pending map[string]*retry // listed but not readable yet
 	gone    *retry            // a state read failed with unchanged names
 	states  *discovery.PortStates
 	scratch map[string]bool
-	sweep   int // the device whose ports the next tick re-reads
+	sweep   int              // the device whose ports the next tick re-reads
 	netdevs map[string][]int // netdev -> indexes in the snapshot's RDMADevices
 	last    time.Time        // of the last re-read
 
