@@ -40,7 +40,7 @@ func TestPortStatesAndListRDMA(t *testing.T) {
 	if !health["mlx5_1"] {
 		t.Error("mlx5_1 not healthy after its port came up")
 	}
-	if allocs := testing.AllocsPerRun(100, func() { ps.Read(health) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { ps.Read(health) }); allocs != 0 && !raceEnabled {
 		t.Errorf("Read allocates %.0f times per call, want 0", allocs)
 	}
 	if empty, err := discovery.ListRDMA(t.TempDir(), nil); err != nil || len(empty) != 0 {
@@ -131,7 +131,7 @@ func TestRDMAListSum(t *testing.T) {
 	if n, s, _ := l.Sum(); n != n0 || s != s0 {
 		t.Errorf("second Sum %d/%x differs from the first %d/%x", n, s, n0, s0)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { _, _, _ = l.Sum() }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { _, _, _ = l.Sum() }); allocs != 0 && !raceEnabled {
 		t.Errorf("Sum allocates %.0f times per call, want 0", allocs)
 	}
 	if err := tree.RemoveRDMA("mlx5_1"); err != nil {

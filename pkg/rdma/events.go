@@ -21,6 +21,9 @@ func subscription[T any](ctx context.Context, ch <-chan T, errc <-chan error, wh
 		case <-ctx.Done():
 			return nil
 		case err := <-errc:
+			if ctx.Err() != nil {
+				return nil // the subscription's socket closing as ctx ended
+			}
 			return fmt.Errorf("%s updates: %w", what, err)
 		case u, ok := <-ch:
 			if !ok {
