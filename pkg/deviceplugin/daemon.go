@@ -5,9 +5,16 @@
 // (pkg/allocator), Allocate responses with device nodes, NCCL environment and
 // optional CDI devices, config reload, and Prometheus metrics.
 //
-// It reads the node through discovery.Scanner under roots given in Config,
-// so it runs unprivileged on fixture trees; it never chooses devices itself
-// (pkg/allocator does) and keeps no package-level state.
+// It is a few owners wired by Daemon.Run: the node watcher (pkg/nodewatch)
+// publishes snapshots of the node; one poolServer per pool serves its socket
+// and owns its registration with the kubelet; a kubeletWatcher tells pool
+// servers when the kubelet restarted; a statusServer serves /metrics, /state
+// and /healthz. Daemon.Run loads the config, starts and replaces pool
+// servers, and hands each snapshot to them.
+//
+// It reads the node only through pkg/discovery (via the watcher) under roots
+// given in Config, so it runs unprivileged on fixture trees; it never chooses
+// devices itself (pkg/allocator does) and keeps no package-level state.
 package deviceplugin
 
 import (
@@ -16,26 +23,24 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // DefaultHealthInterval is how often port states and presence are re-read:
 // half the 1 s the kubelet should wait at most to learn of a change.
-const DefaultHealthInterval = 500 * time.Millisecond
+const DefaultHealthInterval = nodewatch.DefaultInterval
 
-// maxRescans bounds the full scans spent on a device that is listed in
-// class/infiniband but cannot be read.
-const maxRescans = 10
+// EventSource pokes the node watcher when something may have changed on the
+// node, so it re-reads sysfs at once instead of at the next tick.
+type EventSource = nodewatch.EventSource
 
 // Config is everything the daemon needs; cmd/device-plugin fills it from flags.
 type Config struct {
@@ -59,49 +64,39 @@ type Config struct {
 	Logger *slog.Logger
 	// NetnsMode defaults to NetlinkNetnsMode.
 	NetnsMode NetnsModeReader
-	// Events trigger an immediate re-read; nil means NetlinkLinks. Use an
-	// empty, non-nil slice for none.
+	// Events trigger an immediate re-read; nil means link and address
+	// updates in the daemon's network namespace (nodewatch.Netlink). Use an
+	// empty, non-nil slice for none. Changes of class/infiniband are always
+	// watched.
 	Events []EventSource
+}
+
+// nodeSource is what the daemon needs from the node watcher.
+type nodeSource interface {
+	Latest() (*nodewatch.Snapshot, <-chan struct{})
 }
 
 // Daemon is one running device plugin.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *metrics
-	counters *portCounters
-	scanner  discovery.Scanner
-	cdi      *cdiWriter
-	listener net.Listener
-	numa     int
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	scanner discovery.Scanner
+	cdi     *cdiWriter
+	status  *statusServer
+	watcher *nodewatch.Watcher
+	ready   chan struct{}
 
 	// Owned by the Run goroutine.
 	conf     config.Config
 	confData []byte
-	node     *discovery.Node
-	present  map[string]bool // class/infiniband names the last full scan accounted for
-	hr       healthReader
-	ports    map[string][]int
-	health   map[string]bool
-	assigned map[string][]discovery.RDMADevice
+	node     nodeSource
+	devGen   uint64 // DevicesGen of the last snapshot handed to the pools
 	pools    map[string]*poolServer
-	retry    map[string]time.Duration
-	regDone  chan regResult
-	retryC   chan string
-	unread   map[string]int // device -> full scans that could not read it
-	// failedReads counts rescans for failed state reads since the last
-	// change of names.
-	failedReads int
-	regKey      map[string]string
+	numa     int
 
 	stateMu sync.Mutex
 	state   State
-	ready   chan struct{}
-}
-
-type regResult struct {
-	p   *poolServer
-	err error
 }
 
 // New checks the configuration, loads the pools file and opens the metrics
@@ -123,30 +118,20 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.NetnsMode = NetlinkNetnsMode{}
 	}
 	if cfg.Events == nil {
-		cfg.Events = []EventSource{NetlinkLinks{}}
+		cfg.Events = []EventSource{nodewatch.Netlink{}}
 	}
 	d := &Daemon{
-		cfg: cfg, log: cfg.Logger, hr: healthReader{sysRoot: cfg.SysRoot},
-		counters: newPortCounters(cfg.SysRoot),
-		scanner:  discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
-		pools:    map[string]*poolServer{}, retry: map[string]time.Duration{},
-		regDone: make(chan regResult, 16), retryC: make(chan string, 16),
-		present: map[string]bool{}, unread: map[string]int{}, regKey: map[string]string{}, health: map[string]bool{}, ready: make(chan struct{}),
+		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), pools: map[string]*poolServer{},
+		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 	}
-	d.m = newMetrics(d.counters)
+	counters := &portCounters{sysRoot: cfg.SysRoot}
+	d.m = newMetrics(counters)
 	if cfg.CDIDir != "" {
 		d.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
 	}
-	d.conf = config.Default()
-	if cfg.ConfigFile != "" {
-		data, err := os.ReadFile(cfg.ConfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("read device plugin config: %w", err)
-		}
-		if d.conf, err = config.Parse(data); err != nil {
-			return nil, fmt.Errorf("load %s: %w", cfg.ConfigFile, err)
-		}
-		d.confData = data
+	var err error
+	if d.conf, d.confData, err = config.Load(cfg.ConfigFile); err != nil {
+		return nil, err
 	}
 	d.m.reload(true)
 	if cfg.MetricsAddr != "" {
@@ -154,21 +139,30 @@ func New(cfg Config) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen for metrics: %w", err)
 		}
-		d.listener = l
+		d.status = &statusServer{listener: l, m: d.m, state: d.State, ready: d.ready}
 	}
+	d.watcher = nodewatch.New(nodewatch.Config{
+		Scanner: d.scanner, Interval: cfg.HealthInterval, Logger: cfg.Logger,
+		Events: append([]EventSource{nodewatch.ClassDir{SysRoot: cfg.SysRoot}}, cfg.Events...),
+	})
+	d.node = d.watcher
+	counters.node = d.watcher
 	return d, nil
 }
 
 // MetricsAddr is the metrics listener's address ("" when disabled).
 func (d *Daemon) MetricsAddr() string {
-	if d.listener == nil {
+	if d.status == nil {
 		return ""
 	}
-	return d.listener.Addr().String()
+	return d.status.listener.Addr().String()
 }
 
 // Ready is closed once the first scan is done and every pool is served.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// Config returns the configuration the daemon runs with, defaults filled in.
+func (d *Daemon) Config() Config { return d.cfg }
 
 // Run is New then Daemon.Run.
 func Run(ctx context.Context, cfg Config) error {
@@ -179,84 +173,59 @@ func Run(ctx context.Context, cfg Config) error {
 	return d.Run(ctx)
 }
 
-// Run serves until ctx ends, then stops every pool and removes its socket.
+// Run serves until ctx ends, then stops every pool, removing its socket and
+// its CDI spec.
 func (d *Daemon) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if d.listener != nil {
-		srv := &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(d.listener) }()
-		defer srv.Close()
+	if d.status != nil {
+		d.status.start()
+		defer d.status.close()
 	}
 	defer d.stopAll()
-	defer d.hr.close()
 	if err := os.MkdirAll(d.cfg.KubeletDir, 0o750); err != nil {
 		return fmt.Errorf("create kubelet device plugin dir: %w", err)
 	}
 	d.readNetnsMode()
 	d.numa = d.scanner.NUMANodes()
-	if err := d.rescan(); err != nil {
+	if err := d.watcher.Scan(); err != nil {
 		return err
 	}
-	w, err := fsnotify.NewWatcher()
+	kubelet, err := newKubeletWatcher(d.cfg.KubeletDir, d.log)
 	if err != nil {
-		return fmt.Errorf("watch kubelet dir: %w", err)
+		return err
 	}
-	defer w.Close()
-	if err := w.Add(d.cfg.KubeletDir); err != nil {
-		return fmt.Errorf("watch kubelet dir: %w", err)
+	defer kubelet.close()
+	confEvents, stopConf, err := watchConfig(d.cfg.ConfigFile)
+	if err != nil {
+		return err
 	}
-	if d.cfg.ConfigFile != "" {
-		if err := w.Add(filepath.Dir(d.cfg.ConfigFile)); err != nil {
-			return fmt.Errorf("watch config dir: %w", err)
-		}
-	}
-	// On sysfs inotify sees nothing; on fixtures and some container views
-	// it makes removals immediate. The ticker is what the design relies on.
-	_ = w.Add(filepath.Join(d.cfg.SysRoot, "class/infiniband"))
-	d.applyConfig(ctx, d.conf)
-	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
-		"rdmaDevices", len(d.node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
-	close(d.ready)
+	defer stopConf()
+	watcherDone := make(chan error, 1)
+	go func() { watcherDone <- d.watcher.Run(ctx) }()
+	defer func() { cancel(); <-watcherDone }()
 
-	pokes := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case pokes <- struct{}{}:
-		default:
-		}
-	}
-	for _, src := range d.cfg.Events {
-		go func() {
-			if err := src.Run(ctx, poke); err != nil && ctx.Err() == nil {
-				d.log.Warn("event source stopped; relying on the sysfs re-read", "err", err)
-			}
-		}()
-	}
-	tick := time.NewTicker(d.cfg.HealthInterval)
-	defer tick.Stop()
+	snap, changed := d.node.Latest()
+	d.applyConfig(ctx, d.conf, snap)
+	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
+		"rdmaDevices", len(snap.Node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
+	close(d.ready)
+	// The first scan's garbage (every sysfs string read, a thousand
+	// devices' worth on a big node) would otherwise stay in RSS until the
+	// background scavenger returns it, minutes later.
+	debug.FreeOSMemory()
 	for {
 		select {
 		case <-ctx.Done():
 			d.log.Info("device plugin stopping")
 			return nil
-		case <-tick.C:
-			d.refresh()
-		case <-pokes:
-			d.refresh()
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("file watcher closed")
-			}
-			d.handleEvent(ctx, ev)
-		case err := <-w.Errors:
-			d.log.Warn("file watcher", "err", err)
-		case r := <-d.regDone:
-			d.registered(r)
-		case name := <-d.retryC:
-			if p, ok := d.pools[name]; ok {
-				d.register(ctx, p)
-			}
+		case <-changed:
+			snap, changed = d.node.Latest()
+			d.push(snap)
+		case ev := <-kubelet.events:
+			d.kick(ev)
+		case <-confEvents:
+			d.reload(ctx)
 		}
 	}
 }
@@ -279,9 +248,10 @@ func (d *Daemon) stateNetns() rdma.NetnsMode {
 	return d.state.RDMANetnsMode
 }
 
+// stopAll stops every pool server; a normal exit removes the CDI specs.
 func (d *Daemon) stopAll() {
-	for name, p := range d.pools {
-		p.stop()
+	for _, name := range sortedKeys(d.pools) {
+		d.pools[name].close(true)
 		delete(d.pools, name)
 	}
 }

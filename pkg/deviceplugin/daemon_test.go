@@ -2,6 +2,8 @@ package deviceplugin_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,4 +198,36 @@ func TestKubeletStartsLater(t *testing.T) {
 		t.Fatalf("no registration with the new kubelet within 1s: %v", err)
 	}
 	t.Logf("registered with the new kubelet after %s", time.Since(begin))
+}
+
+// TestRegistrationRetries: while kubelet.sock refuses connections (a kubelet
+// that is starting), registration fails and is retried with back-off until
+// a kubelet answers.
+func TestRegistrationRetries(t *testing.T) {
+	e := start(t, nodesim.SoftRoCE(), nil)
+	e.waitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	e.kubelet.Stop()
+	// A socket file nobody listens on: connections are refused.
+	l, err := net.Listen("unix", filepath.Join(e.cfg.KubeletDir, deviceplugin.KubeletSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	failures := `kube_rdma_device_plugin_registrations_total{pool="hca",result="failure"}`
+	poll(t, 3*time.Second, "three failed registrations", func() bool {
+		var n int
+		_, err := fmt.Sscanf(strings.TrimPrefix(metricLine(scrape(t, e.d, "/metrics"), failures), failures+" "), "%d", &n)
+		return err == nil && n >= 3
+	})
+	k2, err := kubeletstub.Start(e.cfg.KubeletDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := k2.WaitFor(ctx, func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok }); err != nil {
+		t.Fatalf("no registration with the kubelet that answers: %v", err)
+	}
 }

@@ -1,15 +1,13 @@
 package deviceplugin
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 
-	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 const ns = "kube_rdma_device_plugin"
@@ -96,58 +94,34 @@ func (m *metrics) setNetnsMode(mode rdma.NetnsMode) {
 	m.netnsMode.WithLabelValues(string(mode)).Set(1)
 }
 
-// portCounters exports each port's sysfs counters/ and hw_counters/ files,
-// read at scrape time (nothing is read while no one scrapes).
+// portCounters exports each port's sysfs counters/ and hw_counters/ files
+// (discovery.ReadPortCounters) of the devices in the latest snapshot, read
+// at scrape time: nothing is read while no one scrapes.
 type portCounters struct {
 	sysRoot string
-	mu      sync.Mutex
-	ports   map[string][]int // device -> ports, from the last scan
-	desc    *prometheus.Desc
+	node    nodeSource
 }
 
-func newPortCounters(sysRoot string) *portCounters {
-	return &portCounters{sysRoot: sysRoot, ports: map[string][]int{},
-		desc: prometheus.NewDesc("kube_rdma_port_counter",
-			"RDMA port counter from sysfs ports/<n>/counters (source=counters) or hw_counters (source=hw_counters).",
-			[]string{"device", "port", "source", "counter"}, nil)}
-}
+var portCounterDesc = prometheus.NewDesc("kube_rdma_port_counter",
+	"RDMA port counter from sysfs ports/<n>/counters (source=counters) or hw_counters (source=hw_counters).",
+	[]string{"device", "port", "source", "counter"}, nil)
 
-func (c *portCounters) setPorts(p map[string][]int) {
-	c.mu.Lock()
-	c.ports = p
-	c.mu.Unlock()
-}
-
-func (c *portCounters) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *portCounters) Describe(ch chan<- *prometheus.Desc) { ch <- portCounterDesc }
 
 func (c *portCounters) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	ports := c.ports
-	c.mu.Unlock()
-	for _, dev := range sortedKeys(ports) {
-		for _, p := range ports[dev] {
-			ps := strconv.Itoa(p)
-			for _, src := range []string{"counters", "hw_counters"} {
-				dir := filepath.Join(c.sysRoot, "class/infiniband", dev, "ports", ps, src)
-				entries, err := os.ReadDir(dir)
-				if err != nil {
-					continue
-				}
-				for _, e := range entries {
-					if e.IsDir() {
-						continue
-					}
-					data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-					if err != nil {
-						continue
-					}
-					v, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
-					if err != nil {
-						continue
-					}
-					ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, dev, ps, src, e.Name())
-				}
-			}
+	if c.node == nil {
+		return
+	}
+	snap, _ := c.node.Latest()
+	if snap == nil {
+		return
+	}
+	for _, d := range snap.Node.RDMADevices {
+		for _, p := range d.Ports {
+			ps := strconv.Itoa(p.Port)
+			discovery.ReadPortCounters(c.sysRoot, d.Name, p.Port, func(src, name string, v float64) {
+				ch <- prometheus.MustNewConstMetric(portCounterDesc, prometheus.CounterValue, v, d.Name, ps, src, name)
+			})
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -27,7 +28,9 @@ func TestNetlinkNetnsMode(t *testing.T) {
 	}
 }
 
-func TestNetlinkLinksPokes(t *testing.T) {
+// TestNetlinkEventsPoke: the default event source (nodewatch.Netlink) pokes
+// on link and address updates in the namespace it follows.
+func TestNetlinkEventsPoke(t *testing.T) {
 	netnstest.RequireRoot(t)
 	ns := netnstest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -35,7 +38,7 @@ func TestNetlinkLinksPokes(t *testing.T) {
 	pokes := make(chan struct{}, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- deviceplugin.NetlinkLinks{Namespace: &ns.Handle}.Run(ctx, func() {
+		done <- nodewatch.Netlink{Namespace: ns.Handle}.Run(ctx, func(nodewatch.Event) {
 			select {
 			case pokes <- struct{}{}:
 			default:
@@ -78,13 +81,13 @@ func TestNetlinkLinksPokes(t *testing.T) {
 // pokeSource is an EventSource the test fires by hand.
 type pokeSource chan struct{}
 
-func (p pokeSource) Run(ctx context.Context, poke func()) error {
+func (p pokeSource) Run(ctx context.Context, poke func(nodewatch.Event)) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p:
-			poke()
+			poke(nodewatch.Event{})
 		}
 	}
 }

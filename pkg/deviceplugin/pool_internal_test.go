@@ -18,7 +18,7 @@ func TestReserveKeepsSocket(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := newPoolServer(config.Pool{Name: "hca", Mode: config.Exclusive}, "rdma.example.com/hca", dir, 1,
-		allocContext{}, slog.New(slog.DiscardHandler), nil)
+		allocContext{}, nil, slog.New(slog.DiscardHandler), nil)
 	defer s.stop()
 	for i := range 200 {
 		if err := s.serve(); err != nil {

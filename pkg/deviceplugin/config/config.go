@@ -123,15 +123,22 @@ func Parse(data []byte) (Config, error) {
 	return c, nil
 }
 
-// Load reads and parses one file.
-func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("read device plugin config: %w", err)
+// Load reads and parses the pools file at path; "" is Default. It is used
+// at start and on every reload. data is the file's content, also when it
+// does not parse (so a reloader can tell an unchanged bad file from a new
+// one); an unreadable file wraps the os error (errors.Is(err, fs.ErrNotExist)
+// while a ConfigMap update swaps its symlinks).
+func Load(path string) (c Config, data []byte, err error) {
+	if path == "" {
+		return Default(), nil, nil
 	}
-	c, err := Parse(data)
+	data, err = os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("load %s: %w", path, err)
+		return Config{}, nil, fmt.Errorf("read device plugin config: %w", err)
 	}
-	return c, nil
+	c, err = Parse(data)
+	if err != nil {
+		return Config{}, data, fmt.Errorf("load %s: %w", path, err)
+	}
+	return c, data, nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -129,13 +130,23 @@ func TestParseFieldError(t *testing.T) {
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "config.yaml")
-	if _, err := Load(p); err == nil {
-		t.Fatal("Load of a missing file: got nil error")
+	if _, _, err := Load(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load of a missing file: got %v, want fs.ErrNotExist", err)
+	}
+	if c, data, err := Load(""); err != nil || data != nil || !cmp.Equal(c, Default()) {
+		t.Errorf("Load(\"\") = %v, %q, %v; want Default", c, data, err)
+	}
+	bad := []byte("pools: []\n")
+	if err := os.WriteFile(p, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := Load(p); !errors.Is(err, ErrInvalid) || string(data) != string(bad) {
+		t.Errorf("Load of a bad file = %q, %v; want its data and ErrInvalid", data, err)
 	}
 	if err := os.WriteFile(p, []byte("resourcePrefix: x.io\npools: [{name: a, mode: shared, selectors: {kinds: [PF]}}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(p)
+	c, _, err := Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,99 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/allocator"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+var _ pluginapi.DevicePluginServer = (*poolServer)(nil)
+
+// GetDevicePluginOptions advertises GetPreferredAllocation.
+func (s *poolServer) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return s.options(), nil
+}
+
+// ListAndWatch sends the device list now and after every change; it ends
+// when the server stops (a replaced or removed pool, the daemon exiting).
+func (s *poolServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		devs, ch := s.snap.devices, s.changed
+		s.mu.Unlock()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return fmt.Errorf("send device list: %w", err)
+		}
+		select {
+		case <-ch:
+		case <-stream.Context().Done():
+			return nil
+		case <-done:
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation packs devices by PCIe affinity (allocator.Closest),
+// telling the allocator which devices are unhealthy and their link layer so
+// that it never prefers an unhealthy device nor mixes link layers when it
+// need not.
+func (s *poolServer) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	snap, health := s.current()
+	topo := allocator.Topology{NUMANodes: s.numa}
+	for id, devs := range snap.byID {
+		var loc discovery.Location
+		if s.pool.Mode == config.Exclusive {
+			loc = devs[0].Location()
+		}
+		topo.Devices = append(topo.Devices, allocator.Device{ID: id, Location: loc,
+			Unhealthy: !setHealthy(devs, health), LinkLayer: linkLayer(devs)})
+	}
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.ContainerRequests {
+		ids, err := allocator.Closest(topo, allocator.Request{
+			Available: c.AvailableDeviceIDs, MustInclude: c.MustIncludeDeviceIDs, Size: int(c.AllocationSize),
+		})
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", s.resource, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate answers with the device nodes, environment and CDI devices of
+// each container's devices. An ID the pool does not have is an error.
+func (s *poolServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	snap, _ := s.current()
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.ContainerRequests {
+		cr, err := s.alloc.container(s.pool, s.resource, snap, c.DevicesIds)
+		if err != nil {
+			s.m.allocation(s.pool.Name, false)
+			s.log.Warn("allocate", "devices", c.DevicesIds, "err", err)
+			return nil, status.Errorf(codes.InvalidArgument, "allocate %s: %v", s.resource, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
+	}
+	for _, c := range req.ContainerRequests {
+		s.m.allocation(s.pool.Name, true)
+		s.log.Info("allocated", "devices", c.DevicesIds)
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not requested (PreStartRequired is false).
+func (s *poolServer) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}

@@ -1,0 +1,68 @@
+package deviceplugin
+
+import (
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// State is the daemon's view of the node, served as JSON on /state.
+type State struct {
+	NodeName      string         `json:"nodeName"`
+	RDMANetnsMode rdma.NetnsMode `json:"rdmaNetnsMode"`
+	ConfigFile    string         `json:"configFile,omitempty"`
+	ConfigError   string         `json:"configError,omitempty"`
+	Problems      []string       `json:"problems,omitempty"`
+	Pools         []PoolState    `json:"pools"`
+}
+
+// PoolState is one pool's advertised devices.
+type PoolState struct {
+	Name     string        `json:"name"`
+	Resource string        `json:"resource"`
+	Mode     config.Mode   `json:"mode"`
+	Devices  []DeviceState `json:"devices"`
+}
+
+// DeviceState is one kubelet device.
+type DeviceState struct {
+	ID          string   `json:"id"`
+	Health      string   `json:"health"`
+	RDMADevices []string `json:"rdmaDevices"`
+	NUMANodes   []int64  `json:"numaNodes,omitempty"`
+}
+
+// State returns a copy of the current state.
+func (d *Daemon) State() State {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	s := d.state
+	s.Pools = append([]PoolState(nil), s.Pools...)
+	return s
+}
+
+// publishState rebuilds the pools' part of State from what they advertise.
+func (d *Daemon) publishState() {
+	var pools []PoolState
+	for _, name := range sortedKeys(d.pools) {
+		p := d.pools[name]
+		snap, _ := p.current()
+		ps := PoolState{Name: name, Resource: p.resource, Mode: p.pool.Mode, Devices: []DeviceState{}}
+		for _, dev := range snap.devices {
+			ds := DeviceState{ID: dev.ID, Health: dev.Health, RDMADevices: []string{}}
+			for _, r := range snap.byID[dev.ID] {
+				ds.RDMADevices = append(ds.RDMADevices, r.Name)
+			}
+			for _, n := range dev.GetTopology().GetNodes() {
+				ds.NUMANodes = append(ds.NUMANodes, n.ID)
+			}
+			ps.Devices = append(ps.Devices, ds)
+			if p.pool.Mode == config.Shared {
+				break // the slots are identical; one stands for all
+			}
+		}
+		pools = append(pools, ps)
+	}
+	d.stateMu.Lock()
+	d.state.NodeName, d.state.ConfigFile, d.state.Pools = d.cfg.NodeName, d.cfg.ConfigFile, pools
+	d.stateMu.Unlock()
+}

@@ -1,0 +1,221 @@
+package discovery
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Health rule: an RDMA device is healthy when it is present in
+// class/infiniband and every one of its ports is ACTIVE. mlx5 exposes one
+// port per RDMA device, so this is "port 1" there; on a multi-port device
+// (mlx4, a bond) NCCL and most verbs applications use every port of the HCA
+// they are given, and a half-up device would silently halve bandwidth or hang
+// a collective, so one down port makes the whole device unhealthy. A device
+// with no ports is unhealthy.
+//
+// A watcher re-reads health often on a node with a thousand devices, so
+// PortStates reads one already-open state file per port with pread at offset
+// 0: sysfs regenerates an attribute on every read from the start, and a read
+// on a removed device fails (ENODEV), which tells the caller to scan again.
+// Paths are resolved and opened once per full scan.
+
+// ListRDMA returns the sorted names in class/infiniband; a missing class
+// directory (no RDMA driver loaded) is an empty list. buf is reused when it
+// has room.
+func ListRDMA(sysRoot string, buf []string) ([]string, error) {
+	dir := filepath.Join(sysRoot, "class/infiniband")
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return buf[:0], nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list rdma devices: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list rdma devices: %w", err)
+	}
+	slices.Sort(names)
+	return append(buf[:0], names...), nil
+}
+
+// PortStates keeps the state attribute of every port of a set of devices
+// open, to read their health cheaply and repeatedly.
+type PortStates struct {
+	files []stateFile
+	devs  []string // sorted device names
+	nport []int    // ports per device, parallel to devs
+}
+
+type stateFile struct {
+	dev int // index into devs
+	fd  int
+}
+
+// OpenPortStates opens the state files of the given ports (device name ->
+// port numbers) below sysRoot. A file that cannot be opened reads as not
+// ACTIVE. Close releases the files.
+func OpenPortStates(sysRoot string, ports map[string][]int) *PortStates {
+	p := &PortStates{}
+	for dev := range ports {
+		p.devs = append(p.devs, dev)
+	}
+	slices.Sort(p.devs)
+	for i, dev := range p.devs {
+		p.nport = append(p.nport, len(ports[dev]))
+		for _, n := range ports[dev] {
+			path := filepath.Join(sysRoot, "class/infiniband", dev, "ports", strconv.Itoa(n), "state")
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				fd = -1
+			}
+			p.files = append(p.files, stateFile{dev: i, fd: fd})
+		}
+	}
+	return p
+}
+
+// Close closes every open state file.
+func (p *PortStates) Close() {
+	if p == nil {
+		return
+	}
+	for _, f := range p.files {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
+		}
+	}
+	p.files = nil
+}
+
+// Read fills health (device name -> healthy) for every device it holds,
+// without allocating when health already has their keys. gone is true when
+// a file could not be read: a removed device, so the caller scans again.
+func (p *PortStates) Read(health map[string]bool) (gone bool) {
+	for i, dev := range p.devs {
+		health[dev] = p.nport[i] > 0
+	}
+	var buf [64]byte
+	for _, f := range p.files {
+		dev := p.devs[f.dev]
+		if !health[dev] {
+			continue
+		}
+		if f.fd < 0 {
+			health[dev] = false
+			continue
+		}
+		n, err := unix.Pread(f.fd, buf[:], 0)
+		if err != nil || n <= 0 {
+			health[dev], gone = false, true
+			continue
+		}
+		health[dev] = isActive(buf[:n])
+	}
+	return gone
+}
+
+// isActive reports whether a state attribute ("4: ACTIVE\n") says ACTIVE,
+// without allocating.
+func isActive(b []byte) bool {
+	i := bytes.IndexByte(b, ':')
+	return i >= 0 && string(bytes.TrimSpace(b[i+1:])) == "ACTIVE"
+}
+
+// Healthy applies the health rule to a scanned device: every port ACTIVE,
+// at least one port.
+func (d RDMADevice) Healthy() bool {
+	for _, p := range d.Ports {
+		if !p.Active() {
+			return false
+		}
+	}
+	return len(d.Ports) > 0
+}
+
+// RDMAList answers "has the set of names in class/infiniband changed?"
+// without allocating: it keeps the directory open and sums a hash of each
+// name read with getdents into a reused buffer. An idle watcher asks twice
+// a second on a node with a thousand devices; ListRDMA would allocate a
+// thousand strings each time.
+type RDMAList struct {
+	path string
+	fd   int
+	buf  []byte
+}
+
+// OpenRDMAList prepares to list <sysRoot>/class/infiniband; Close releases it.
+func OpenRDMAList(sysRoot string) *RDMAList {
+	return &RDMAList{path: filepath.Join(sysRoot, "class/infiniband"), fd: -1, buf: make([]byte, 16<<10)}
+}
+
+// Sum returns the number of entries and an order-independent hash of their
+// names; a missing directory is 0, 0.
+func (l *RDMAList) Sum() (n int, sum uint64, err error) {
+	if l.fd < 0 {
+		fd, err := unix.Open(l.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return 0, 0, nil
+		}
+		if err != nil {
+			return 0, 0, &fs.PathError{Op: "open", Path: l.path, Err: err}
+		}
+		l.fd = fd
+	}
+	if _, err := unix.Seek(l.fd, 0, 0); err != nil {
+		l.Close() // the directory was removed: open it again next time
+		return 0, 0, nil
+	}
+	for {
+		m, err := unix.Getdents(l.fd, l.buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, 0, &fs.PathError{Op: "getdents", Path: l.path, Err: err}
+		}
+		if m <= 0 {
+			return n, sum, nil
+		}
+		for b := l.buf[:m]; len(b) > 0; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(b[16]) | int(b[17])<<8
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			n++
+			sum += fnv64(name)
+		}
+	}
+}
+
+// Close closes the directory.
+func (l *RDMAList) Close() {
+	if l != nil && l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+}
+
+func fnv64(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}

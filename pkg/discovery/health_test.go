@@ -1,0 +1,153 @@
+package discovery_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+func TestPortStatesAndListRDMA(t *testing.T) {
+	n, tree := scan(t, nodesim.PortDown())
+	list, err := discovery.ListRDMA(tree.SysRoot, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"mlx5_0", "mlx5_1"}, list); diff != "" {
+		t.Errorf("ListRDMA (-want +got)\n%s", diff)
+	}
+	ports := map[string][]int{}
+	for _, d := range n.RDMADevices {
+		ports[d.Name] = []int{1}
+	}
+	ps := discovery.OpenPortStates(tree.SysRoot, ports)
+	defer ps.Close()
+	health := map[string]bool{}
+	if gone := ps.Read(health); gone {
+		t.Error("gone on a present node")
+	}
+	if diff := cmp.Diff(map[string]bool{"mlx5_0": true, "mlx5_1": false}, health); diff != "" {
+		t.Errorf("health (-want +got)\n%s", diff)
+	}
+	if err := tree.SetPortState("mlx5_1", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+		t.Fatal(err)
+	}
+	ps.Read(health)
+	if !health["mlx5_1"] {
+		t.Error("mlx5_1 not healthy after its port came up")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { ps.Read(health) }); allocs != 0 && !raceEnabled {
+		t.Errorf("Read allocates %.0f times per call, want 0", allocs)
+	}
+	if empty, err := discovery.ListRDMA(t.TempDir(), nil); err != nil || len(empty) != 0 {
+		t.Errorf("ListRDMA without class/infiniband = %v, %v; want empty", empty, err)
+	}
+}
+
+func TestReadPortCounters(t *testing.T) {
+	_, tree := scan(t, nodesim.PortDown())
+	dir := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_0/ports/1/hw_counters")
+	if err := os.WriteFile(filepath.Join(dir, "out_of_buffer"), []byte("7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "garbage"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	discovery.ReadPortCounters(tree.SysRoot, "mlx5_0", 1, func(src, name string, v float64) { got[src+"/"+name] = v })
+	want := map[string]float64{"counters/port_rcv_data": 0, "counters/port_xmit_data": 0, "counters/port_rcv_packets": 0,
+		"counters/port_xmit_packets": 0, "hw_counters/out_of_buffer": 7}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+// TestRereadPortsMatchesScan: on every sample node, re-reading a device's
+// ports gives what Scan gave.
+func TestRereadPortsMatchesScan(t *testing.T) {
+	for _, name := range nodesim.Names() {
+		if name == "synthetic" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			topo, _ := nodesim.Named(name)
+			n, tree := scan(t, topo)
+			s := discovery.Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}
+			for _, d := range n.RDMADevices {
+				got, err := s.RereadPorts(d)
+				if err != nil {
+					t.Fatalf("%s: %v", d.Name, err)
+				}
+				if diff := cmp.Diff(d, got); diff != "" {
+					t.Errorf("%s (-scan +reread)\n%s", d.Name, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestRereadPortsSeesNewGIDs: an address added to a RoCE netdev fills GID
+// slots; RereadPorts sees them.
+func TestRereadPortsSeesNewGIDs(t *testing.T) {
+	n, tree := scan(t, nodesim.RoCESRIOV())
+	d := device(t, n, "mlx5_9")
+	if diff := cmp.Diff([]int{1}, d.Ports[0].RoCEv2GIDIndexes); diff != "" {
+		t.Fatalf("before (-want +got)\n%s", diff)
+	}
+	port := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_9/ports/1")
+	for file, v := range map[string]string{"gids/3": "0000:0000:0000:0000:0000:ffff:0a01:0909", "gid_attrs/types/3": "RoCE v2", "gid_attrs/ndevs/3": "gpu0rdma0v1"} {
+		if err := os.WriteFile(filepath.Join(port, file), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := discovery.Scanner{SysRoot: tree.SysRoot}.RereadPorts(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{1, 3}, got.Ports[0].RoCEv2GIDIndexes); diff != "" {
+		t.Errorf("after (-want +got)\n%s", diff)
+	}
+	if err := tree.RemoveRDMA("mlx5_9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (discovery.Scanner{SysRoot: tree.SysRoot}).RereadPorts(d); err == nil {
+		t.Error("RereadPorts of a removed device: no error")
+	}
+}
+
+func TestRDMAListSum(t *testing.T) {
+	topo := nodesim.PortDown()
+	_, tree := scan(t, topo)
+	l := discovery.OpenRDMAList(tree.SysRoot)
+	defer l.Close()
+	n0, s0, err := l.Sum()
+	if err != nil || n0 != 2 {
+		t.Fatalf("Sum = %d, %v; want 2 entries", n0, err)
+	}
+	if n, s, _ := l.Sum(); n != n0 || s != s0 {
+		t.Errorf("second Sum %d/%x differs from the first %d/%x", n, s, n0, s0)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _, _, _ = l.Sum() }); allocs != 0 && !raceEnabled {
+		t.Errorf("Sum allocates %.0f times per call, want 0", allocs)
+	}
+	if err := tree.RemoveRDMA("mlx5_1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, s, _ := l.Sum(); n != 1 || s == s0 {
+		t.Errorf("after a removal: %d entries, sum changed %v; want 1, true", n, s != s0)
+	}
+	if err := tree.AddRDMA(topo.RDMA[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n, s, _ := l.Sum(); n != n0 || s != s0 {
+		t.Errorf("after adding it back: %d/%x, want %d/%x", n, s, n0, s0)
+	}
+	empty := discovery.OpenRDMAList(t.TempDir())
+	if n, s, err := empty.Sum(); n != 0 || s != 0 || err != nil {
+		t.Errorf("missing class dir: %d, %x, %v", n, s, err)
+	}
+}

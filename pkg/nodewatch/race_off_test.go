@@ -1,0 +1,5 @@
+//go:build !race
+
+package nodewatch
+
+const raceEnabled = false

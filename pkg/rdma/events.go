@@ -1,0 +1,101 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Link and address notifications. The device plugin's node watcher follows
+// them to re-read port state and GID tables at once instead of at its next
+// tick: a netdev going down or away, a VF count change, an address added or
+// removed (which fills or empties RoCE GID slots).
+
+// subscription turns a netlink subscription's channel into calls of fn until
+// ctx ends; an error the subscription reports ends it.
+func subscription[T any](ctx context.Context, ch <-chan T, errc <-chan error, what string, fn func(T)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if ctx.Err() != nil {
+				return nil // the subscription's socket closing as ctx ended
+			}
+			return fmt.Errorf("%s updates: %w", what, err)
+		case u, ok := <-ch:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%s updates: subscription closed", what)
+			}
+			fn(u)
+		}
+	}
+}
+
+func nsOption(ns netns.NsHandle) *netns.NsHandle {
+	if !ns.IsOpen() {
+		return nil // the caller's own namespace
+	}
+	return &ns
+}
+
+func errCallback(errc chan error) func(error) {
+	return func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+}
+
+// WatchLinks calls fn with the link's name on every rtnetlink link update in
+// ns (netns.None() for the caller's own namespace) until ctx ends. It
+// returns nil when ctx ends, an error when the subscription fails.
+func WatchLinks(ctx context.Context, ns netns.NsHandle, fn func(link string)) error {
+	ch := make(chan netlink.LinkUpdate, 64)
+	errc := make(chan error, 1)
+	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
+		Namespace: nsOption(ns), ErrorCallback: errCallback(errc),
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to link updates in netns %s: %w", ns, err)
+	}
+	return subscription(ctx, ch, errc, "link", func(u netlink.LinkUpdate) {
+		name := ""
+		if u.Link != nil {
+			name = u.Link.Attrs().Name
+		}
+		fn(name)
+	})
+}
+
+// WatchAddrs calls fn with the link's name on every address added or
+// removed in ns (netns.None() for the caller's own namespace) until ctx
+// ends. The name is looked up by index; it is "" when the link is gone.
+func WatchAddrs(ctx context.Context, ns netns.NsHandle, fn func(link string)) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
+	}
+	defer h.Close()
+	ch := make(chan netlink.AddrUpdate, 64)
+	errc := make(chan error, 1)
+	err = netlink.AddrSubscribeWithOptions(ch, ctx.Done(), netlink.AddrSubscribeOptions{
+		Namespace: nsOption(ns), ErrorCallback: errCallback(errc),
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to address updates in netns %s: %w", ns, err)
+	}
+	return subscription(ctx, ch, errc, "address", func(u netlink.AddrUpdate) {
+		name := ""
+		if l, err := h.LinkByIndex(u.LinkIndex); err == nil {
+			name = l.Attrs().Name
+		}
+		fn(name)
+	})
+}
