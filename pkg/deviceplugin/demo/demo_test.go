@@ -24,8 +24,10 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"registered rdma.kube-rdma.io/hca",
 		"rdma.kube-rdma.io/hca  0000:9a:00.0  Healthy  1     mlx5_4",
-		"GetPreferredAllocation(2 of 10): 0000:18:00.0, 0000:27:00.0",
-		"env NCCL_IB_HCA==mlx5_0,mlx5_8",
+		// mlx5_8 (0000:27:00.0) shares mlx5_0's switch but is an Ethernet
+		// storage NIC: the preferred pair stays InfiniBand.
+		"GetPreferredAllocation(2 of 10): 0000:18:00.0, 0000:3a:00.0",
+		"env NCCL_IB_HCA==mlx5_0,mlx5_1",
 		"cdi rdma.kube-rdma.io/hca=0000:18:00.0",
 		"kubelet sees 0000:18:00.0 Unhealthy after",
 		"Healthy again after",
