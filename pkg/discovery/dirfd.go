@@ -17,6 +17,8 @@ import (
 type dir struct {
 	fd   int
 	path string
+	// cache holds what a batch read ahead (see prefetch); nil for none.
+	cache *attrCache
 }
 
 func openDir(path string) (dir, error) {
@@ -37,6 +39,16 @@ func (d dir) close() {
 // It uses raw syscalls: os.ReadFile's stat and poller registration double
 // the cost on a node with a thousand devices.
 func (d dir) read(rel string) (string, error) {
+	if d.cache != nil {
+		if r, ok := d.cache.attrs[attrKey{d.fd, rel}]; ok {
+			return r.val, r.err
+		}
+	}
+	return d.readNow(rel)
+}
+
+// readNow reads an attribute with open, read and close.
+func (d dir) readNow(rel string) (string, error) {
 	fd, err := unix.Openat(d.fd, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
@@ -60,12 +72,17 @@ func (d dir) read(rel string) (string, error) {
 			break
 		}
 	}
-	// No sysfs value holds a NUL: what follows one is padding, as in a tree
-	// copied with tar, which pads each attribute to its stat size (4096).
-	if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
-		n = i
+	return attrValue(buf[:n]), nil
+}
+
+// attrValue is an attribute's value: no sysfs value holds a NUL, so what
+// follows one is padding, as in a tree copied with tar, which pads each
+// attribute to its stat size (4096); white space is trimmed.
+func attrValue(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
 	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return strings.TrimSpace(string(b))
 }
 
 // parsed reads an attribute and parses it; the error names the file.
@@ -97,6 +114,18 @@ func (d dir) linkBase(rel string) (string, error) {
 
 // names lists the entries of a directory below d; a missing one is empty.
 func (d dir) names(rel string) ([]string, error) {
+	if d.cache != nil {
+		if r, ok := d.cache.lists[attrKey{d.fd, rel}]; ok {
+			return r.names, r.err
+		}
+		names, err := d.namesNow(rel)
+		d.cache.lists[attrKey{d.fd, rel}] = listResult{names, err}
+		return names, err
+	}
+	return d.namesNow(rel)
+}
+
+func (d dir) namesNow(rel string) ([]string, error) {
 	fd, err := unix.Openat(d.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil

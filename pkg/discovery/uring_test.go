@@ -1,0 +1,68 @@
+package discovery
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// TestScanBatchedEqualsOneByOne: the io_uring batches (where the kernel has
+// io_uring) and the one-by-one reads see the same node on every canned node.
+func TestScanBatchedEqualsOneByOne(t *testing.T) {
+	if r, err := newRing(); err != nil {
+		t.Logf("no io_uring here (%v): both scans read one by one", err)
+	} else {
+		r.close()
+	}
+	for _, name := range nodesim.Names() {
+		t.Run(name, func(t *testing.T) {
+			topo, _ := nodesim.Named(name)
+			tree, err := nodesim.Build(t.TempDir(), topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}
+			want, err := Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot, noURing: true}.Scan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Scan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("batched scan differs (-one by one +batched):\n%s", diff)
+			}
+		})
+	}
+}
+
+// BenchmarkScanURing times the 1,024-device scan with and without io_uring
+// batches, interleaved, and reports both medians.
+func BenchmarkScanURing(b *testing.B) {
+	tree, err := nodesim.Build(b.TempDir(), nodesim.Synthetic(8, 16, 63))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var one, batched []time.Duration
+	for b.Loop() {
+		for _, no := range []bool{true, false} {
+			start := time.Now()
+			if _, err := (Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot, noURing: no}).Scan(); err != nil {
+				b.Fatal(err)
+			}
+			if no {
+				one = append(one, time.Since(start))
+			} else {
+				batched = append(batched, time.Since(start))
+			}
+		}
+	}
+	med := func(d []time.Duration) float64 { slices.Sort(d); return float64(d[len(d)/2]) / 1e6 }
+	b.ReportMetric(med(one), "one-by-one-ms")
+	b.ReportMetric(med(batched), "batched-ms")
+}
