@@ -29,6 +29,15 @@ func openDir(path string) (dir, error) {
 	return dir{fd: fd, path: path}, nil
 }
 
+// openDir opens a directory below d; path names it in errors.
+func (d dir) openDir(rel, path string) (dir, error) {
+	fd, err := unix.Openat(d.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dir{fd: -1}, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return dir{fd: fd, path: path}, nil
+}
+
 func (d dir) close() {
 	if d.fd >= 0 {
 		unix.Close(d.fd)

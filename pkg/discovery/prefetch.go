@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"slices"
 	"strconv"
 )
 
@@ -83,11 +82,9 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	add(ib, "node_guid")
 	ports, _ := ib.names("ports")
 	type portGIDs struct {
-		prefix string
-		roce   bool
-		idx    []int
-		pos    int
-		empty  int
+		prefix      string
+		roce, done  bool
+		next, empty int
 	}
 	var pg []*portGIDs
 	for _, name := range ports {
@@ -102,26 +99,23 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	}
 	readBatch(r, c, reqs)
 
-	// The GID slots readGIDs will read: slot 0 on InfiniBand, the listed
-	// slots in order on Ethernet until a run of empty ones.
+	// The GID slots readGIDs will read: slot 0 on InfiniBand, slots in
+	// order on Ethernet until a run of empty ones.
 	for _, p := range pg {
-		p.idx = []int{0}
-		if v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]; v.err == nil && v.val == "Ethernet" {
-			p.roce = true
-			names, _ := ib.names(p.prefix + "gids")
-			p.idx = p.idx[:0]
-			for _, n := range names {
-				if i, err := strconv.Atoi(n); err == nil && i >= 0 {
-					p.idx = append(p.idx, i)
-				}
-			}
-			slices.Sort(p.idx)
-		}
+		v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]
+		p.roce = v.err == nil && v.val == "Ethernet"
 	}
 	for {
 		reqs = reqs[:0]
 		for _, p := range pg {
-			for _, i := range p.idx[p.pos:min(p.pos+gidWindow, len(p.idx))] {
+			if p.done {
+				continue
+			}
+			last := min(p.next+gidWindow, maxGIDSlot+1)
+			if !p.roce {
+				last = 1
+			}
+			for i := p.next; i < last; i++ {
 				si := strconv.Itoa(i)
 				add(ib, p.prefix+"gids/"+si)
 				if p.roce { // read with the GID: unused when the slot is empty
@@ -135,25 +129,26 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 		}
 		readBatch(r, c, reqs)
 		for _, p := range pg {
-			end := min(p.pos+gidWindow, len(p.idx))
-			for ; p.pos < end; p.pos++ {
-				if p.empty >= emptyGIDRun {
-					break
-				}
-				v := c.attrs[attrKey{ib.fd, p.prefix + "gids/" + strconv.Itoa(p.idx[p.pos])}]
+			if p.done {
+				continue
+			}
+			last := min(p.next+gidWindow, maxGIDSlot+1)
+			if !p.roce {
+				last = 1
+			}
+			for ; p.next < last && p.empty < emptyGIDRun && !p.done; p.next++ {
+				v := c.attrs[attrKey{ib.fd, p.prefix + "gids/" + strconv.Itoa(p.next)}]
 				gid, err := ParseGID(v.val)
 				switch {
 				case v.err != nil && isEmptySlot(v.err), v.err == nil && err == nil && gid == "":
 					p.empty++
 				case v.err != nil, err != nil:
-					p.pos = len(p.idx) // readGIDs stops at this error
+					p.done = true // readGIDs stops at this error
 				default:
 					p.empty = 0
 				}
 			}
-			if p.empty >= emptyGIDRun || p.pos >= len(p.idx) {
-				p.idx, p.pos = nil, 0
-			}
+			p.done = p.done || p.empty >= emptyGIDRun || p.next >= last && (!p.roce || p.next > maxGIDSlot)
 		}
 	}
 }
