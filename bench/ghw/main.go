@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/jaypipes/ghw"
@@ -121,7 +122,8 @@ func run(rounds int, node, ids string) error {
 	sides := []struct {
 		name string
 		fn   func() error
-		d    []time.Duration
+		d    []time.Duration // wall clock
+		cpu  []time.Duration // user+system time of the process, all threads
 	}{
 		{name: "ours", fn: ours},
 		{name: "ghw", fn: theirs()},
@@ -136,26 +138,37 @@ func run(rounds int, node, ids string) error {
 		}
 		for _, i := range order {
 			runtime.GC()
+			cpu0 := cpuTime()
 			start := time.Now()
 			if err := sides[i].fn(); err != nil {
 				return err
 			}
 			if r >= 0 {
 				sides[i].d = append(sides[i].d, time.Since(start))
+				sides[i].cpu = append(sides[i].cpu, cpuTime()-cpu0)
 			}
 		}
 	}
 	for _, s := range sides {
-		fmt.Printf("%-17s median %7.1f ms  (min %6.1f, max %6.1f, %d rounds)\n", s.name,
-			ms(median(s.d)), ms(slices.Min(s.d)), ms(slices.Max(s.d)), len(s.d))
+		fmt.Printf("%-17s median %7.1f ms  (min %6.1f, max %6.1f, %d rounds)  cpu median %7.1f ms\n", s.name,
+			ms(median(s.d)), ms(slices.Min(s.d)), ms(slices.Max(s.d)), len(s.d), ms(median(s.cpu)))
 	}
 	ratios := make([]time.Duration, rounds) // per-round ours/ghw, x1000
 	for i := range rounds {
 		ratios[i] = sides[0].d[i] * 1000 / sides[1].d[i]
 	}
-	fmt.Printf("ratio ours/ghw: %.2f (medians), %.2f (median of per-round ratios)\n",
-		float64(median(sides[0].d))/float64(median(sides[1].d)), float64(median(ratios))/1000)
+	fmt.Printf("ratio ours/ghw: %.2f (medians), %.2f (median of per-round ratios); cpu time %.2f\n",
+		float64(median(sides[0].d))/float64(median(sides[1].d)), float64(median(ratios))/1000,
+		float64(median(sides[0].cpu))/float64(median(sides[1].cpu)))
 	return nil
+}
+
+// cpuTime is the user and system time the process has used, all threads
+// (our scan runs several goroutines, ghw one).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(d []time.Duration) time.Duration {

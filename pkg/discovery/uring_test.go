@@ -66,3 +66,28 @@ func BenchmarkScanURing(b *testing.B) {
 	b.ReportMetric(med(one), "one-by-one-ms")
 	b.ReportMetric(med(batched), "batched-ms")
 }
+
+// TestScanClosesFiles: the batches leave no file open (their files are
+// closed with the next batch and the last ones when the ring closes).
+func TestScanClosesFiles(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := func() int {
+		names, err := readDirNames("/proc/self/fd")
+		if err != nil {
+			t.Skipf("no /proc/self/fd: %v", err)
+		}
+		return len(names)
+	}
+	before := fds()
+	for range 3 {
+		if _, err := (Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}).Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d open files before three scans, %d after", before, after)
+	}
+}
