@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"slices"
 	"strconv"
 )
 
@@ -82,9 +83,10 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	add(ib, "node_guid")
 	ports, _ := ib.names("ports")
 	type portGIDs struct {
-		prefix      string
-		roce, done  bool
-		next, empty int
+		prefix     string
+		roce, done bool
+		idx        []int // the slots readGIDs reads, in order
+		pos, empty int
 	}
 	var pg []*portGIDs
 	for _, name := range ports {
@@ -99,30 +101,34 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	}
 	readBatch(r, c, reqs)
 
-	// The GID slots readGIDs will read: slot 0 on InfiniBand, slots in
-	// order on Ethernet until a run of empty ones.
+	// The GID slots readGIDs will read: slot 0 on InfiniBand, the listed
+	// slots in order on Ethernet until a run of empty ones.
 	for _, p := range pg {
-		v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]
-		p.roce = v.err == nil && v.val == "Ethernet"
+		p.idx = []int{0}
+		if v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]; v.err == nil && v.val == "Ethernet" {
+			p.roce = true
+			names, _ := ib.names(p.prefix + "gids")
+			p.idx = p.idx[:0]
+			for _, n := range names {
+				if i, err := strconv.Atoi(n); err == nil && i >= 0 {
+					p.idx = append(p.idx, i)
+				}
+			}
+			slices.Sort(p.idx)
+		}
 	}
 	// Each round reads the next window of GID values and the type and
 	// netdev of the populated slots of the previous one: an empty slot's
-	// type and netdev are never read (on the 1,024-device node that is 20
-	// files per RoCE port instead of 48).
+	// type and netdev are never read.
 	var populated []attrReq
 	for {
 		reqs = append(reqs[:0], populated...)
 		populated = populated[:0]
 		for _, p := range pg {
-			if p.done {
-				continue
-			}
-			last := min(p.next+gidWindow, maxGIDSlot+1)
-			if !p.roce {
-				last = 1
-			}
-			for i := p.next; i < last; i++ {
-				add(ib, p.prefix+"gids/"+strconv.Itoa(i))
+			if !p.done {
+				for _, i := range p.idx[p.pos:min(p.pos+gidWindow, len(p.idx))] {
+					add(ib, p.prefix+"gids/"+strconv.Itoa(i))
+				}
 			}
 		}
 		if len(reqs) == 0 {
@@ -130,15 +136,9 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 		}
 		readBatch(r, c, reqs)
 		for _, p := range pg {
-			if p.done {
-				continue
-			}
-			last := min(p.next+gidWindow, maxGIDSlot+1)
-			if !p.roce {
-				last = 1
-			}
-			for ; p.next < last && p.empty < emptyGIDRun && !p.done; p.next++ {
-				si := strconv.Itoa(p.next)
+			end := min(p.pos+gidWindow, len(p.idx))
+			for ; !p.done && p.pos < end && p.empty < emptyGIDRun; p.pos++ {
+				si := strconv.Itoa(p.idx[p.pos])
 				v := c.attrs[attrKey{ib.fd, p.prefix + "gids/" + si}]
 				gid, err := ParseGID(v.val)
 				switch {
@@ -154,7 +154,7 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 					}
 				}
 			}
-			p.done = p.done || p.empty >= emptyGIDRun || p.next >= last && (!p.roce || p.next > maxGIDSlot)
+			p.done = p.done || p.empty >= emptyGIDRun || p.pos >= len(p.idx)
 		}
 	}
 }

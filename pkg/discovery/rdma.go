@@ -18,9 +18,6 @@ import (
 // at the front of the table; a 255-slot table is not read to the end.
 const emptyGIDRun = 8
 
-// maxGIDSlot bounds a GID table (the kernel's are at most 256 slots on RoCE).
-const maxGIDSlot = 4095
-
 func (s Scanner) scanRDMA() ([]RDMADevice, []string, error) {
 	classDir := filepath.Join(s.SysRoot, "class/infiniband")
 	names, err := readDirNames(classDir)
@@ -309,20 +306,30 @@ func readPort(ib dir, prefix string, num int) (Port, error) {
 }
 
 // readGIDs reads the populated GID slots. On InfiniBand only slot 0 (the port
-// GID) is read. On Ethernet the slots are read in order from 0 until
-// emptyGIDRun empty slots in a row; an empty slot reads as EINVAL (or, on old
-// kernels, as the zero GID), and a missing one (a copy that left empty slots
-// out) counts as empty. The kernel makes every slot of the table, so the
-// table is not listed: that saves four system calls per port
-// (open, two getdents, close).
+// GID) is read. On Ethernet the slots are read in order until emptyGIDRun
+// empty slots in a row; an empty slot reads as EINVAL (or, on old kernels, as
+// the zero GID).
 func readGIDs(ib dir, prefix string, roce bool) ([]GID, error) {
-	last := 0
+	idx := []int{0}
 	if roce {
-		last = maxGIDSlot
+		names, err := ib.names(prefix + "gids")
+		if err != nil {
+			return nil, err
+		}
+		idx = idx[:0]
+		for _, n := range names {
+			if i, err := strconv.Atoi(n); err == nil && i >= 0 {
+				idx = append(idx, i)
+			}
+		}
+		slices.Sort(idx)
 	}
 	var gids []GID
 	empty := 0
-	for i := 0; i <= last && empty < emptyGIDRun; i++ {
+	for _, i := range idx {
+		if empty >= emptyGIDRun {
+			break
+		}
 		si := strconv.Itoa(i)
 		g := GID{Index: i}
 		v, err := ib.read(prefix + "gids/" + si)
