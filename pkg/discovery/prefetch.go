@@ -3,6 +3,7 @@ package discovery
 import (
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // attrCache holds attributes and directory listings read ahead of the code
@@ -62,13 +63,21 @@ func readBatch(r *ring, c *attrCache, reqs []attrReq) {
 const gidWindow = emptyGIDRun + 4
 
 // prefetch reads what readRDMADevice reads from a device's directories, in
-// a few batches: PCI identity, netdev ports, node GUID and port attributes
-// first, then the GID tables a window at a time. Directory listings stay
-// system calls (io_uring has no getdents) and are cached too. pci and fn are
-// closed dirs (fd -1) for a device off PCI.
+// as few batches as it can: PCI identity, netdev ports, node GUID, port
+// attributes and, for ports that look like RoCE, the first window of the GID
+// table with each slot's type and netdev, all in one; then whatever that
+// batch showed is still to read. Directory listings stay system calls
+// (io_uring has no getdents) and are cached too. pci and fn are closed dirs
+// (fd -1) for a device off PCI.
+//
+// A guess only decides what is read ahead, never what the readers see: a
+// port looks like RoCE when the device is off PCI (soft-RoCE) or has a
+// netdev not named ib*. On the 1,024-device node that is one batch per
+// device instead of three.
 func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	var reqs []attrReq
 	add := func(d dir, rel string) { reqs = append(reqs, attrReq{d: d, rel: rel}) }
+	looksRoCE := pci.fd < 0
 	if pci.fd >= 0 {
 		add(pci, "vendor")
 		add(pci, "device")
@@ -76,6 +85,7 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 		nets, _ := fn.names("net")
 		for _, n := range nets {
 			add(fn, "net/"+n+"/dev_port")
+			looksRoCE = looksRoCE || !strings.HasPrefix(n, "ib")
 		}
 	} else {
 		add(ib, "parent")
@@ -83,63 +93,77 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	add(ib, "node_guid")
 	ports, _ := ib.names("ports")
 	type portGIDs struct {
-		prefix     string
-		roce, done bool
-		idx        []int // the slots readGIDs reads, in order
-		pos, empty int
+		prefix             string
+		listed, roce, done bool
+		idx                []int // the slots readGIDs reads, in order
+		pos, empty         int
+	}
+	list := func(p *portGIDs) {
+		p.listed = true
+		names, _ := ib.names(p.prefix + "gids")
+		for _, n := range names {
+			if i, err := strconv.Atoi(n); err == nil && i >= 0 {
+				p.idx = append(p.idx, i)
+			}
+		}
+		slices.Sort(p.idx)
+	}
+	// window adds the next window of p's GID slots; withAttrs reads each
+	// slot's type and netdev along, before knowing whether it is populated.
+	window := func(p *portGIDs, withAttrs bool) {
+		for _, i := range p.idx[p.pos:min(p.pos+gidWindow, len(p.idx))] {
+			si := strconv.Itoa(i)
+			add(ib, p.prefix+"gids/"+si)
+			if withAttrs {
+				add(ib, p.prefix+"gid_attrs/types/"+si)
+				add(ib, p.prefix+"gid_attrs/ndevs/"+si)
+			}
+		}
 	}
 	var pg []*portGIDs
 	for _, name := range ports {
 		if num, err := strconv.Atoi(name); err != nil || num < 1 {
 			continue
 		}
-		prefix := "ports/" + name + "/"
+		p := &portGIDs{prefix: "ports/" + name + "/"}
 		for _, a := range []string{"state", "phys_state", "link_layer", "rate"} {
-			add(ib, prefix+a)
+			add(ib, p.prefix+a)
 		}
-		pg = append(pg, &portGIDs{prefix: prefix})
+		if looksRoCE {
+			list(p)
+			window(p, true)
+		} else {
+			add(ib, p.prefix+"gids/0") // the port GID, all InfiniBand reads
+		}
+		pg = append(pg, p)
 	}
 	readBatch(r, c, reqs)
 
 	// The GID slots readGIDs will read: slot 0 on InfiniBand, the listed
 	// slots in order on Ethernet until a run of empty ones.
 	for _, p := range pg {
-		p.idx = []int{0}
-		if v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]; v.err == nil && v.val == "Ethernet" {
-			p.roce = true
-			names, _ := ib.names(p.prefix + "gids")
-			p.idx = p.idx[:0]
-			for _, n := range names {
-				if i, err := strconv.Atoi(n); err == nil && i >= 0 {
-					p.idx = append(p.idx, i)
-				}
-			}
-			slices.Sort(p.idx)
+		if v := c.attrs[attrKey{ib.fd, p.prefix + "link_layer"}]; v.err != nil || v.val != "Ethernet" {
+			p.idx, p.pos, p.listed = []int{0}, 0, true
+			continue
+		}
+		p.roce = true
+		if !p.listed {
+			list(p)
 		}
 	}
-	// Each round reads the next window of GID values and the type and
-	// netdev of the populated slots of the previous one: an empty slot's
-	// type and netdev are never read.
-	var populated []attrReq
+	// Each round takes in the GID values read so far, then reads the next
+	// window of values and the type and netdev of the populated slots that
+	// were not read along: an empty slot's type and netdev are not read
+	// once its emptiness is known.
 	for {
-		reqs = append(reqs[:0], populated...)
-		populated = populated[:0]
+		reqs = reqs[:0]
 		for _, p := range pg {
-			if !p.done {
-				for _, i := range p.idx[p.pos:min(p.pos+gidWindow, len(p.idx))] {
-					add(ib, p.prefix+"gids/"+strconv.Itoa(i))
-				}
-			}
-		}
-		if len(reqs) == 0 {
-			return
-		}
-		readBatch(r, c, reqs)
-		for _, p := range pg {
-			end := min(p.pos+gidWindow, len(p.idx))
-			for ; !p.done && p.pos < end && p.empty < emptyGIDRun; p.pos++ {
+			for !p.done && p.pos < len(p.idx) && p.empty < emptyGIDRun {
 				si := strconv.Itoa(p.idx[p.pos])
-				v := c.attrs[attrKey{ib.fd, p.prefix + "gids/" + si}]
+				v, ok := c.attrs[attrKey{ib.fd, p.prefix + "gids/" + si}]
+				if !ok {
+					break
+				}
 				gid, err := ParseGID(v.val)
 				switch {
 				case v.err != nil && isEmptySlot(v.err), v.err == nil && err == nil && gid == "":
@@ -148,13 +172,21 @@ func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 					p.done = true // readGIDs stops at this error
 				default:
 					p.empty = 0
-					if p.roce {
-						populated = append(populated, attrReq{d: ib, rel: p.prefix + "gid_attrs/types/" + si},
-							attrReq{d: ib, rel: p.prefix + "gid_attrs/ndevs/" + si})
+					if _, ok := c.attrs[attrKey{ib.fd, p.prefix + "gid_attrs/types/" + si}]; !ok && p.roce {
+						add(ib, p.prefix+"gid_attrs/types/"+si)
+						add(ib, p.prefix+"gid_attrs/ndevs/"+si)
 					}
 				}
+				p.pos++
 			}
 			p.done = p.done || p.empty >= emptyGIDRun || p.pos >= len(p.idx)
+			if !p.done {
+				window(p, false)
+			}
 		}
+		if len(reqs) == 0 {
+			return
+		}
+		readBatch(r, c, reqs)
 	}
 }
