@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -89,5 +90,38 @@ func TestScanClosesFiles(t *testing.T) {
 	}
 	if after := fds(); after != before {
 		t.Errorf("%d open files before three scans, %d after", before, after)
+	}
+}
+
+// TestRingReadsSysfs: on this machine's real sysfs (kernfs, not the ext4 or
+// tmpfs of the fixtures) the ring reads what one-by-one reads read, errors
+// included.
+func TestRingReadsSysfs(t *testing.T) {
+	r, err := newRing()
+	if err != nil {
+		t.Skipf("no io_uring here: %v", err)
+	}
+	defer r.close()
+	names, _ := readDirNames("/sys/bus/pci/devices")
+	if len(names) == 0 {
+		t.Skip("no PCI devices in /sys")
+	}
+	var reqs []attrReq
+	for _, n := range names {
+		d, err := openDir("/sys/bus/pci/devices/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.close()
+		for _, a := range []string{"vendor", "device", "class", "numa_node", "uevent", "no-such-attribute"} {
+			reqs = append(reqs, attrReq{d: d, rel: a})
+		}
+	}
+	r.readAll(reqs)
+	for _, q := range reqs {
+		v, err := q.d.readNow(q.rel)
+		if v != q.val || fmt.Sprint(err) != fmt.Sprint(q.err) {
+			t.Errorf("%s/%s: ring read %q, %v; one by one %q, %v", q.d.path, q.rel, q.val, q.err, v, err)
+		}
 	}
 }
