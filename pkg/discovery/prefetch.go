@@ -53,7 +53,7 @@ func readBatch(r *ring, c *attrCache, reqs []attrReq) {
 		}
 	}
 	for _, q := range reqs {
-		c.attrs[attrKey{q.d.fd, q.rel}] = attrResult{q.val, q.err}
+		c.attrs[attrKey{q.d.fd, q.d.pre + q.rel}] = attrResult{q.val, q.err}
 	}
 }
 

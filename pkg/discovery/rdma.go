@@ -102,22 +102,15 @@ func (s Scanner) readRDMADevice(r *ring, classDir, name string, chars []string) 
 	default:
 		d.PCIeRoot, d.PCIPath = root, path
 		d.PCIAddress = path[len(path)-1]
-		// Relative to the device's own directory: the kernel walks two
-		// components, not the dozen above the PCI function again.
-		parent, err := ib.openDir("../..", parentPath)
-		if err != nil {
-			return d, err
-		}
-		defer parent.close()
+		// Read through the device's own directory ("../../vendor"): the
+		// kernel walks two components, not the dozen above the PCI
+		// function again, and no directory is opened and closed.
+		parent := ib.sub("../../", parentPath)
 		pci := parent
 		if base := filepath.Base(parentPath); !IsPCIAddress(base) {
 			d.Kind, d.AuxDevice = KindSF, base
-			if pci, err = ib.openDir("../../..", filepath.Dir(parentPath)); err != nil {
-				return d, err
-			}
-			defer pci.close()
+			pci = ib.sub("../../../", filepath.Dir(parentPath))
 		}
-		parent.cache, pci.cache = cache, cache
 		prefetch(r, cache, ib, pci, parent)
 		if err := readPCIAttrs(&d, pci, parent); err != nil {
 			return d, err

@@ -196,6 +196,7 @@ func (r *ring) readBatch(reqs []attrReq) {
 	offs := make([]int, len(reqs))
 	for i, q := range reqs {
 		offs[i] = len(r.paths)
+		r.paths = append(r.paths, q.d.pre...)
 		r.paths = append(r.paths, q.rel...)
 		r.paths = append(r.paths, 0)
 	}
