@@ -144,6 +144,11 @@ func (d dir) namesNow(rel string) ([]string, error) {
 		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
 	}
 	defer unix.Close(fd)
+	return d.readNames(fd, rel)
+}
+
+// readNames lists an open directory, rel below d.
+func (d dir) readNames(fd int, rel string) ([]string, error) {
 	var out []string
 	var buf [8192]byte
 	for {

@@ -77,6 +77,13 @@ const gidWindow = emptyGIDRun + 4
 func prefetch(r *ring, c *attrCache, ib, pci, fn dir) {
 	var reqs []attrReq
 	add := func(d dir, rel string) { reqs = append(reqs, attrReq{d: d, rel: rel}) }
+	if r != nil {
+		dirs := []attrReq{{d: ib, rel: "ports"}, {d: ib, rel: "ports/1/gids"}}
+		if pci.fd >= 0 {
+			dirs = append(dirs, attrReq{d: fn, rel: "net"})
+		}
+		r.listDirs(c, dirs)
+	}
 	looksRoCE := pci.fd < 0
 	if pci.fd >= 0 {
 		add(pci, "vendor")

@@ -8,6 +8,7 @@ import "errors"
 // none and attributes are read one by one.
 type ring struct{}
 
-func newRing() (*ring, error)     { return nil, errors.New("io_uring is Linux only") }
-func (r *ring) close()            {}
-func (r *ring) readAll([]attrReq) {}
+func newRing() (*ring, error)                  { return nil, errors.New("io_uring is Linux only") }
+func (r *ring) close()                         {}
+func (r *ring) readAll([]attrReq)              {}
+func (r *ring) listDirs(*attrCache, []attrReq) {}
