@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench dp-idle bench-cni e2e-rxe lint ci clean
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe lint ci clean
 
 all: build
 
@@ -57,6 +57,13 @@ fuzz:
 # Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
 bench:
 	$(GO) test -run XXX -bench . -benchtime 20x ./pkg/discovery/
+
+# Discovery against ghw's PCI scan (what the peer device plugins start with)
+# on the same node, interleaved in one process: medians and the ratio. Its own
+# module (bench/ghw), so ghw is no dependency of our binaries. Needs a pci.ids
+# database (Debian: apt-get install pci.ids).
+bench-ghw:
+	cd bench/ghw && $(GO) run . -rounds 15
 
 # Idle RSS and CPU of the daemon on the 1,024-device synthetic node.
 dp-idle: build

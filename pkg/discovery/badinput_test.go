@@ -45,14 +45,14 @@ func TestScanBadRoots(t *testing.T) {
 // TestScanBadDevices damages one device of a good tree in each case: the
 // device is skipped with a warning that names the file, the rest is intact.
 func TestScanBadDevices(t *testing.T) {
-	pciDir := func(tree nodesim.Tree, addr string) string {
+	pciDir := func(t *testing.T, tree nodesim.Tree, addr string) string {
 		p, err := filepath.EvalSymlinks(filepath.Join(tree.SysRoot, "bus/pci/devices", addr))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	write := func(path, content string) {
+	write := func(t *testing.T, path, content string) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -60,32 +60,36 @@ func TestScanBadDevices(t *testing.T) {
 	const nic1, gpu1 = "0000:3a:00.0", "0000:3b:00.0" // mlx5_1 and GPU1 of PortDown
 	tests := []struct {
 		name       string
-		damage     func(tree nodesim.Tree)
+		damage     func(t *testing.T, tree nodesim.Tree)
 		wantWarn   string // substring of the one warning
 		wantDevs   int
 		wantGPUs   int
 		skipsGPU   bool
 		wantInWarn string
 	}{
-		{"dangling class link", func(tree nodesim.Tree) {
-			if err := os.RemoveAll(filepath.Join(pciDir(tree, nic1), "infiniband")); err != nil {
+		{"dangling class link", func(t *testing.T, tree nodesim.Tree) {
+			if err := os.RemoveAll(filepath.Join(pciDir(t, tree, nic1), "infiniband")); err != nil {
 				t.Fatal(err)
 			}
 		}, "skip rdma device mlx5_1: dangling link", 1, 2, false, "class/infiniband/mlx5_1"},
-		{"garbage vendor", func(tree nodesim.Tree) { write(filepath.Join(pciDir(tree, nic1), "vendor"), "mellanox\n") },
+		{"garbage vendor", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(pciDir(t, tree, nic1), "vendor"), "mellanox\n")
+		},
 			"skip rdma device mlx5_1", 1, 2, false, "vendor"},
-		{"garbage port state", func(tree nodesim.Tree) {
-			write(filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state"), "up\n")
+		{"garbage port state", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state"), "up\n")
 		}, "skip rdma device mlx5_1", 1, 2, false, "ports/1/state"},
-		{"garbage link layer", func(tree nodesim.Tree) {
-			write(filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/link_layer"), "Token Ring\n")
+		{"garbage link layer", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/link_layer"), "Token Ring\n")
 		}, "skip rdma device mlx5_1", 1, 2, false, "link_layer"},
-		{"garbage numa node", func(tree nodesim.Tree) { write(filepath.Join(pciDir(tree, nic1), "numa_node"), "zero\n") },
+		{"garbage numa node", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(pciDir(t, tree, nic1), "numa_node"), "zero\n")
+		},
 			"skip rdma device mlx5_1", 1, 2, false, "numa_node"},
-		{"garbage node guid", func(tree nodesim.Tree) {
-			write(filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/node_guid"), "0xdeadbeef\n")
+		{"garbage node guid", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/node_guid"), "0xdeadbeef\n")
 		}, "skip rdma device mlx5_1", 1, 2, false, "node_guid"},
-		{"unreadable port state (a directory)", func(tree nodesim.Tree) {
+		{"unreadable port state (a directory)", func(t *testing.T, tree nodesim.Tree) {
 			p := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state")
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
@@ -94,12 +98,12 @@ func TestScanBadDevices(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "skip rdma device mlx5_1", 1, 2, false, "ports/1/state"},
-		{"garbage gpu class", func(tree nodesim.Tree) { write(filepath.Join(pciDir(tree, gpu1), "class"), "3d\n") },
+		{"garbage gpu class", func(t *testing.T, tree nodesim.Tree) { write(t, filepath.Join(pciDir(t, tree, gpu1), "class"), "3d\n") },
 			"skip pci device " + gpu1, 2, 1, true, "class"},
-		{"garbage nvidia information", func(tree nodesim.Tree) {
-			write(filepath.Join(tree.ProcRoot, "driver/nvidia/gpus", gpu1, "information"), "GPU UUID: what\n")
+		{"garbage nvidia information", func(t *testing.T, tree nodesim.Tree) {
+			write(t, filepath.Join(tree.ProcRoot, "driver/nvidia/gpus", gpu1, "information"), "GPU UUID: what\n")
 		}, "skip pci device " + gpu1, 2, 1, true, "information"},
-		{"gpu with no nvidia procfs entry keeps no uuid", func(tree nodesim.Tree) {
+		{"gpu with no nvidia procfs entry keeps no uuid", func(t *testing.T, tree nodesim.Tree) {
 			if err := os.RemoveAll(filepath.Join(tree.ProcRoot, "driver/nvidia/gpus", gpu1)); err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +115,7 @@ func TestScanBadDevices(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tt.damage(tree)
+			tt.damage(t, tree)
 			n, err := discovery.Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}.Scan()
 			if err != nil {
 				t.Fatalf("Scan: %v", err)
@@ -140,6 +144,36 @@ func TestScanBadDevices(t *testing.T) {
 				t.Errorf("%d affinity entries for %d devices x %d GPUs", len(n.Affinity), len(n.RDMADevices), len(n.GPUs))
 			}
 		})
+	}
+}
+
+// TestScanUnreadableFile: a port attribute the scanner may not read (mode
+// 0000) skips its device with a warning naming the file. Root reads such a
+// file anyway (CAP_DAC_OVERRIDE), so there the device is intact: the test
+// checks whichever applies to the user running it.
+func TestScanUnreadableFile(t *testing.T) {
+	tree, err := nodesim.Build(t.TempDir(), nodesim.PortDown())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state")
+	if err := os.Chmod(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, openErr := os.ReadFile(p)
+	n, err := discovery.Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}.Scan()
+	if err != nil {
+		t.Fatalf("Scan: %v", err)
+	}
+	if openErr == nil { // root
+		if len(n.RDMADevices) != 2 || len(n.Warnings) != 0 {
+			t.Errorf("as a user who can read mode 0000: %d rdma devices, warnings %q; want 2 and none", len(n.RDMADevices), n.Warnings)
+		}
+		return
+	}
+	if len(n.RDMADevices) != 1 || len(n.Warnings) != 1 || !strings.Contains(n.Warnings[0], "skip rdma device mlx5_1") ||
+		!strings.Contains(n.Warnings[0], "ports/1/state") || !strings.Contains(n.Warnings[0], "permission denied") {
+		t.Errorf("%d rdma devices, warnings %q; want mlx5_1 skipped for permission denied on ports/1/state", len(n.RDMADevices), n.Warnings)
 	}
 }
 

@@ -107,7 +107,7 @@ func TestScanNaiveCopies(t *testing.T) {
 		t.Fatal("fixture has no NVIDIA information files")
 	}
 	for _, f := range infos {
-		if err := os.WriteFile(f, nil, 0o444); err != nil {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

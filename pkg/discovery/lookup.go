@@ -45,8 +45,8 @@ func (s Scanner) LookupRDMA(id string) (RDMADevice, error) {
 	if match == "" {
 		return RDMADevice{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	chars, _ := s.charDevices()
-	d, err := s.readRDMADevice(classDir, match, chars[match])
+	chars, _ := s.charDevices(nil)
+	d, err := s.readRDMADevice(nil, classDir, match, chars[match])
 	if err != nil {
 		return RDMADevice{}, fmt.Errorf("read rdma device %s: %w", match, err)
 	}

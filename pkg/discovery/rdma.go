@@ -25,11 +25,17 @@ func (s Scanner) scanRDMA() ([]RDMADevice, []string, error) {
 		return nil, nil, fmt.Errorf("list rdma devices in %s: %w", classDir, err)
 	}
 	slices.Sort(names)
-	chars, warnings := s.charDevices()
+	rings := s.rings(min(s.workers(), max(len(names), 1)))
+	defer func() {
+		for _, r := range rings {
+			r.close()
+		}
+	}()
+	chars, warnings := s.charDevices(rings[0])
 	devs := make([]RDMADevice, len(names))
 	errs := make([]error, len(names))
-	parallel(len(names), s.workers(), func(i int) {
-		devs[i], errs[i] = s.readRDMADevice(classDir, names[i], chars[names[i]])
+	parallel(len(names), len(rings), func(w, i int) {
+		devs[i], errs[i] = s.readRDMADevice(rings[w], classDir, names[i], chars[names[i]])
 	})
 	out := devs[:0]
 	for i := range devs {
@@ -43,7 +49,25 @@ func (s Scanner) scanRDMA() ([]RDMADevice, []string, error) {
 	return out, warnings, nil
 }
 
-func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevice, error) {
+// rings returns n io_uring rings, one per worker, or n nils where io_uring
+// is not available (the scan then reads one attribute at a time).
+func (s Scanner) rings(n int) []*ring {
+	rings := make([]*ring, n)
+	if s.noURing {
+		return rings
+	}
+	for i := range rings {
+		r, err := newRing()
+		if err != nil {
+			break
+		}
+		rings[i] = r
+	}
+	return rings
+}
+
+// readRDMADevice reads one device; r batches its reads (nil: one by one).
+func (s Scanner) readRDMADevice(r *ring, classDir, name string, chars []string) (RDMADevice, error) {
 	d := RDMADevice{Name: name, NUMANode: -1, Ports: []Port{}, Netdevs: []string{}, CharDevices: chars}
 	if d.CharDevices == nil {
 		d.CharDevices = []string{}
@@ -60,6 +84,8 @@ func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevi
 		return d, err
 	}
 	defer ib.close()
+	cache := newAttrCache()
+	ib.cache = cache
 	// ibPath is <parent>/infiniband/<name>; the parent is the PCI function,
 	// the auxiliary (SF) device, or nothing for a virtual device.
 	parentPath := filepath.Dir(filepath.Dir(ibPath))
@@ -69,25 +95,23 @@ func (s Scanner) readRDMADevice(classDir, name string, chars []string) (RDMADevi
 	switch {
 	case root == "":
 		d.Kind = KindVirtual
+		prefetch(r, cache, ib, dir{fd: -1}, dir{fd: -1})
 		d.Parent, _ = ib.read("parent")
 	case len(path) == 0:
 		return d, fmt.Errorf("device path %s has no PCI function", parentPath)
 	default:
 		d.PCIeRoot, d.PCIPath = root, path
 		d.PCIAddress = path[len(path)-1]
-		parent, err := openDir(parentPath)
-		if err != nil {
-			return d, err
-		}
-		defer parent.close()
+		// Read through the device's own directory ("../../vendor"): the
+		// kernel walks two components, not the dozen above the PCI
+		// function again, and no directory is opened and closed.
+		parent := ib.sub("../../", parentPath)
 		pci := parent
 		if base := filepath.Base(parentPath); !IsPCIAddress(base) {
 			d.Kind, d.AuxDevice = KindSF, base
-			if pci, err = openDir(filepath.Dir(parentPath)); err != nil {
-				return d, err
-			}
-			defer pci.close()
+			pci = ib.sub("../../../", filepath.Dir(parentPath))
 		}
+		prefetch(r, cache, ib, pci, parent)
 		if err := readPCIAttrs(&d, pci, parent); err != nil {
 			return d, err
 		}
@@ -333,14 +357,14 @@ func isEmptySlot(err error) bool {
 
 // charDevices maps RDMA device names to their /dev/infiniband nodes:
 // uverbsN first, then umadN and issmN.
-func (s Scanner) charDevices() (map[string][]string, []string) {
+func (s Scanner) charDevices(r *ring) (map[string][]string, []string) {
 	out := map[string][]string{}
 	var warnings []string
 	for _, class := range []string{"infiniband_verbs", "infiniband_mad"} {
-		dir := filepath.Join(s.SysRoot, "class", class)
-		names, err := readDirNames(dir)
+		classPath := filepath.Join(s.SysRoot, "class", class)
+		names, err := readDirNames(classPath)
 		if err != nil {
-			warnings = append(warnings, fmt.Sprintf("list %s: %v", dir, err))
+			warnings = append(warnings, fmt.Sprintf("list %s: %v", classPath, err))
 			continue
 		}
 		// uverbsN, then umadN before issmN, each in numeric order.
@@ -350,11 +374,18 @@ func (s Scanner) charDevices() (map[string][]string, []string) {
 			}
 			return natsort.Compare(a, b)
 		})
-		for _, n := range names {
-			if !strings.HasPrefix(n, "uverbs") && !strings.HasPrefix(n, "umad") && !strings.HasPrefix(n, "issm") {
-				continue // abi_version
-			}
-			ib, err := readAttr(filepath.Join(dir, n, "ibdev"))
+		names = slices.DeleteFunc(names, func(n string) bool {
+			return !strings.HasPrefix(n, "uverbs") && !strings.HasPrefix(n, "umad") && !strings.HasPrefix(n, "issm") // abi_version
+		})
+		// One ibdev per char device: batched, they cost a few system
+		// calls in all instead of three each (3,072 on the 1,024-device node).
+		reqs := make([]attrReq, len(names))
+		for i, n := range names {
+			reqs[i] = attrReq{d: dir{fd: unix.AT_FDCWD}, rel: filepath.Join(classPath, n, "ibdev")}
+		}
+		readBatch(r, newAttrCache(), reqs)
+		for i, n := range names {
+			ib, err := reqs[i].val, reqs[i].err
 			if err != nil || ib == "" {
 				warnings = append(warnings, fmt.Sprintf("skip char device %s: cannot read ibdev: %v", n, err))
 				continue

@@ -20,6 +20,9 @@ type Scanner struct {
 	ProcRoot string
 	// Workers bounds the goroutines reading devices; 0 means 4.
 	Workers int
+	// noURing reads attributes one by one even where io_uring is available
+	// (tests of that path, A/B benchmarks).
+	noURing bool
 }
 
 // Scan reads every RDMA device and GPU and computes their affinity. It fails
@@ -106,21 +109,22 @@ func (s Scanner) workers() int {
 	return 4
 }
 
-// parallel runs fn(i) for i in [0, n) on a bounded number of goroutines.
-func parallel(n, workers int, fn func(i int)) {
+// parallel runs fn(w, i) for i in [0, n) on at most workers goroutines; w
+// is the goroutine's number, in [0, workers).
+func parallel(n, workers int, fn func(w, i int)) {
 	if workers > n {
 		workers = n
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
 			for {
 				j := int(next.Add(1) - 1)
 				if j >= n {
 					return
 				}
-				fn(j)
+				fn(w, j)
 			}
 		})
 	}

@@ -283,18 +283,26 @@ func (w *writer) function(f Function) error {
 		if err := w.mkdir(filepath.Dir(p)); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, []byte(info), 0o444); err != nil {
+		// procfs shows it 0444; writable here so that tests, which may run
+		// as any user, can damage it.
+		if err := os.WriteFile(p, []byte(info), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// Every function's subsystem ID is its own vendor's, device 0000.
+const subDevice = "0000"
+
 func (w *writer) pciAttrs(dir, addr, vendor, device, class, driver string, numa int) error {
 	w.fns[addr] = dir
 	for name, v := range map[string]string{
-		"vendor": "0x" + vendor, "device": "0x" + device, "class": "0x" + class,
+		"vendor": "0x" + vendor, "device": "0x" + device, "class": "0x" + class, "revision": "0x00",
+		"subsystem_vendor": "0x" + vendor, "subsystem_device": "0x" + subDevice,
 		"numa_node": fmt.Sprint(numa), "max_link_speed": "32.0 GT/s PCIe", "max_link_width": "16",
+		"modalias": Modalias(vendor, device, vendor, subDevice, class),
+		"uevent":   PCIUevent(addr, vendor, device, vendor, subDevice, class, driver),
 	} {
 		if err := w.file(filepath.Join(dir, name), v); err != nil {
 			return err
@@ -310,6 +318,33 @@ func (w *writer) pciAttrs(dir, addr, vendor, device, class, driver string, numa 
 		}
 	}
 	return w.link(w.sys("bus/pci/devices", addr), dir)
+}
+
+// Modalias renders a PCI function's modalias attribute as the kernel does
+// (pci_uevent): IDs as upper-case hex, class split into base class, subclass
+// and programming interface, "pci:v000015B3d0000101Bsv000015B3sd00000008bc02sc07i00".
+// Tools that enumerate PCI through modalias (ghw) need it.
+func Modalias(vendor, device, subVendor, subDevice, class string) string {
+	up := strings.ToUpper
+	return fmt.Sprintf("pci:v0000%sd0000%ssv0000%ssd0000%sbc%ssc%si%s",
+		up(vendor), up(device), up(subVendor), up(subDevice), up(class[0:2]), up(class[2:4]), up(class[4:6]))
+}
+
+// PCIUevent renders a PCI function's uevent attribute as the kernel does
+// (dev_uevent, then pci_uevent): DRIVER only when a driver is bound;
+// PCI_CLASS is the 24-bit class printed with %04X, so without leading zeros
+// ("20000" for 0x020000); IDs upper-case.
+func PCIUevent(addr, vendor, device, subVendor, subDevice, class, driver string) string {
+	var b strings.Builder
+	if driver != "" {
+		fmt.Fprintf(&b, "DRIVER=%s\n", driver)
+	}
+	var c uint64
+	fmt.Sscanf(class, "%x", &c)
+	fmt.Fprintf(&b, "PCI_CLASS=%04X\nPCI_ID=%s:%s\nPCI_SUBSYS_ID=%s:%s\nPCI_SLOT_NAME=%s\nMODALIAS=%s",
+		c, strings.ToUpper(vendor), strings.ToUpper(device), strings.ToUpper(subVendor), strings.ToUpper(subDevice),
+		addr, Modalias(vendor, device, subVendor, subDevice, class))
+	return b.String()
 }
 
 func (w *writer) sriov(vf Function) error {
