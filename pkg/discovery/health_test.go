@@ -11,7 +11,17 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
+// TestPortStatesAndListRDMA runs the health reads both ways: batched through
+// io_uring (where this kernel allows it) and pread one by one.
 func TestPortStatesAndListRDMA(t *testing.T) {
+	for _, batched := range []bool{true, false} {
+		t.Run(map[bool]string{true: "io_uring", false: "pread"}[batched], func(t *testing.T) {
+			testPortStates(t, batched)
+		})
+	}
+}
+
+func testPortStates(t *testing.T, batched bool) {
 	n, tree := scan(t, nodesim.PortDown())
 	list, err := discovery.ListRDMA(tree.SysRoot, nil)
 	if err != nil {
@@ -24,27 +34,70 @@ func TestPortStatesAndListRDMA(t *testing.T) {
 	for _, d := range n.RDMADevices {
 		ports[d.Name] = []int{1}
 	}
+	ports["gone0"] = []int{1} // no such device: its file cannot be opened
 	ps := discovery.OpenPortStates(tree.SysRoot, ports)
 	defer ps.Close()
+	if !batched {
+		ps.OneByOne()
+	} else if !ps.Batched() {
+		t.Skip("io_uring is not available here (kernel, seccomp or io_uring_disabled); the pread subtest covers the reads")
+	}
 	health := map[string]bool{}
 	if gone := ps.Read(health); gone {
 		t.Error("gone on a present node")
 	}
-	if diff := cmp.Diff(map[string]bool{"mlx5_0": true, "mlx5_1": false}, health); diff != "" {
+	if diff := cmp.Diff(map[string]bool{"mlx5_0": true, "mlx5_1": false, "gone0": false}, health); diff != "" {
 		t.Errorf("health (-want +got)\n%s", diff)
 	}
 	if err := tree.SetPortState("mlx5_1", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}
+	if err := tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+		t.Fatal(err)
+	}
 	ps.Read(health)
-	if !health["mlx5_1"] {
-		t.Error("mlx5_1 not healthy after its port came up")
+	if health["mlx5_0"] || !health["mlx5_1"] {
+		t.Errorf("after mlx5_0 down and mlx5_1 up: %v", health)
 	}
 	if allocs := testing.AllocsPerRun(100, func() { ps.Read(health) }); allocs != 0 && !raceEnabled {
 		t.Errorf("Read allocates %.0f times per call, want 0", allocs)
 	}
 	if empty, err := discovery.ListRDMA(t.TempDir(), nil); err != nil || len(empty) != 0 {
 		t.Errorf("ListRDMA without class/infiniband = %v, %v; want empty", empty, err)
+	}
+}
+
+// BenchmarkReadPortStates reads the health of the 1,024-device node both
+// ways in one run, so their ratio is measured under the same load.
+func BenchmarkReadPortStates(b *testing.B) {
+	tree, err := nodesim.Build(b.TempDir(), nodesim.Synthetic(8, 16, 63))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := discovery.Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}.Scan()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ports := map[string][]int{}
+	for _, d := range n.RDMADevices {
+		for _, p := range d.Ports {
+			ports[d.Name] = append(ports[d.Name], p.Port)
+		}
+	}
+	health := map[string]bool{}
+	for _, batched := range []bool{true, false} {
+		b.Run(map[bool]string{true: "io_uring", false: "pread"}[batched], func(b *testing.B) {
+			ps := discovery.OpenPortStates(tree.SysRoot, ports)
+			defer ps.Close()
+			if !batched {
+				ps.OneByOne()
+			} else if !ps.Batched() {
+				b.Skip("io_uring is not available here")
+			}
+			for b.Loop() {
+				ps.Read(health)
+			}
+		})
 	}
 }
 

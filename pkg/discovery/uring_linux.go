@@ -44,6 +44,7 @@ const (
 	opOpenat = 18
 	opClose  = 19
 	opRead   = 22
+	opNop    = 0
 
 	enterGetEvents  = 1
 	registerProbe   = 8
@@ -358,5 +359,28 @@ func (r *ring) run(n int, prep func(i int, e *sqe), done func(i int, res int32))
 		}
 		atomic.StoreUint32(r.cqHead, head)
 	}
+	return true
+}
+
+// preadStates reads every open file of files at offset 0 into its stateBuf
+// slice of buf, its result (bytes or -errno) in res; closed files (fd < 0)
+// get 0. It returns false when io_uring_enter failed: res is then unusable.
+func (r *ring) preadStates(files []stateFile, buf []byte, res []int32) bool {
+	for start := 0; start < len(files); start += r.entries {
+		batch := files[start:min(len(files), start+r.entries)]
+		ok := r.run(len(batch), func(i int, e *sqe) {
+			j := start + i
+			if batch[i].fd < 0 {
+				*e = sqe{opcode: opNop, userData: uint64(j)}
+				return
+			}
+			*e = sqe{opcode: opRead, fd: int32(batch[i].fd), addr: uint64(uintptr(unsafe.Pointer(&buf[j*stateBuf]))),
+				len: stateBuf, userData: uint64(j)}
+		}, func(j int, n int32) { res[j] = n })
+		if !ok {
+			return false
+		}
+	}
+	runtime.KeepAlive(buf)
 	return true
 }
