@@ -1,15 +1,18 @@
 # Image for the device plugin DaemonSet; it also carries the CNI binary, which
-# an init container copies into the node's CNI bin directory, and kubectl-rdma.
-# Built by `docker build .` where a Docker engine is available (CI here has
-# none, so CI builds the same binaries with `make build` instead).
+# an init container installs into the node's CNI bin directory, and kubectl-rdma.
+# Built by `docker build .` where a Docker engine is available. CI here has none:
+# e2e/local-node/images.sh builds an image with the same binaries and the same
+# entrypoint, as an OCI layout tar, with hack/ocibuild.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/device-plugin ./cmd/device-plugin \
- && CGO_ENABLED=0 go build -trimpath -o /out/kube-rdma ./cmd/cni \
- && CGO_ENABLED=0 go build -trimpath -o /out/kubectl-rdma ./cmd/kubectl-rdma
+# Static and stripped: the final image has no libc, and the CNI binary's start-up is
+# part of every pod's ADD and DEL.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/device-plugin ./cmd/device-plugin \
+ && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/kube-rdma ./cmd/cni \
+ && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/kubectl-rdma ./cmd/kubectl-rdma
 
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/ /usr/local/bin/
