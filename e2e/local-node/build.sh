@@ -12,6 +12,7 @@
 # with the same recipe costs nothing, and a changed recipe builds next to the old one. GOCACHE
 # and GOMODCACHE live in the same cache: a recipe change rebuilds in seconds to minutes.
 # $E2E_CACHE/bin/current/<binary> links to the binaries of the last successful run.
+# E2E_REBUILD=1 rebuilds even when the output directory exists (to time a warm build).
 #
 # The machines are shared: every build runs under `nice -n 19` with one package at a time
 # (E2E_BUILD_JOBS); a component is built by one build.sh at a time ($E2E_CACHE/bin/.<name>.lock).
@@ -50,6 +51,7 @@ go_component() {
   local key dir start
   key=$(recipe_key "$name" "$ldflags" "$tags" "$out" "$@")
   dir=$E2E_CACHE/bin/$name-$version-$key
+  [[ ${E2E_REBUILD:-0} != 1 ]] || rm -rf "$dir"
   if [[ -d $dir ]]; then
     log "$name $version: cached ($dir)"
   else
