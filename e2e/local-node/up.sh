@@ -110,8 +110,7 @@ elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s
 start etcd etcd --name e2e --data-dir "$NODE_RUN/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-  --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
-  --quota-backend-bytes 1073741824 --unsafe-no-fsync
+  --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --quota-backend-bytes 1073741824 --unsafe-no-fsync
 wait_for "etcd healthy" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
 # The API server listens on 127.0.0.1 only, but publishes a non-loopback address in the
@@ -131,7 +130,7 @@ start kube-controller-manager kube-controller-manager --kubeconfig "$KUBECONFIG"
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --service-account-private-key-file "$NODE_RUN/pki/sa.key" --root-ca-file "$NODE_RUN/pki/ca.crt" \
   --cluster-signing-cert-file "$NODE_RUN/pki/ca.crt" --cluster-signing-key-file "$NODE_RUN/pki/ca.key" \
-  --use-service-account-credentials --leader-elect=false --secure-port 0 --profiling=false
+  --leader-elect=false --secure-port 0 --profiling=false
 start kube-scheduler kube-scheduler --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --leader-elect=false --secure-port 0 --profiling=false
@@ -235,5 +234,7 @@ start kubelet kubelet --config "$NODE_RUN/kubelet/config.yaml" --kubeconfig "$KU
   --root-dir "$NODE_RUN/kubelet" --hostname-override "$NODE_NAME" --node-ip 127.0.0.1
 wait_for "node registered" 60 kubectl get node "$NODE_NAME"
 wait_for "node Ready" "$READY_TIMEOUT" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+# Pods are refused until the controller manager has made the namespace's service account.
+wait_for "default service account" 60 kubectl get serviceaccount default
 trap - ERR
 echo "$KUBECONFIG"
