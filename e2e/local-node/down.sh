@@ -58,9 +58,13 @@ findmnt -rn -o TARGET | awk -v r="$NODE_RUN/" 'index($0, r) == 1' | sort -r | wh
 done
 
 # 5. The cgroup subtree, deepest first; a cgroup with a process left in it is reported.
+#    Containers killed a moment ago may still be leaving their cgroups: retry for 10 s.
 for c in /sys/fs/cgroup/*/"$CGROUP_ROOT"; do
-  [[ -d $c ]] || continue
-  find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do
+    [[ -d $c ]] || break
+    find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    [[ -d $c ]] && sleep 0.2
+  done
   [[ ! -d $c ]] || log "WARNING: $c still exists: $(wc -l <"$c/cgroup.procs" 2>/dev/null) processes left"
 done
 
@@ -78,16 +82,29 @@ fi
 if [[ -f $H/iptables-chains ]]; then
   iptables_chains | sort >"$H/iptables-chains.now"
   sort "$H/iptables-chains" | comm -13 - "$H/iptables-chains.now" | while read -r ipt table chain; do
-    # Only the kubelet's own chains: they hold no rules other chains jump to.
+    # Only the kubelet's chains (KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, KUBE-FIREWALL).
     [[ $chain == KUBE-* ]] || { log "WARNING: chain $table/$chain appeared meanwhile, not ours"; continue; }
     log "deleting $ipt -t $table chain $chain"
+    # A chain that did not exist before up.sh has no jumps older than up.sh: delete every
+    # jump to it (the kubelet puts KUBE-FIREWALL first in INPUT and OUTPUT), then the chain.
+    "$ipt" -w 5 -t "$table" -S | grep -E -- "^-A [^ ]+ (.* )?-j $chain( |\$)" | while read -r rule; do
+      eval "set -- ${rule#-A }"
+      "$ipt" -w 5 -t "$table" -D "$@" || log "WARNING: cannot delete $table rule: $rule"
+    done
     if ! { "$ipt" -w 5 -t "$table" -F "$chain" && "$ipt" -w 5 -t "$table" -X "$chain"; }; then
       log "WARNING: cannot delete $chain"
     fi
   done
 fi
 
-# 8. State, unless something is still mounted there.
+# 8. Host directories up.sh saw absent and the kubelet creates (/var/lib/kubelet).
+if [[ -f $H/created-dirs ]]; then
+  while read -r d; do
+    if findmnt -rn -o TARGET | grep -q "^$d/"; then log "WARNING: mounts below $d; not removing it"; else rm -rf "$d"; fi
+  done <"$H/created-dirs"
+fi
+
+# 9. State, unless something is still mounted there.
 if findmnt -rn -o TARGET | grep -q "^$NODE_RUN/"; then
   log "WARNING: mounts left below $NODE_RUN; not removing it"
   exit 1
@@ -95,4 +112,5 @@ fi
 cp -a "$NODE_RUN/logs" "$E2E_CACHE/last-node-logs.tmp" 2>/dev/null && rm -rf "$E2E_CACHE/last-node-logs" &&
   mv "$E2E_CACHE/last-node-logs.tmp" "$E2E_CACHE/last-node-logs"
 rm -rf "$NODE_RUN"
+rmdir "$(dirname "$NODE_RUN")" 2>/dev/null || true
 log "stopped; logs in $E2E_CACHE/last-node-logs"

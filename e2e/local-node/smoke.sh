@@ -31,7 +31,7 @@ START=$(date +%s)
 log "helm install"
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
   --set image.repository=localhost/kube-rdma,image.tag=e2e,image.pullPolicy=Never \
-  --set "hostPaths.kubeletDir=$NODE_RUN/kubelet" --set "devicePlugin.cdiDir=$NODE_RUN/cdi" \
+  --set "devicePlugin.cdiDir=$NODE_RUN/cdi" \
   --set "devicePlugin.metricsPort=$METRICS_PORT" --wait --timeout 120s >/dev/null
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=60s >/dev/null
 log "DaemonSet ready ($(($(date +%s) - START)) s after up)"
@@ -44,7 +44,7 @@ for pool in ib roce-shared; do
     [[ $(date +%s) -lt $deadline ]] || die "pool $pool not in the node's capacity"
     sleep 0.5
   done
-  [[ -S $NODE_RUN/kubelet/device-plugins/kube-rdma-$pool.sock ]] || die "no socket for pool $pool"
+  [[ -S /var/lib/kubelet/device-plugins/kube-rdma-$pool.sock ]] || die "no socket for pool $pool"
 done
 log "pools registered: $(kubectl get node "$NODE_NAME" -o jsonpath='{.status.capacity}')"
 
@@ -56,9 +56,12 @@ kubectl delete pod rdma-test --wait >/dev/null
 
 helm uninstall kube-rdma --namespace kube-rdma --wait --timeout 60s >/dev/null
 deadline=$(($(date +%s) + 30))
-while compgen -G "$NODE_RUN/kubelet/device-plugins/kube-rdma-*.sock" >/dev/null ||
+while compgen -G "/var/lib/kubelet/device-plugins/kube-rdma-*.sock" >/dev/null ||
   compgen -G "$NODE_RUN/cdi/kube-rdma-*" >/dev/null; do
-  [[ $(date +%s) -lt $deadline ]] || die "helm uninstall left sockets or CDI specs"
+  if [[ $(date +%s) -ge $deadline ]]; then
+    ls -l /var/lib/kubelet/device-plugins/ "$NODE_RUN/cdi/" >&2
+    die "helm uninstall left sockets or CDI specs"
+  fi
   sleep 0.5
 done
 log "uninstalled; no socket and no CDI spec left. smoke test passed"

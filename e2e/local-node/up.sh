@@ -23,6 +23,9 @@ READY_TIMEOUT=${READY_TIMEOUT:-120}
 
 [[ $(id -u) == 0 ]] || die "needs root"
 [[ ! -e $NODE_RUN/host/pids ]] || die "$NODE_RUN is in use (run down.sh first)"
+# The kubelet serves the device plugin API in /var/lib/kubelet/device-plugins whatever its
+# --root-dir (a constant of k8s.io/kubelet): another kubelet on this host would share it.
+[[ ! -e /var/lib/kubelet ]] || die "/var/lib/kubelet exists: another kubelet on this host?"
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd \
   containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
@@ -44,6 +47,7 @@ trap 'exit 130' INT TERM
 
 mkdir -p "$NODE_RUN"/{host,logs,pki,etcd,kubelet,cdi,nri/plugins,nri/conf.d,containerd/root,containerd/state,runc}
 mkdir -p "$NODE_RUN"/cni/{bin,net.d,ipam}
+echo /var/lib/kubelet >"$NODE_RUN/host/created-dirs"
 PATH=$BIN:$PATH
 
 # --- host state to restore --------------------------------------------------------------------
@@ -116,14 +120,16 @@ wait_for "etcd healthy" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 # The API server listens on 127.0.0.1 only, but publishes a non-loopback address in the
 # "kubernetes" Endpoints (which reject loopback addresses); nothing in the e2e uses it.
 ADVERTISE=$(ip -4 route get 192.0.2.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i + 1)}')
+[[ -n $ADVERTISE ]] || die "no non-loopback IPv4 address (the kubelet refuses a loopback node IP)"
+NODE_IP=$ADVERTISE
 start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 127.0.0.1 --advertise-address "${ADVERTISE:-127.0.0.1}" --secure-port "$API_PORT" \
+  --bind-address 127.0.0.1 --advertise-address "$ADVERTISE" --secure-port "$API_PORT" \
   --cert-dir "$NODE_RUN/pki" --tls-cert-file "$NODE_RUN/pki/apiserver.crt" --tls-private-key-file "$NODE_RUN/pki/apiserver.key" \
   --client-ca-file "$NODE_RUN/pki/ca.crt" --authorization-mode Node,RBAC \
   --kubelet-client-certificate "$NODE_RUN/pki/admin.crt" --kubelet-client-key "$NODE_RUN/pki/admin.key" \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$NODE_RUN/pki/sa.pub" \
   --service-account-signing-key-file "$NODE_RUN/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
-  --allow-privileged=true --profiling=false
+  --kubelet-preferred-address-types InternalIP --allow-privileged=true --profiling=false
 wait_for "kube-apiserver ready" 90 kubectl get --raw /readyz
 
 start kube-controller-manager kube-controller-manager --kubeconfig "$KUBECONFIG" \
@@ -205,7 +211,9 @@ log "images imported: $(ctr images ls -q | grep -c '^localhost/') ($(elapsed)s)"
 cat >"$NODE_RUN/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+# On the node IP, where the API server looks for it (logs, exec); client certificates of the
+# harness CA only.
+address: $NODE_IP
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -231,7 +239,8 @@ serializeImagePulls: false
 registerNode: true
 EOF
 start kubelet kubelet --config "$NODE_RUN/kubelet/config.yaml" --kubeconfig "$KUBECONFIG" \
-  --root-dir "$NODE_RUN/kubelet" --hostname-override "$NODE_NAME" --node-ip 127.0.0.1
+  --root-dir "$NODE_RUN/kubelet" --cert-dir "$NODE_RUN/kubelet/pki" --hostname-override "$NODE_NAME" \
+  --node-ip "$NODE_IP"
 wait_for "node registered" 60 kubectl get node "$NODE_NAME"
 wait_for "node Ready" "$READY_TIMEOUT" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 # Pods are refused until the controller manager has made the namespace's service account.
