@@ -128,7 +128,7 @@ func TestChained(t *testing.T) {
 		t.Errorf("containers (-want +got):\n%s", diff)
 	}
 	checkUnprivileged(t, append(spec.InitContainers, spec.Containers...))
-	want := map[string]bool{"/var/lib/k/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
 		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
