@@ -1,7 +1,8 @@
 # Image for the device plugin DaemonSet; it also carries the CNI binary, which
-# an init container copies into the node's CNI bin directory, and kubectl-rdma.
-# Built by `docker build .` where a Docker engine is available (CI here has
-# none, so CI builds the same binaries with `make build` instead).
+# an init container installs into the node's CNI bin directory, and kubectl-rdma.
+# Built by `docker build .` where a Docker engine is available. CI here has none:
+# e2e/local-node/images.sh builds an image with the same binaries and the same
+# entrypoint, as an OCI layout tar, with hack/ocibuild.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -13,9 +14,11 @@ COPY . .
 ARG VERSION= COMMIT= DATE=
 ENV VFLAGS="-X github.com/kube-rdma/kube-rdma/internal/version.Version=${VERSION} -X github.com/kube-rdma/kube-rdma/internal/version.Commit=${COMMIT} -X github.com/kube-rdma/kube-rdma/internal/version.Date=${DATE}"
 # Only the shipped binaries; the demo (cmd/kube-rdma-demo) stays out.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="$VFLAGS" -o /out/device-plugin ./cmd/device-plugin \
+# Static and stripped: the final image has no libc, and the CNI binary's
+# start-up is part of every pod's ADD and DEL.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/device-plugin ./cmd/device-plugin \
  && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/kube-rdma ./cmd/cni \
- && CGO_ENABLED=0 go build -trimpath -ldflags="$VFLAGS" -o /out/kubectl-rdma ./cmd/kubectl-rdma
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/kubectl-rdma ./cmd/kubectl-rdma
 
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/ /usr/local/bin/

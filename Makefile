@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe lint ci clean
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe lint ci clean manifests helm-check local-node-build
 
 all: build
 
@@ -76,6 +76,29 @@ bench-cni: build
 # Real RDMA traffic: soft-RoCE in a qemu guest (downloads Debian packages).
 e2e-rxe:
 	bash e2e/rxe/run.sh
+
+# Helm chart. HELM defaults to helm in PATH, else the one e2e/local-node/build.sh builds.
+E2E_CACHE ?= /var/cache/kube-rdma-e2e
+HELM ?= $(shell command -v helm 2>/dev/null || echo $(E2E_CACHE)/bin/current/helm)
+CHART := deploy/helm/kube-rdma
+
+# deploy/manifests/ is the chart rendered with its default values.
+manifests:
+	HELM=$(HELM) bash hack/render-manifests.sh >deploy/manifests/device-plugin.yaml.tmp
+	mv deploy/manifests/device-plugin.yaml.tmp deploy/manifests/device-plugin.yaml
+
+# Lint (defaults and each CNI mode), the rendered manifests up to date, the render tests.
+helm-check:
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
+	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=multus --set-json 'cni.networks=[{"name":"rdma-ib","pool":"ib"}]'
+	HELM=$(HELM) bash hack/render-manifests.sh | diff -u deploy/manifests/device-plugin.yaml - || \
+	  { echo "deploy/manifests/device-plugin.yaml differs from the chart: run make manifests"; exit 1; }
+	HELM=$(HELM) $(GO) test -count=1 ./deploy/helm/
+
+# Kubernetes, etcd, Helm, containerd for the local-node e2e, cached in $(E2E_CACHE).
+local-node-build:
+	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -1,0 +1,199 @@
+// Package helm holds the tests of the kube-rdma chart (deploy/helm/kube-rdma): they run
+// `helm template` with several value sets and check what it renders with the project's own
+// parsers (the device plugin's config, the CNI netconf). They need a helm binary: $HELM, helm in
+// PATH, or the one e2e/local-node/build.sh builds; without one they skip.
+package helm
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "kube-rdma"
+
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if h := os.Getenv("HELM"); h != "" {
+		return h
+	}
+	if h, err := exec.LookPath("helm"); err == nil {
+		return h
+	}
+	cache := os.Getenv("E2E_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kube-rdma-e2e"
+	}
+	if h := filepath.Join(cache, "bin/current/helm"); isExecutable(h) {
+		return h
+	}
+	t.Skip("no helm binary: set $HELM, put helm in PATH, or run e2e/local-node/build.sh helm")
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+type meta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+type object struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   meta              `json:"metadata"`
+	Data       map[string]string `json:"data"`
+	Spec       json.RawMessage   `json:"spec"`
+	// ServiceAccount
+	AutomountServiceAccountToken *bool `json:"automountServiceAccountToken"`
+}
+
+type container struct {
+	Name            string   `json:"name"`
+	Image           string   `json:"image"`
+	Command         []string `json:"command"`
+	Args            []string `json:"args"`
+	SecurityContext struct {
+		Privileged               *bool  `json:"privileged"`
+		RunAsUser                *int64 `json:"runAsUser"`
+		AllowPrivilegeEscalation *bool  `json:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   *bool  `json:"readOnlyRootFilesystem"`
+		Capabilities             struct {
+			Add  []string `json:"add"`
+			Drop []string `json:"drop"`
+		} `json:"capabilities"`
+	} `json:"securityContext"`
+	VolumeMounts []struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+		ReadOnly  bool   `json:"readOnly"`
+	} `json:"volumeMounts"`
+}
+
+type daemonSetSpec struct {
+	Template struct {
+		Metadata meta `json:"metadata"`
+		Spec     struct {
+			HostNetwork                  bool              `json:"hostNetwork"`
+			HostPID                      bool              `json:"hostPID"`
+			AutomountServiceAccountToken *bool             `json:"automountServiceAccountToken"`
+			NodeSelector                 map[string]string `json:"nodeSelector"`
+			InitContainers               []container       `json:"initContainers"`
+			Containers                   []container       `json:"containers"`
+			Volumes                      []struct {
+				Name     string `json:"name"`
+				HostPath *struct {
+					Path string `json:"path"`
+				} `json:"hostPath"`
+			} `json:"volumes"`
+		} `json:"spec"`
+	} `json:"template"`
+}
+
+// render runs helm template on the chart with args and returns the objects.
+func render(t *testing.T, args ...string) []object {
+	t.Helper()
+	out, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	var objs []object
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("parse rendered document: %v\n%s", err, doc)
+		}
+		if o.Kind != "" {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), append([]string{"template", "rdma", chartDir, "--namespace", "kube-rdma"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return stderr.Bytes(), err
+	}
+	return out, nil
+}
+
+func find(t *testing.T, objs []object, kind string) object {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind == kind {
+			return o
+		}
+	}
+	t.Fatalf("no %s rendered", kind)
+	return object{}
+}
+
+func daemonSet(t *testing.T, objs []object) daemonSetSpec {
+	t.Helper()
+	var ds daemonSetSpec
+	if err := json.Unmarshal(find(t, objs, "DaemonSet").Spec, &ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func kinds(objs []object) []string {
+	var k []string
+	for _, o := range objs {
+		k = append(k, o.Kind)
+	}
+	sort.Strings(k)
+	return k
+}
+
+// hostPaths returns the DaemonSet's host paths and, per path, whether every mount of it is
+// read-only.
+func hostPaths(ds daemonSetSpec) map[string]bool {
+	spec := ds.Template.Spec
+	byVolume := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			byVolume[v.Name] = v.HostPath.Path
+		}
+	}
+	ro := map[string]bool{}
+	for _, c := range append(append([]container{}, spec.InitContainers...), spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			p, ok := byVolume[m.Name]
+			if !ok {
+				continue
+			}
+			if prev, seen := ro[p]; seen {
+				ro[p] = prev && m.ReadOnly
+			} else {
+				ro[p] = m.ReadOnly
+			}
+		}
+	}
+	return ro
+}
+
+func containerNames(cs []container) []string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return n
+}

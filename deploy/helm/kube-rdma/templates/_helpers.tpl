@@ -1,0 +1,72 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "kube-rdma.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kube-rdma.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "kube-rdma.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "kube-rdma.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-rdma.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-rdma.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-rdma.labels" -}}
+{{ include "kube-rdma.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kube-rdma
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "kube-rdma.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The names of the configured pools, for the checks below. */}}
+{{- define "kube-rdma.poolNames" -}}
+{{- range .Values.config.pools }}{{ .name }} {{ end -}}
+{{- end -}}
+
+{{/* kube-rdma.resource POOL: the extended resource name of a pool. */}}
+{{- define "kube-rdma.resource" -}}
+{{ .root.Values.config.resourcePrefix }}/{{ .pool }}
+{{- end -}}
+
+{{/* kube-rdma.checkPool: fail unless .pool names a configured pool. */}}
+{{- define "kube-rdma.checkPool" -}}
+{{- if not (has .pool (splitList " " (trim (include "kube-rdma.poolNames" .root)))) -}}
+{{- fail (printf "%s: pool %q is not in config.pools (%s)" .field .pool (trim (include "kube-rdma.poolNames" .root))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The CNI plugin's netconf for chained (standalone) mode, as JSON. */}}
+{{- define "kube-rdma.chainedPlugin" -}}
+{{- $c := .Values.cni.chained -}}
+{{- $conf := dict "type" "kube-rdma" "resourceName" (include "kube-rdma.resource" (dict "root" . "pool" $c.pool)) "kubeletSocket" (printf "%s/pod-resources/kubelet.sock" .Values.hostPaths.kubeletDir) -}}
+{{- if $c.interfaceNames }}{{ $_ := set $conf "interfaceNames" $c.interfaceNames }}{{ end -}}
+{{- if $c.ipam }}{{ $_ := set $conf "ipam" $c.ipam }}{{ end -}}
+{{- if .Values.hostPaths.sysfsRoot }}{{ $_ := set $conf "sysfsRoot" .Values.hostPaths.sysfsRoot }}{{ end -}}
+{{- mustMergeOverwrite $conf (deepCopy .Values.cni.pluginConfig) | toPrettyJson -}}
+{{- end -}}
+
+{{/* Root (to write sockets, CDI specs and CNI files into root-owned host directories), with
+no capability, no privilege escalation and a read-only root file system. */}}
+{{- define "kube-rdma.securityContext" -}}
+runAsUser: 0
+runAsGroup: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}

@@ -1,0 +1,199 @@
+package helm
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+)
+
+// TestDefaults checks the default install: the device plugin only, no API access, no
+// capabilities, and the host paths it needs and no others.
+func TestDefaults(t *testing.T) {
+	objs := render(t)
+	if diff := cmp.Diff([]string{"ConfigMap", "DaemonSet", "ServiceAccount"}, kinds(objs)); diff != "" {
+		t.Errorf("rendered kinds (-want +got):\n%s", diff)
+	}
+	for _, o := range objs {
+		for _, l := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+			"app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"} {
+			if o.Metadata.Labels[l] == "" {
+				t.Errorf("%s %s: no label %s", o.Kind, o.Metadata.Name, l)
+			}
+		}
+		if o.Metadata.Namespace != "kube-rdma" {
+			t.Errorf("%s %s: namespace %q, want the release's", o.Kind, o.Metadata.Name, o.Metadata.Namespace)
+		}
+	}
+	if sa := find(t, objs, "ServiceAccount"); sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Error("the ServiceAccount mounts a token; the pods never call the API")
+	}
+
+	c, err := config.Parse([]byte(find(t, objs, "ConfigMap").Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("the rendered pools do not load: %v", err)
+	}
+	var names []string
+	for _, p := range c.Pools {
+		names = append(names, p.Name)
+	}
+	if diff := cmp.Diff([]string{"ib", "roce-shared"}, names); diff != "" {
+		t.Errorf("pools (-want +got):\n%s", diff)
+	}
+
+	ds := daemonSet(t, objs)
+	spec := ds.Template.Spec
+	if !spec.HostNetwork || spec.HostPID {
+		t.Errorf("hostNetwork %v hostPID %v, want the host network namespace only", spec.HostNetwork, spec.HostPID)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the pod mounts a service account token")
+	}
+	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec.Containers)); diff != "" || len(spec.InitContainers) != 0 {
+		t.Errorf("containers (-want +got):\n%s init containers %v", diff, containerNames(spec.InitContainers))
+	}
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true}
+	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
+		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
+	}
+	checkUnprivileged(t, spec.Containers)
+	args := spec.Containers[0].Args
+	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
+		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("device plugin args %q lack %s", args, a)
+		}
+	}
+}
+
+func checkUnprivileged(t *testing.T, cs []container) {
+	t.Helper()
+	for _, c := range cs {
+		sc := c.SecurityContext
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s is privileged", c.Name)
+		}
+		if len(sc.Capabilities.Add) > 0 || !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) {
+			t.Errorf("%s: capabilities add %v drop %v, want none and ALL", c.Name, sc.Capabilities.Add, sc.Capabilities.Drop)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s allows privilege escalation", c.Name)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s has a writable root file system", c.Name)
+		}
+	}
+}
+
+// parseEntry parses a plugin entry of a conflist as the runtime hands it to the plugin: with
+// the list's cniVersion and name added.
+func parseEntry(t *testing.T, entry string) *netconf.Conf {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(entry), &m); err != nil {
+		t.Fatalf("plugin entry is not JSON: %v\n%s", err, entry)
+	}
+	if _, ok := m["cniVersion"]; !ok {
+		m["cniVersion"] = "1.0.0"
+	}
+	if _, ok := m["name"]; !ok {
+		m["name"] = "primary"
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := netconf.Parse(b)
+	if err != nil {
+		t.Fatalf("the CNI plugin rejects the rendered netconf: %v\n%s", err, entry)
+	}
+	return c
+}
+
+func TestChained(t *testing.T) {
+	objs := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib",
+		"--set", "hostPaths.kubeletDir=/var/lib/k,hostPaths.sysfsRoot=/srv/fixture/sys",
+		"--set-json", `cni.pluginConfig={"rdmaNetnsMode":"shared"}`)
+	ds := daemonSet(t, objs)
+	spec := ds.Template.Spec
+	if diff := cmp.Diff([]string{"install-cni"}, containerNames(spec.InitContainers)); diff != "" {
+		t.Errorf("init containers (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"device-plugin", "cni-chain"}, containerNames(spec.Containers)); diff != "" {
+		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+	checkUnprivileged(t, append(spec.InitContainers, spec.Containers...))
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true}
+	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
+		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
+	}
+	if got := spec.InitContainers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/kube-rdma", "install"}) {
+		t.Errorf("install-cni command %q", got)
+	}
+	if !slices.Contains(spec.Containers[1].Args, "--remove-on-exit") {
+		t.Errorf("cni-chain args %q: the entry would stay after uninstall", spec.Containers[1].Args)
+	}
+	if ds.Template.Metadata.Annotations["kube-rdma.io/cni-plugin-checksum"] == "" {
+		t.Error("no checksum annotation: a changed plugin entry would not roll the pods")
+	}
+	c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"])
+	if !c.Standalone() || c.ResourceName != "rdma.kube-rdma.io/ib" || c.KubeletSocket != "/var/lib/k/pod-resources/kubelet.sock" ||
+		c.SysfsRoot != "/srv/fixture/sys" {
+		t.Errorf("plugin entry: standalone %v, resource %q, kubelet socket %q, sysfs %q", c.Standalone(), c.ResourceName, c.KubeletSocket, c.SysfsRoot)
+	}
+}
+
+func TestMultus(t *testing.T) {
+	objs := render(t, "--set", "cni.install=true,cni.mode=multus",
+		"--set-json", `cni.networks=[{"name":"rdma-ib","pool":"ib","ipam":{"type":"host-local","ranges":[[{"subnet":"192.168.100.0/24"}]]}}]`)
+	nad := find(t, objs, "NetworkAttachmentDefinition")
+	if got := nad.Metadata.Annotations["k8s.v1.cni.cncf.io/resourceName"]; got != "rdma.kube-rdma.io/ib" {
+		t.Errorf("resourceName annotation %q", got)
+	}
+	var spec struct {
+		Config string `json:"config"`
+	}
+	if err := json.Unmarshal(nad.Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	// Multus adds the device it allocated.
+	c := parseEntry(t, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1))
+	if c.Name != "rdma-ib" || c.Standalone() {
+		t.Errorf("netconf name %q standalone %v", c.Name, c.Standalone())
+	}
+	spec2 := daemonSet(t, objs).Template.Spec
+	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec2.Containers)); diff != "" {
+		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+}
+
+// TestRejected: values the chart must refuse rather than render something the daemon or the
+// plugin would reject on the node.
+func TestRejected(t *testing.T) {
+	for name, args := range map[string][]string{
+		"unknown value":            {"--set", "devicePlgin.logLevel=debug"},
+		"bad mode":                 {"--set", "config.pools[0].mode=partial"},
+		"slots on exclusive":       {"--set", "config.pools[0].slots=4"},
+		"reserved prefix":          {"--set", "config.resourcePrefix=rdma.kubernetes.io"},
+		"bad vendor":               {"--set", "config.pools[0].selectors.vendors[0]=mellanox"},
+		"no pools":                 {"--set-json", "config.pools=[]"},
+		"chained without pool":     {"--set", "cni.install=true,cni.mode=chained"},
+		"chained pool not defined": {"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=nope"},
+		"multus without networks":  {"--set", "cni.install=true,cni.mode=multus"},
+		"multus pool not defined":  {"--set", "cni.install=true,cni.mode=multus", "--set-json", `cni.networks=[{"name":"x","pool":"nope"}]`},
+		"bad mode name":            {"--set", "cni.mode=bridge"},
+		"relative kubelet dir":     {"--set", "hostPaths.kubeletDir=var/lib/kubelet"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if out, err := helmTemplate(t, args...); err == nil {
+				t.Errorf("helm template %q rendered:\n%s", args, out)
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# e2e/local-node/images.sh: build the images the local-node e2e imports into containerd, as
+# OCI image layout tar files, without a container engine (hack/ocibuild):
+#
+#   localhost/kube-rdma:e2e   this repository's static binaries, as the Dockerfile's image
+#   localhost/pause:e2e       the sandbox image (e2e/local-node/pause)
+#   localhost/rdma-test:e2e   busybox-static plus rdma-core's ibv_devices/ibv_devinfo, from the
+#                             host's Debian suite (downloaded, unpacked, never installed)
+#
+#   bash e2e/local-node/images.sh [OUT_DIR]     # default: $E2E_CACHE/images
+#
+# Import with: ctr -n k8s.io images import OUT_DIR/<name>.tar
+set -Eeuo pipefail
+
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SELF")/../.." && pwd)
+E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
+OUT=${1:-$E2E_CACHE/images}
+TAG=${E2E_IMAGE_TAG:-e2e}
+# Test image userland; libraries come from the dependency closure (providers are only a
+# Recommends of libibverbs1).
+TEST_PKGS=(busybox-static ibverbs-utils ibverbs-providers)
+
+log() { printf '%s local-node-images: %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+PATH=$PATH:/usr/local/go/bin
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--p=1} -trimpath"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/local-node-images.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$OUT" "$WORK/bin"
+
+gobuild() { (cd "$REPO" && nice -n 19 go build -ldflags='-s -w' "$@"); }
+
+log "building hack/ocibuild and the binaries"
+gobuild -o "$WORK/ocibuild" ./hack/ocibuild
+gobuild -o "$WORK/bin/device-plugin" ./cmd/device-plugin
+gobuild -o "$WORK/bin/kube-rdma" ./cmd/cni
+gobuild -o "$WORK/bin/kubectl-rdma" ./cmd/kubectl-rdma
+gobuild -o "$WORK/pause" ./e2e/local-node/pause
+
+# The kube-rdma image: what the Dockerfile's final stage holds (distroless/static without CA
+# certificates and time zones, which the binaries do not use).
+mkdir -p "$WORK/etc"
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$WORK/etc/passwd"
+printf 'root:x:0:\nnonroot:x:65532:\n' >"$WORK/etc/group"
+"$WORK/ocibuild" -o "$OUT/kube-rdma.tar" -name "localhost/kube-rdma:$TAG" \
+  -file "$WORK/bin/device-plugin:/usr/local/bin/device-plugin:0755" \
+  -file "$WORK/bin/kube-rdma:/usr/local/bin/kube-rdma:0755" \
+  -file "$WORK/bin/kubectl-rdma:/usr/local/bin/kubectl-rdma:0755" \
+  -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
+  -dir /tmp:1777 -user 0:0 \
+  -entrypoint '["/usr/local/bin/device-plugin"]' -cmd '["run"]'
+
+"$WORK/ocibuild" -o "$OUT/pause.tar" -name "localhost/pause:$TAG" \
+  -file "$WORK/pause:/pause:0755" -user 65535:65535 -entrypoint '["/pause"]'
+
+# The test image's root: unpacked Debian packages, cached by the exact package versions.
+test_root() {
+  local closure want list key root debs name ver file
+  if ! apt-cache show --no-all-versions "${TEST_PKGS[@]}" >/dev/null 2>&1; then
+    log "apt-get update (host package lists)"
+    timeout 300 apt-get update -qq || die "apt-get update failed"
+  fi
+  closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "${TEST_PKGS[@]}" | grep -v '^ ' | grep -v '^<' | sort -u)
+  want=$( { printf '%s\n' "${TEST_PKGS[@]}"; grep -E '^lib|^ibverbs-providers$' <<<"$closure"; } | sort -u)
+  # shellcheck disable=SC2086
+  list=$(apt-cache show --no-all-versions $want | awk '
+    /^Package: /{p=$2} /^Version: /{v=$2} /^Architecture: /{a=$2}
+    /^$/{if (p != "") {f=v; gsub(":", "%3a", f); print p, v, p "_" f "_" a ".deb"}; p=""}')
+  key=$(sha256sum <<<"$list" | cut -c1-12)
+  root=$E2E_CACHE/rootfs/rdma-test-$key
+  if [[ ! -d $root ]]; then
+    debs=$E2E_CACHE/debs
+    mkdir -p "$debs"
+    local missing=()
+    while read -r name ver file; do [[ -s $debs/$file ]] || missing+=("$name=$ver"); done <<<"$list"
+    if [[ ${#missing[@]} -gt 0 ]]; then
+      log "downloading ${#missing[@]} packages for the test image"
+      (cd "$debs" && timeout 300 apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}") ||
+        die "apt-get download failed"
+    fi
+    rm -rf "$root.tmp"
+    mkdir -p "$root.tmp"
+    while read -r name ver file; do dpkg-deb -x "$debs/$file" "$root.tmp"; done <<<"$list"
+    # Documentation is most of the size and nothing the tests read.
+    rm -rf "$root.tmp/usr/share/doc" "$root.tmp/usr/share/man" "$root.tmp/usr/share/locale" "$root.tmp/usr/share/lintian"
+    mkdir -p "$root.tmp/bin" "$root.tmp/sbin"
+    # busybox-static installs /bin/busybox only: link the applets the tests use.
+    local a
+    for a in $("$root.tmp/bin/busybox" --list); do
+      [[ -e $root.tmp/bin/$a ]] || ln -s busybox "$root.tmp/bin/$a"
+    done
+    mv "$root.tmp" "$root"
+    log "test image root: $(wc -l <<<"$list") packages"
+  fi
+  echo "$root"
+}
+
+ROOT=$(test_root)
+"$WORK/ocibuild" -o "$OUT/rdma-test.tar" -name "localhost/rdma-test:$TAG" \
+  -tree "$ROOT:/" -dir /tmp:1777 -env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+  -cmd '["/bin/sh"]'
+
+ls -l "$OUT"/*.tar >&2
+echo "$OUT"

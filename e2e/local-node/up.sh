@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# e2e/local-node/up.sh: start a single-node Kubernetes cluster on this machine from the
+# binaries of build.sh and the images of images.sh: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, containerd (CDI and NRI on) and a kubelet, all on
+# 127.0.0.1, all state below $NODE_RUN. Waits until the node is Ready and the images are
+# imported, then prints the KUBECONFIG path. e2e/local-node/down.sh stops it and restores the
+# host. On failure up.sh runs down.sh itself.
+#
+#   bash e2e/local-node/build.sh && bash e2e/local-node/images.sh
+#   bash e2e/local-node/up.sh        # prints KUBECONFIG
+#   bash e2e/local-node/down.sh
+#
+# Needs root, cgroup v1 (kubelet 1.34 with failCgroupV1: false) and no other node using
+# $NODE_RUN. Host paths of the node's own CNI network are harness-owned ($NODE_RUN/cni), never
+# /etc/cni/net.d or /opt/cni/bin.
+set -Eeuo pipefail
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$HERE/lib.sh"
+START=$(date +%s.%N)
+IMAGES=${E2E_IMAGES:-$E2E_CACHE/images}
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+
+[[ $(id -u) == 0 ]] || die "needs root"
+[[ ! -e $NODE_RUN/host/pids ]] || die "$NODE_RUN is in use (run down.sh first)"
+# The kubelet serves the device plugin API in /var/lib/kubelet/device-plugins whatever its
+# --root-dir (a constant of k8s.io/kubelet): another kubelet on this host would share it.
+[[ ! -e /var/lib/kubelet ]] || die "/var/lib/kubelet exists: another kubelet on this host?"
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd \
+  containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback; do
+  [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
+done
+for i in pause kube-rdma rdma-test; do
+  [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
+done
+
+failed() {
+  local rc=$?
+  trap - ERR EXIT
+  log "start failed (exit $rc); logs in $NODE_RUN/logs; tearing down"
+  tail -n 5 "$NODE_RUN"/logs/*.log >&2 2>/dev/null || true
+  [[ ${E2E_KEEP_FAILED:-0} == 1 ]] || bash "$HERE/down.sh" || true
+  exit "$rc"
+}
+trap failed ERR
+trap 'exit 130' INT TERM
+
+mkdir -p "$NODE_RUN"/{host,logs,pki,etcd,kubelet,cdi,nri/plugins,nri/conf.d,containerd/root,containerd/state,runc}
+mkdir -p "$NODE_RUN"/cni/{bin,net.d,ipam}
+echo /var/lib/kubelet >"$NODE_RUN/host/created-dirs"
+PATH=$BIN:$PATH
+
+# --- host state to restore --------------------------------------------------------------------
+for s in "${KUBELET_SYSCTLS[@]}"; do echo "$s $(sysctl -n "$s")"; done >"$NODE_RUN/host/sysctls"
+iptables_chains >"$NODE_RUN/host/iptables-chains"
+echo "$BRIDGE" >"$NODE_RUN/host/bridge"
+# The kubelet wants its cgroup root to exist in every controller.
+cgroup_controllers >"$NODE_RUN/host/cgroup-controllers"
+while read -r c; do mkdir -p "$c/$CGROUP_ROOT"; done <"$NODE_RUN/host/cgroup-controllers"
+
+# --- PKI: one CA; the API server's serving cert; one admin client cert for every component ----
+pki() {
+  local d=$NODE_RUN/pki
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=kube-rdma-e2e-ca" \
+    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout "$d/apiserver.key" \
+    -out "$d/apiserver.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n' >"$d/apiserver.ext"
+  openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    -extfile "$d/apiserver.ext" -out "$d/apiserver.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-rdma-e2e-admin" \
+    -keyout "$d/admin.key" -out "$d/admin.csr" 2>/dev/null
+  openssl x509 -req -in "$d/admin.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    -out "$d/admin.crt" 2>/dev/null
+  openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  cat >"$KUBECONFIG" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$d/ca.crt"}
+users:
+- name: admin
+  user: {client-certificate: "$d/admin.crt", client-key: "$d/admin.key"}
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin}
+current-context: e2e
+EOF
+}
+pki
+
+# start NAME CMD...: run CMD in the background, logging to logs/NAME.log, and record its PID.
+start() {
+  local name=$1; shift
+  "$@" >"$NODE_RUN/logs/$name.log" 2>&1 &
+  record_pid "$name" $!
+}
+
+# wait_for WHAT SECONDS CMD...: poll CMD until it succeeds.
+wait_for() {
+  local what=$1 limit=$2 deadline; shift 2
+  deadline=$(($(date +%s) + limit))
+  until "$@" >/dev/null 2>&1; do
+    [[ $(date +%s) -lt $deadline ]] || die "$what: not after ${limit}s"
+    sleep 0.2
+  done
+  log "$what ($(elapsed)s)"
+}
+elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}'; }
+
+# --- control plane -----------------------------------------------------------------------------
+start etcd etcd --name e2e --data-dir "$NODE_RUN/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --quota-backend-bytes 1073741824 --unsafe-no-fsync
+wait_for "etcd healthy" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+# The API server listens on 127.0.0.1 only, but publishes a non-loopback address in the
+# "kubernetes" Endpoints (which reject loopback addresses); nothing in the e2e uses it.
+ADVERTISE=$(ip -4 route get 192.0.2.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i + 1)}')
+[[ -n $ADVERTISE ]] || die "no non-loopback IPv4 address (the kubelet refuses a loopback node IP)"
+NODE_IP=$ADVERTISE
+start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address "$ADVERTISE" --secure-port "$API_PORT" \
+  --cert-dir "$NODE_RUN/pki" --tls-cert-file "$NODE_RUN/pki/apiserver.crt" --tls-private-key-file "$NODE_RUN/pki/apiserver.key" \
+  --client-ca-file "$NODE_RUN/pki/ca.crt" --authorization-mode Node,RBAC \
+  --kubelet-client-certificate "$NODE_RUN/pki/admin.crt" --kubelet-client-key "$NODE_RUN/pki/admin.key" \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$NODE_RUN/pki/sa.pub" \
+  --service-account-signing-key-file "$NODE_RUN/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
+  --kubelet-preferred-address-types InternalIP --allow-privileged=true --profiling=false
+wait_for "kube-apiserver ready" 90 kubectl get --raw /readyz
+
+start kube-controller-manager kube-controller-manager --kubeconfig "$KUBECONFIG" \
+  --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
+  --service-account-private-key-file "$NODE_RUN/pki/sa.key" --root-ca-file "$NODE_RUN/pki/ca.crt" \
+  --cluster-signing-cert-file "$NODE_RUN/pki/ca.crt" --cluster-signing-key-file "$NODE_RUN/pki/ca.key" \
+  --leader-elect=false --secure-port 0 --profiling=false
+start kube-scheduler kube-scheduler --kubeconfig "$KUBECONFIG" \
+  --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
+  --leader-elect=false --secure-port 0 --profiling=false
+
+# --- containerd --------------------------------------------------------------------------------
+cp "$BIN"/cni/{bridge,host-local,loopback} "$NODE_RUN/cni/bin/"
+# ipMasq and isGateway off: no iptables rules, no IP forwarding; pods reach nothing but
+# themselves, which is all the e2e needs.
+cat >"$NODE_RUN/cni/net.d/10-e2e.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "e2e",
+  "plugins": [
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "$NODE_RUN/cni/ipam"}}
+  ]
+}
+EOF
+cat >"$NODE_RUN/containerd/config.toml" <<EOF
+version = 3
+root = "$NODE_RUN/containerd/root"
+state = "$NODE_RUN/containerd/state"
+
+[grpc]
+  address = "$CONTAINERD_ADDRESS"
+[ttrpc]
+  address = "$CONTAINERD_ADDRESS.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "localhost/pause:e2e"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ["$NODE_RUN/cdi"]
+  # The kubelet gives pods OOM score adjustments below containerd's own; on a shared host
+  # containerd does not run at -999, so it must clamp them.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$BIN/runc"
+        Root = "$NODE_RUN/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$NODE_RUN/cni/bin"]
+    conf_dir = "$NODE_RUN/cni/net.d"
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "$NODE_RUN/nri/nri.sock"
+  plugin_path = "$NODE_RUN/nri/plugins"
+  plugin_config_path = "$NODE_RUN/nri/conf.d"
+EOF
+# The shim finds runc through PATH.
+start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
+wait_for "containerd serving" 30 ctr version
+for i in pause kube-rdma rdma-test; do
+  ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log"
+done
+log "images imported: $(ctr images ls -q | grep -c '^localhost/') ($(elapsed)s)"
+
+# --- kubelet -----------------------------------------------------------------------------------
+cat >"$NODE_RUN/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# On the node IP, where the API server looks for it (logs, exec); client certificates of the
+# harness CA only.
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: "$NODE_RUN/pki/ca.crt"}
+authorization:
+  mode: AlwaysAllow
+containerRuntimeEndpoint: "unix://$CONTAINERD_ADDRESS"
+cgroupDriver: cgroupfs
+cgroupRoot: "/$CGROUP_ROOT"
+failSwapOn: false
+failCgroupV1: false
+# Nothing can be pulled again: never remove an image.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+podLogsDir: "$NODE_RUN/pod-logs"
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+registerNode: true
+EOF
+start kubelet kubelet --config "$NODE_RUN/kubelet/config.yaml" --kubeconfig "$KUBECONFIG" \
+  --root-dir "$NODE_RUN/kubelet" --cert-dir "$NODE_RUN/kubelet/pki" --hostname-override "$NODE_NAME" \
+  --node-ip "$NODE_IP"
+wait_for "node registered" 60 kubectl get node "$NODE_NAME"
+wait_for "node Ready" "$READY_TIMEOUT" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+# Pods are refused until the controller manager has made the namespace's service account.
+wait_for "default service account" 60 kubectl get serviceaccount default
+trap - ERR
+echo "$KUBECONFIG"
