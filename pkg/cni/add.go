@@ -46,6 +46,9 @@ func (u *undo) run(log *slog.Logger) error {
 }
 
 // Add attaches the devices and returns the result (merged with prevResult).
+// It prepares first (checks and a plan, nothing changed), then records the
+// attachment and applies it, each mutation pushing its undo; on error the
+// deferred rollback runs the undo stack and settles the record.
 func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Result, err error) {
 	start := time.Now()
 	conf, err := netconf.Parse(args.StdinData)
@@ -54,18 +57,9 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
-	if err := conf.RequireDevice(); err != nil {
-		return nil, err
-	}
-	if args.Netns == "" {
-		return nil, fmt.Errorf("%w: CNI_NETNS is empty", ErrBadEnvironment)
-	}
-	if err := netconf.ValidIfName(args.IfName); err != nil {
-		return nil, fmt.Errorf("%w: CNI_IFNAME: %w", ErrBadEnvironment, err)
-	}
-	podNS, err := netns.GetFromPath(args.Netns)
+	podNS, err := openPodNetns(conf, args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open pod netns %s: %w", ErrBadEnvironment, args.Netns, err)
+		return nil, err
 	}
 	defer podNS.Close()
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
@@ -90,6 +84,59 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	defer unlock()
 	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	cands, err := p.prepareCandidates(conf, store, key, plan, res, podNS)
+	if err != nil {
+		return nil, err
+	}
+	rec := newRecord(conf, args, key, cands)
+	// The record goes first: a crash from here on leaves DEL and GC what
+	// they need to put the host back.
+	if err := store.Save(rec); err != nil {
+		return nil, err
+	}
+	u := &undo{}
+	defer func() {
+		// rec is read when the rollback runs, so it sees what apply recorded.
+		err = settleFailedAdd(err, u, store, rec, key, log)
+	}()
+	mtus, err := p.attachAll(podNS, &rec, cands, conf, u, log)
+	if err != nil {
+		return nil, err
+	}
+	result, err := p.buildResult(ctx, conf, args, podNS, &rec, mtus, u)
+	if err != nil {
+		return nil, err
+	}
+	rec.Complete = true
+	if err := store.Save(rec); err != nil {
+		return nil, err
+	}
+	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
+	return result, nil
+}
+
+// openPodNetns checks the config and CNI environment and opens the pod's netns.
+func openPodNetns(conf *netconf.Conf, args *skel.CmdArgs) (netns.NsHandle, error) {
+	if err := conf.RequireDevice(); err != nil {
+		return 0, err
+	}
+	if args.Netns == "" {
+		return 0, fmt.Errorf("%w: CNI_NETNS is empty", ErrBadEnvironment)
+	}
+	if err := netconf.ValidIfName(args.IfName); err != nil {
+		return 0, fmt.Errorf("%w: CNI_IFNAME: %w", ErrBadEnvironment, err)
+	}
+	podNS, err := netns.GetFromPath(args.Netns)
+	if err != nil {
+		return 0, fmt.Errorf("%w: open pod netns %s: %w", ErrBadEnvironment, args.Netns, err)
+	}
+	return podNS, nil
+}
+
+// prepareCandidates checks the attachment is new and resolves the plan into
+// unclaimed candidates, marking which RDMA devices move; it changes nothing.
+func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key state.Key, plan []netconf.Assignment,
+	res Resolver, podNS netns.NsHandle) ([]candidate, error) {
 	if _, err := store.Load(key); err == nil {
 		return nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
 	}
@@ -106,7 +153,11 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err := p.markExclusive(conf, cands); err != nil {
 		return nil, err
 	}
+	return cands, nil
+}
 
+// newRecord builds the attachment record for the candidates, before any move.
+func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key state.Key, cands []candidate) state.Attachment {
 	rec := state.Attachment{Key: key, Netns: args.Netns, CNIVersion: conf.CNIVersion, Network: conf.Name}
 	if conf.IPAMType != "" {
 		rec.IPAMConf = args.StdinData
@@ -121,34 +172,47 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		}
 		rec.Devices = append(rec.Devices, d)
 	}
-	// The record goes first: a crash from here on leaves DEL and GC what
-	// they need to put the host back.
-	if err := store.Save(rec); err != nil {
-		return nil, err
+	return rec
+}
+
+// settleFailedAdd runs the undo stack when err is set and deletes the record,
+// or keeps it for DEL if the rollback was incomplete; it returns the final error.
+func settleFailedAdd(err error, u *undo, store state.Store, rec state.Attachment, key state.Key, log *slog.Logger) error {
+	if err == nil {
+		return nil
 	}
-	u := &undo{}
-	defer func() {
-		if err == nil {
-			return
+	if uerr := u.run(log); uerr != nil {
+		// Keep the record: DEL or GC can finish putting the host back.
+		err = errors.Join(err, fmt.Errorf("rollback incomplete, record kept for DEL: %w", uerr))
+		if serr := store.Save(rec); serr != nil {
+			err = errors.Join(err, serr)
 		}
-		if uerr := u.run(log); uerr != nil {
-			// Keep the record: DEL or GC can finish putting the host back.
-			err = errors.Join(err, fmt.Errorf("rollback incomplete, record kept for DEL: %w", uerr))
-			if serr := store.Save(rec); serr != nil {
-				err = errors.Join(err, serr)
-			}
-			return
-		}
-		if derr := store.Delete(key); derr != nil {
-			err = errors.Join(err, derr)
-		}
-	}()
+		return err
+	}
+	if derr := store.Delete(key); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return err
+}
+
+// attachAll moves every candidate into the pod in order and returns the
+// pod interfaces' MTUs.
+func (p *Plugin) attachAll(podNS netns.NsHandle, rec *state.Attachment, cands []candidate, conf *netconf.Conf,
+	u *undo, log *slog.Logger) ([]int, error) {
 	mtus := make([]int, len(cands))
 	for i, c := range cands {
+		var err error
 		if mtus[i], err = p.attach(podNS, &rec.Devices[i], c, conf, u, log); err != nil {
 			return nil, err
 		}
 	}
+	return mtus, nil
+}
+
+// buildResult adds the pod interfaces to the passed-through result and runs
+// IPAM for each device when configured, merging its addresses, routes and DNS.
+func (p *Plugin) buildResult(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, podNS netns.NsHandle,
+	rec *state.Attachment, mtus []int, u *undo) (*types100.Result, error) {
 	// The interface mtu field is 1.1.0's; older results do not have it.
 	hasMTU, _ := version.GreaterThanOrEqualTo(conf.CNIVersion, "1.1.0")
 
@@ -164,24 +228,9 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		if conf.IPAMType == "" {
 			continue
 		}
-		ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: d.PodIfName, Args: args.Args, Path: args.Path}
-		r, err := p.IPAM.Add(ctx, conf.IPAMType, args.StdinData, ia)
+		r100, err := p.addIPAM(ctx, conf, args, podNS, d, idx, u)
 		if err != nil {
-			return nil, fmt.Errorf("ipam %s add for %s: %w", conf.IPAMType, d.PodIfName, err)
-		}
-		u.push("release ipam for "+d.PodIfName, func() error {
-			return p.IPAM.Del(context.WithoutCancel(ctx), conf.IPAMType, args.StdinData, ia)
-		})
-		d.IPAM = true
-		r100, err := types100.NewResultFromResult(r)
-		if err != nil {
-			return nil, fmt.Errorf("convert ipam result: %w", err)
-		}
-		for _, ip := range r100.IPs {
-			ip.Interface = types100.Int(idx)
-		}
-		if err := p.Addrs.Configure(podNS, d.PodIfName, r100.IPs, r100.Routes); err != nil {
-			return nil, fmt.Errorf("configure %s: %w", d.PodIfName, err)
+			return nil, err
 		}
 		result.IPs = append(result.IPs, r100.IPs...)
 		result.Routes = append(result.Routes, r100.Routes...)
@@ -189,12 +238,33 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 			result.DNS = r100.DNS
 		}
 	}
-	rec.Complete = true
-	if err := store.Save(rec); err != nil {
-		return nil, err
-	}
-	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
+}
+
+// addIPAM runs IPAM ADD for one pod interface (pushing its release) and
+// configures the addresses and routes it returns on that interface.
+func (p *Plugin) addIPAM(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, podNS netns.NsHandle,
+	d *state.Device, idx int, u *undo) (*types100.Result, error) {
+	ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: d.PodIfName, Args: args.Args, Path: args.Path}
+	r, err := p.IPAM.Add(ctx, conf.IPAMType, args.StdinData, ia)
+	if err != nil {
+		return nil, fmt.Errorf("ipam %s add for %s: %w", conf.IPAMType, d.PodIfName, err)
+	}
+	u.push("release ipam for "+d.PodIfName, func() error {
+		return p.IPAM.Del(context.WithoutCancel(ctx), conf.IPAMType, args.StdinData, ia)
+	})
+	d.IPAM = true
+	r100, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return nil, fmt.Errorf("convert ipam result: %w", err)
+	}
+	for _, ip := range r100.IPs {
+		ip.Interface = types100.Int(idx)
+	}
+	if err := p.Addrs.Configure(podNS, d.PodIfName, r100.IPs, r100.Routes); err != nil {
+		return nil, fmt.Errorf("configure %s: %w", d.PodIfName, err)
+	}
+	return r100, nil
 }
 
 // markExclusive sets which candidates' RDMA devices move with them: the

@@ -117,6 +117,41 @@ func invalid(format string, a ...any) error {
 // Parse decodes and validates stdin data. It does not require a device:
 // DEL, CHECK, GC and STATUS work without one; see RequireDevice.
 func Parse(data []byte) (*Conf, error) {
+	r, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	c := fromRaw(r)
+	if err := checkIdentity(r); err != nil {
+		return nil, err
+	}
+	if c.IPAMType, err = parseIPAMType(r.IPAM); err != nil {
+		return nil, err
+	}
+	if err := applyRuntimeConfig(c, r); err != nil {
+		return nil, err
+	}
+	if err := checkLinkFields(c); err != nil {
+		return nil, err
+	}
+	if err := defaultAndCheckNetnsMode(c); err != nil {
+		return nil, err
+	}
+	if err := defaultAndCheckPaths(c); err != nil {
+		return nil, err
+	}
+	if len(r.PrevResult) > 0 && string(r.PrevResult) != "null" {
+		prev, err := parsePrevResult(r.CNIVersion, r.PrevResult)
+		if err != nil {
+			return nil, err
+		}
+		c.PrevResult = prev
+	}
+	return c, nil
+}
+
+// decode reads exactly one configuration object, rejecting unknown fields.
+func decode(data []byte) (*raw, error) {
 	var r raw
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -132,34 +167,53 @@ func Parse(data []byte) (*Conf, error) {
 	if dec.More() {
 		return nil, invalid("trailing data after the configuration object")
 	}
-	c := &Conf{
+	return &r, nil
+}
+
+// fromRaw copies the fields taken as they are from the decoded object.
+func fromRaw(r *raw) *Conf {
+	return &Conf{
 		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
 		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
 		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
 		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
 		RequirePodResources: r.RequirePodResources,
 	}
+}
+
+// checkIdentity checks the plugin type, network name and CNI version.
+func checkIdentity(r *raw) error {
 	if r.Type != PluginType {
-		return nil, invalid("type is %q, want %q", r.Type, PluginType)
+		return invalid("type is %q, want %q", r.Type, PluginType)
 	}
 	if r.Name == "" {
-		return nil, invalid("name is empty")
+		return invalid("name is empty")
 	}
 	if r.CNIVersion == "" {
-		return nil, invalid("cniVersion is empty")
+		return invalid("cniVersion is empty")
 	}
-	if len(r.IPAM) > 0 && string(r.IPAM) != "null" {
-		var ipam struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(r.IPAM, &ipam); err != nil {
-			return nil, invalid("ipam: %v", err)
-		}
-		if ipam.Type == "" || strings.ContainsAny(ipam.Type, "/\\") || ipam.Type == "." || ipam.Type == ".." {
-			return nil, invalid("ipam.type %q is not a plugin name", ipam.Type)
-		}
-		c.IPAMType = ipam.Type
+	return nil
+}
+
+// parseIPAMType returns the IPAM plugin's name, or "" when there is no ipam section.
+func parseIPAMType(data json.RawMessage) (string, error) {
+	if len(data) == 0 || string(data) == "null" {
+		return "", nil
 	}
+	var ipam struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &ipam); err != nil {
+		return "", invalid("ipam: %v", err)
+	}
+	if ipam.Type == "" || strings.ContainsAny(ipam.Type, "/\\") || ipam.Type == "." || ipam.Type == ".." {
+		return "", invalid("ipam.type %q is not a plugin name", ipam.Type)
+	}
+	return ipam.Type, nil
+}
+
+// applyRuntimeConfig lets runtimeConfig override deviceID and mac, then parses the MAC.
+func applyRuntimeConfig(c *Conf, r *raw) error {
 	mac := r.MAC
 	if rc := r.RuntimeConfig; rc != nil {
 		if rc.DeviceID != "" {
@@ -169,39 +223,55 @@ func Parse(data []byte) (*Conf, error) {
 			mac = rc.MAC
 		}
 	}
-	if mac != "" {
-		m, err := net.ParseMAC(mac)
-		if err != nil || len(m) != 6 {
-			return nil, invalid("mac %q is not an Ethernet address", mac)
-		}
-		if m[0]&1 != 0 {
-			return nil, invalid("mac %q is a multicast address", mac)
-		}
-		c.MAC = m
+	if mac == "" {
+		return nil
 	}
+	m, err := net.ParseMAC(mac)
+	if err != nil || len(m) != 6 {
+		return invalid("mac %q is not an Ethernet address", mac)
+	}
+	if m[0]&1 != 0 {
+		return invalid("mac %q is a multicast address", mac)
+	}
+	c.MAC = m
+	return nil
+}
+
+// checkLinkFields checks the MTU, the deviceID and the interface names.
+func checkLinkFields(c *Conf) error {
 	if c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535) {
-		return nil, invalid("mtu %d is outside 68..65535", c.MTU)
+		return invalid("mtu %d is outside 68..65535", c.MTU)
 	}
 	if strings.ContainsAny(c.DeviceID, "/\x00") || len(c.DeviceID) > 64 {
-		return nil, invalid("deviceID %q is not a device name or PCI address", c.DeviceID)
+		return invalid("deviceID %q is not a device name or PCI address", c.DeviceID)
 	}
 	seen := map[string]bool{}
 	for _, n := range c.InterfaceNames {
 		if err := ValidIfName(n); err != nil {
-			return nil, invalid("interfaceNames: %v", err)
+			return invalid("interfaceNames: %v", err)
 		}
 		if seen[n] {
-			return nil, invalid("interfaceNames: %q appears twice", n)
+			return invalid("interfaceNames: %q appears twice", n)
 		}
 		seen[n] = true
 	}
+	return nil
+}
+
+// defaultAndCheckNetnsMode defaults the RDMA netns mode to auto and checks it.
+func defaultAndCheckNetnsMode(c *Conf) error {
 	switch c.NetnsMode {
 	case "":
 		c.NetnsMode = ModeAuto
 	case ModeAuto, ModeShared, ModeExclusive:
 	default:
-		return nil, invalid("rdmaNetnsMode %q is not auto, shared or exclusive", c.NetnsMode)
+		return invalid("rdmaNetnsMode %q is not auto, shared or exclusive", c.NetnsMode)
 	}
+	return nil
+}
+
+// defaultAndCheckPaths fills in the default paths and checks each is absolute.
+func defaultAndCheckPaths(c *Conf) error {
 	for _, p := range []struct {
 		v   *string
 		def string
@@ -210,17 +280,10 @@ func Parse(data []byte) (*Conf, error) {
 			*p.v = p.def
 		}
 		if !strings.HasPrefix(*p.v, "/") {
-			return nil, invalid("path %q is not absolute", *p.v)
+			return invalid("path %q is not absolute", *p.v)
 		}
 	}
-	if len(r.PrevResult) > 0 && string(r.PrevResult) != "null" {
-		prev, err := parsePrevResult(r.CNIVersion, r.PrevResult)
-		if err != nil {
-			return nil, err
-		}
-		c.PrevResult = prev
-	}
-	return c, nil
+	return nil
 }
 
 func parsePrevResult(ver string, data json.RawMessage) (*types100.Result, error) {

@@ -97,101 +97,145 @@ func windowUpdate(w *bufio.Writer, stream uint32, n int) {
 	writeFrame(w, frameWindowUpdate, 0, stream, b[:])
 }
 
+// response is the state of one response stream while its frames are read.
+type response struct {
+	w        *bufio.Writer
+	dec      *hpack.Decoder
+	headers  map[string]string
+	trailers map[string]string
+	block    []byte // header block being assembled across CONTINUATION
+	body     []byte
+	ended    bool
+}
+
 // readResponse reads frames until the stream ends and returns the message.
 func readResponse(r *bufio.Reader, w *bufio.Writer) ([]byte, error) {
-	dec := hpack.NewDecoder(4096, nil)
-	var headers, trailers map[string]string
-	var block []byte // header block being assembled across CONTINUATION
-	var body []byte
-	ended := false
-	for !ended {
-		var h [9]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
-			return nil, fmt.Errorf("read frame: %w", err)
+	s := &response{w: w, dec: hpack.NewDecoder(4096, nil)}
+	for !s.ended {
+		typ, flags, stream, payload, err := readFrame(r)
+		if err != nil {
+			return nil, err
 		}
-		n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-		typ, flags := h[3], h[4]
-		stream := binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
-		if n > maxFrame {
-			return nil, fmt.Errorf("frame of %d bytes", n)
+		if err := s.handle(typ, flags, stream, payload); err != nil {
+			return nil, err
 		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return nil, fmt.Errorf("read frame: %w", err)
-		}
-		switch typ {
-		case frameSettings:
-			if flags&flagAck == 0 {
-				writeFrame(w, frameSettings, flagAck, 0, nil)
-			}
-		case framePing:
-			if flags&flagAck == 0 {
-				writeFrame(w, framePing, flagAck, 0, payload)
-			}
-		case frameGoAway:
-			return nil, errors.New("kubelet closed the connection (GOAWAY)")
-		case frameRSTStream:
-			if stream == streamID {
-				return nil, fmt.Errorf("kubelet reset the stream (code %d)", binary.BigEndian.Uint32(append(payload, 0, 0, 0, 0)))
-			}
-		case frameData:
-			if stream != streamID {
-				continue
-			}
-			data, err := unpad(flags, payload)
-			if err != nil {
-				return nil, err
-			}
-			body = append(body, data...)
-			if len(body) > maxMessage+5 {
-				return nil, fmt.Errorf("response larger than %d bytes", maxMessage)
-			}
-			if n > 0 { // give the window back so a large answer keeps coming
-				windowUpdate(w, 0, n)
-				windowUpdate(w, streamID, n)
-			}
-			ended = flags&flagEndStream != 0
-		case frameHeaders, frameContinuation:
-			if stream != streamID {
-				continue
-			}
-			frag := payload
-			if typ == frameHeaders {
-				var err error
-				if frag, err = unpad(flags, payload); err != nil {
-					return nil, err
-				}
-				if flags&flagPriority != 0 {
-					if len(frag) < 5 {
-						return nil, errors.New("short HEADERS frame")
-					}
-					frag = frag[5:]
-				}
-				ended = flags&flagEndStream != 0
-			}
-			block = append(block, frag...)
-			if flags&flagEndHeaders == 0 {
-				continue
-			}
-			fields, err := dec.DecodeFull(block)
-			if err != nil {
-				return nil, fmt.Errorf("decode headers: %w", err)
-			}
-			block = nil
-			m := map[string]string{}
-			for _, f := range fields {
-				m[f.Name] = f.Value
-			}
-			if headers == nil {
-				headers = m
-			} else {
-				trailers = m
-			}
-		}
+		// A frame that wrote nothing leaves the buffer empty: this is then a no-op.
 		if err := w.Flush(); err != nil {
 			return nil, err
 		}
 	}
+	return s.message()
+}
+
+// readFrame reads one frame's header and payload.
+func readFrame(r *bufio.Reader) (typ, flags byte, stream uint32, payload []byte, err error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, 0, nil, fmt.Errorf("read frame: %w", err)
+	}
+	n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	typ, flags = h[3], h[4]
+	stream = binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
+	if n > maxFrame {
+		return 0, 0, 0, nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	payload = make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, 0, 0, nil, fmt.Errorf("read frame: %w", err)
+	}
+	return typ, flags, stream, payload, nil
+}
+
+// handle acts on one frame by its type; frame types not listed are ignored.
+func (s *response) handle(typ, flags byte, stream uint32, payload []byte) error {
+	switch typ {
+	case frameSettings:
+		if flags&flagAck == 0 {
+			writeFrame(s.w, frameSettings, flagAck, 0, nil)
+		}
+	case framePing:
+		if flags&flagAck == 0 {
+			writeFrame(s.w, framePing, flagAck, 0, payload)
+		}
+	case frameGoAway:
+		return errors.New("kubelet closed the connection (GOAWAY)")
+	case frameRSTStream:
+		if stream == streamID {
+			return fmt.Errorf("kubelet reset the stream (code %d)", binary.BigEndian.Uint32(append(payload, 0, 0, 0, 0)))
+		}
+	case frameData:
+		if stream == streamID {
+			return s.onData(flags, payload)
+		}
+	case frameHeaders, frameContinuation:
+		if stream == streamID {
+			return s.onHeaders(typ, flags, payload)
+		}
+	}
+	return nil
+}
+
+// onData appends a DATA frame of our stream to the body and gives the window back.
+func (s *response) onData(flags byte, payload []byte) error {
+	data, err := unpad(flags, payload)
+	if err != nil {
+		return err
+	}
+	s.body = append(s.body, data...)
+	if len(s.body) > maxMessage+5 {
+		return fmt.Errorf("response larger than %d bytes", maxMessage)
+	}
+	if n := len(payload); n > 0 { // give the window back so a large answer keeps coming
+		windowUpdate(s.w, 0, n)
+		windowUpdate(s.w, streamID, n)
+	}
+	s.ended = flags&flagEndStream != 0
+	return nil
+}
+
+// onHeaders assembles a HEADERS or CONTINUATION fragment of our stream and,
+// at END_HEADERS, decodes the block as the headers, or the trailers if
+// headers came already.
+func (s *response) onHeaders(typ, flags byte, payload []byte) error {
+	frag := payload
+	if typ == frameHeaders {
+		var err error
+		if frag, err = unpad(flags, payload); err != nil {
+			return err
+		}
+		if flags&flagPriority != 0 {
+			if len(frag) < 5 {
+				return errors.New("short HEADERS frame")
+			}
+			frag = frag[5:]
+		}
+		s.ended = flags&flagEndStream != 0
+	}
+	s.block = append(s.block, frag...)
+	if flags&flagEndHeaders == 0 {
+		return nil
+	}
+	fields, err := s.dec.DecodeFull(s.block)
+	if err != nil {
+		return fmt.Errorf("decode headers: %w", err)
+	}
+	s.block = nil
+	m := map[string]string{}
+	for _, f := range fields {
+		m[f.Name] = f.Value
+	}
+	if s.headers == nil {
+		s.headers = m
+	} else {
+		s.trailers = m
+	}
+	return nil
+}
+
+// message checks the HTTP and gRPC status of the ended stream and returns
+// the single uncompressed message in its body.
+func (s *response) message() ([]byte, error) {
+	headers, trailers, body := s.headers, s.trailers, s.body
 	if headers[":status"] != "200" {
 		return nil, fmt.Errorf("kubelet answered HTTP %s", headers[":status"])
 	}
