@@ -55,16 +55,9 @@ func run(rounds int, node, ids string) error {
 	if !ok {
 		return fmt.Errorf("unknown node %q", node)
 	}
-	if ids == "" {
-		for _, p := range []string{"/usr/share/hwdata/pci.ids", "/usr/share/misc/pci.ids"} {
-			if _, err := os.Stat(p); err == nil {
-				ids = p
-				break
-			}
-		}
-		if ids == "" {
-			return fmt.Errorf("no pci.ids database on this host (Debian: apt-get install pci.ids), or pass -pci-ids")
-		}
+	ids, err := findPCIIDs(ids)
+	if err != nil {
+		return err
 	}
 	root, err := os.MkdirTemp("", "bench-ghw-")
 	if err != nil {
@@ -75,20 +68,64 @@ func run(rounds int, node, ids string) error {
 	if err != nil {
 		return err
 	}
-	// ghw reads pci.ids through pcidb, which ignores ghw's chroot: point it
-	// at the copy in the tree and forbid the network.
-	dbPath := filepath.Join(root, "usr/share/misc/pci.ids")
-	if err := copyFile(ids, dbPath); err != nil {
+	dbPath, err := installPCIIDs(root, ids)
+	if err != nil {
 		return err
 	}
-	os.Setenv("PCIDB_PATH", dbPath)
-	os.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "0")
-
 	scanner := discovery.Scanner{SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot}
 	pciFuncs, err := os.ReadDir(filepath.Join(tree.SysRoot, "bus/pci/devices"))
 	if err != nil {
 		return err
 	}
+	sides, err := newSides(scanner, root, dbPath, len(pciFuncs))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("node %s: %d PCI functions, pci.ids %s\n", topo.Name, len(pciFuncs), ids)
+	if err := timeRounds(sides, rounds); err != nil {
+		return err
+	}
+	report(sides, rounds)
+	return nil
+}
+
+// findPCIIDs returns ids, or if it is "" the first pci.ids database found on the host.
+func findPCIIDs(ids string) (string, error) {
+	if ids != "" {
+		return ids, nil
+	}
+	for _, p := range []string{"/usr/share/hwdata/pci.ids", "/usr/share/misc/pci.ids"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no pci.ids database on this host (Debian: apt-get install pci.ids), or pass -pci-ids")
+}
+
+// installPCIIDs copies ids into the tree at root and points pcidb at the copy.
+func installPCIIDs(root, ids string) (string, error) {
+	// ghw reads pci.ids through pcidb, which ignores ghw's chroot: point it
+	// at the copy in the tree and forbid the network.
+	dbPath := filepath.Join(root, "usr/share/misc/pci.ids")
+	if err := copyFile(ids, dbPath); err != nil {
+		return "", err
+	}
+	os.Setenv("PCIDB_PATH", dbPath)
+	os.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "0")
+	return dbPath, nil
+}
+
+// side is one timed contender and its measurements.
+type side struct {
+	name string
+	fn   func() error
+	d    []time.Duration // wall clock
+	cpu  []time.Duration // user+system time of the process, all threads
+}
+
+// newSides returns the contenders: our scan, ghw with and without a loaded
+// pci.ids, and loading pci.ids alone; nPCI is the PCI functions ghw must find.
+func newSides(scanner discovery.Scanner, root, dbPath string, nPCI int) ([]side, error) {
 	ours := func() error {
 		n, err := scanner.Scan()
 		if err != nil {
@@ -106,8 +143,8 @@ func run(rounds int, node, ids string) error {
 			if err != nil {
 				return err
 			}
-			if len(info.Devices) != len(pciFuncs) {
-				return fmt.Errorf("ghw: %d PCI devices, want %d", len(info.Devices), len(pciFuncs))
+			if len(info.Devices) != nPCI {
+				return fmt.Errorf("ghw: %d PCI devices, want %d", len(info.Devices), nPCI)
 			}
 			if v := info.Devices[len(info.Devices)-1].Vendor.Name; v == "unknown" {
 				return fmt.Errorf("ghw: vendor of %s not in pci.ids", info.Devices[len(info.Devices)-1].Address)
@@ -117,20 +154,19 @@ func run(rounds int, node, ids string) error {
 	}
 	db, err := pcidb.New()
 	if err != nil {
-		return fmt.Errorf("load %s: %w", dbPath, err)
+		return nil, fmt.Errorf("load %s: %w", dbPath, err)
 	}
-	sides := []struct {
-		name string
-		fn   func() error
-		d    []time.Duration // wall clock
-		cpu  []time.Duration // user+system time of the process, all threads
-	}{
+	return []side{
 		{name: "ours", fn: ours},
 		{name: "ghw", fn: theirs()},
 		{name: "ghw-preloaded-db", fn: theirs(ghw.WithPCIDB(db))},
 		{name: "pcidb-load", fn: func() error { _, err := pcidb.New(); return err }},
-	}
-	fmt.Printf("node %s: %d PCI functions, pci.ids %s\n", topo.Name, len(pciFuncs), ids)
+	}, nil
+}
+
+// timeRounds runs two warm-up rounds, then rounds timed ones, each running
+// every side once in alternating order, and records the timings.
+func timeRounds(sides []side, rounds int) error {
 	for r := -2; r < rounds; r++ { // two warm-up rounds
 		order := []int{0, 1, 2, 3}
 		if r%2 != 0 {
@@ -149,6 +185,11 @@ func run(rounds int, node, ids string) error {
 			}
 		}
 	}
+	return nil
+}
+
+// report prints each side's figures and the ours/ghw ratios.
+func report(sides []side, rounds int) {
 	for _, s := range sides {
 		fmt.Printf("%-17s median %7.1f ms  (min %6.1f, max %6.1f, %d rounds)  cpu median %7.1f ms\n", s.name,
 			ms(median(s.d)), ms(slices.Min(s.d)), ms(slices.Max(s.d)), len(s.d), ms(median(s.cpu)))
@@ -160,7 +201,6 @@ func run(rounds int, node, ids string) error {
 	fmt.Printf("ratio ours/ghw: %.2f (medians), %.2f (median of per-round ratios); cpu time %.2f\n",
 		float64(median(sides[0].d))/float64(median(sides[1].d)), float64(median(ratios))/1000,
 		float64(median(sides[0].cpu))/float64(median(sides[1].cpu)))
-	return nil
 }
 
 // cpuTime is the user and system time the process has used, all threads

@@ -54,27 +54,16 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	kdir, devRoot := filepath.Join(tmp, "dp"), filepath.Join(tmp, "dev")
-	if err := os.MkdirAll(filepath.Join(devRoot, "infiniband"), 0o755); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(devRoot, "infiniband/rdma_cm"), nil, 0o644); err != nil {
-		return fmt.Errorf("demo: %w", err)
+	kdir, devRoot, err := makeDirs(tmp)
+	if err != nil {
+		return err
 	}
 	k, err := kubeletstub.Start(kdir, o.Log)
 	if err != nil {
 		return err
 	}
 	defer k.Stop()
-	addr := o.MetricsAddr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	d, err := deviceplugin.New(deviceplugin.Config{
-		ConfigFile: o.ConfigFile, KubeletDir: kdir, SysRoot: o.SysRoot, ProcRoot: o.ProcRoot, DevRoot: devRoot,
-		CDIDir: filepath.Join(tmp, "cdi"), MetricsAddr: addr, NodeName: "demo-node", Logger: o.Log,
-		Events: []deviceplugin.EventSource{},
-	})
+	d, err := newDaemon(o, tmp, kdir, devRoot)
 	if err != nil {
 		return err
 	}
@@ -89,18 +78,69 @@ func Run(ctx context.Context, o Options) error {
 	case err := <-done:
 		return err
 	}
+	resource, err := showRegistration(ctx, out, d, k, begin)
+	if err != nil {
+		return err
+	}
+	pref, err := allocate(ctx, out, k, resource)
+	if err != nil {
+		return err
+	}
+	if err := flipPort(ctx, out, d, k, resource, pref[0]); err != nil {
+		return err
+	}
+	if err := restartKubelet(ctx, out, k, resource); err != nil {
+		return err
+	}
+	return hold(ctx, out, o, d)
+}
+
+// makeDirs creates the kubelet directory's path and a /dev tree with
+// infiniband/rdma_cm under tmp.
+func makeDirs(tmp string) (kdir, devRoot string, err error) {
+	kdir, devRoot = filepath.Join(tmp, "dp"), filepath.Join(tmp, "dev")
+	if err := os.MkdirAll(filepath.Join(devRoot, "infiniband"), 0o755); err != nil {
+		return "", "", fmt.Errorf("demo: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(devRoot, "infiniband/rdma_cm"), nil, 0o644); err != nil {
+		return "", "", fmt.Errorf("demo: %w", err)
+	}
+	return kdir, devRoot, nil
+}
+
+// newDaemon configures the device plugin daemon for the demo's tree and directories.
+func newDaemon(o Options, tmp, kdir, devRoot string) (*deviceplugin.Daemon, error) {
+	addr := o.MetricsAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	return deviceplugin.New(deviceplugin.Config{
+		ConfigFile: o.ConfigFile, KubeletDir: kdir, SysRoot: o.SysRoot, ProcRoot: o.ProcRoot, DevRoot: devRoot,
+		CDIDir: filepath.Join(tmp, "cdi"), MetricsAddr: addr, NodeName: "demo-node", Logger: o.Log,
+		Events: []deviceplugin.EventSource{},
+	})
+}
+
+// showRegistration waits for the kubelet to list the first pool's devices,
+// prints the registration and the device table, and returns that resource.
+func showRegistration(ctx context.Context, out io.Writer, d *deviceplugin.Daemon, k *kubeletstub.Kubelet, begin time.Time) (string, error) {
 	st := d.State()
 	if len(st.Pools) == 0 {
-		return fmt.Errorf("demo: no pools")
+		return "", fmt.Errorf("demo: no pools")
 	}
 	resource := st.Pools[0].Resource
 	if err := wait(ctx, k, func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(resource); return ok }); err != nil {
-		return err
+		return "", err
 	}
 	fmt.Fprintf(out, "== Device plugin registered %s with the kubelet stand-in in %s (RDMA netns mode: %s)\n\n",
 		strings.Join(k.Resources(), ", "), time.Since(begin).Round(time.Millisecond), st.RDMANetnsMode)
 	printDevices(out, d.State(), k)
+	return resource, nil
+}
 
+// allocate asks for a preferred allocation of up to two devices, allocates
+// it and prints both; it returns the preferred device IDs.
+func allocate(ctx context.Context, out io.Writer, k *kubeletstub.Kubelet, resource string) ([]string, error) {
 	devs, _ := k.Devices(resource)
 	var avail []string
 	for _, x := range devs {
@@ -109,18 +149,20 @@ func Run(ctx context.Context, o Options) error {
 	size := min(2, len(avail))
 	pref, err := k.GetPreferredAllocation(ctx, resource, avail, nil, size)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(out, "\n== GetPreferredAllocation(%d of %d): %s\n", size, len(avail), strings.Join(pref, ", "))
 	resp, err := k.Allocate(ctx, resource, pref)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	printAllocate(out, resp.ContainerResponses[0])
+	return pref, nil
+}
 
-	if err := flipPort(ctx, out, d, k, resource, pref[0]); err != nil {
-		return err
-	}
+// restartKubelet restarts the stand-in and waits for the plugin to register
+// and list its devices again.
+func restartKubelet(ctx context.Context, out io.Writer, k *kubeletstub.Kubelet, resource string) error {
 	fmt.Fprintf(out, "\n== Kubelet restart (kubelet.sock and plugin sockets removed, kubelet.sock recreated)\n")
 	n := len(k.Registrations())
 	t0 := time.Now()
@@ -134,6 +176,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(out, "   re-registered and listed again after %s\n", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// hold ends the script, or with o.Hold prints the metrics addresses and
+// waits for ctx to end.
+func hold(ctx context.Context, out io.Writer, o Options, d *deviceplugin.Daemon) error {
 	if !o.Hold {
 		fmt.Fprintf(out, "\n== Done (--hold keeps the daemon running with /metrics and /state served)\n")
 		return nil
