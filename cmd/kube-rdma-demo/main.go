@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -43,19 +42,8 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if ok, err := cli.Builtin("kube-rdma-demo", usage, args, stdout, stderr); ok {
-		return err
-	}
-	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "run":
-		return runCommand(ctx, args, stdout, stderr)
-	case "discover":
-		return discoverCommand(args, stdout, stderr)
-	}
-	fmt.Fprint(stderr, usage)
-	return cli.Usagef("unknown command %q", cmd)
+	return cli.Dispatch("kube-rdma-demo", usage, "run", args, stdout, stderr, map[string]func([]string) error{
+		"run":      func(args []string) error { return runCommand(ctx, args, stdout, stderr) },
+		"discover": func(args []string) error { return discoverCommand(args, stdout, stderr) },
+	})
 }

@@ -99,3 +99,22 @@ func Builtin(prog, usage string, args []string, stdout, stderr io.Writer) (bool,
 	}
 	return true, nil
 }
+
+// Dispatch runs the command args[0] names from cmds, or def when args is
+// empty or starts with a flag; help and version are answered first
+// (Builtin), and an unknown command is a usage error with the usage on
+// stderr.
+func Dispatch(prog, usage, def string, args []string, stdout, stderr io.Writer, cmds map[string]func(args []string) error) error {
+	if ok, err := Builtin(prog, usage, args, stdout, stderr); ok {
+		return err
+	}
+	cmd := def
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	if run, ok := cmds[cmd]; ok {
+		return run(args)
+	}
+	fmt.Fprint(stderr, usage)
+	return Usagef("unknown command %q", cmd)
+}
