@@ -189,13 +189,14 @@ func TestAllocateCDI(t *testing.T) {
 		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node("/dev/infiniband/rdma_cm")}},
 		Devices: []cdispec.Device{
 			{Name: "0000:15:00.2", ContainerEdits: cdispec.ContainerEdits{
-				Env:         []string{"KUBE_RDMA_VF_GPU0_PCI_ADDRESSES=0000:15:00.2", "KUBE_RDMA_VF_GPU0_RDMA_DEVICES=mlx5_8", "NCCL_IB_GID_INDEX=1", "NCCL_IB_HCA==mlx5_8"},
 				DeviceNodes: []*cdispec.DeviceNode{node("/dev/infiniband/uverbs8"), node("/dev/infiniband/umad8"), node("/dev/infiniband/issm8")}}},
 			{Name: "0000:15:00.3", ContainerEdits: cdispec.ContainerEdits{
-				Env:         []string{"KUBE_RDMA_VF_GPU0_PCI_ADDRESSES=0000:15:00.3", "KUBE_RDMA_VF_GPU0_RDMA_DEVICES=mlx5_9", "NCCL_IB_GID_INDEX=1", "NCCL_IB_HCA==mlx5_9"},
 				DeviceNodes: []*cdispec.DeviceNode{node("/dev/infiniband/uverbs9"), node("/dev/infiniband/umad9"), node("/dev/infiniband/issm9")}}},
 		},
 	}
+	// No environment in the spec: the runtime applies CDI edits per device, so a
+	// container with two devices would get the last one's NCCL_IB_HCA (the
+	// Allocate response names both).
 	if diff := cmp.Diff(wantSpec, spec); diff != "" {
 		t.Errorf("CDI spec (-want +got)\n%s", diff)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -52,15 +51,16 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	if a.present(RDMACM) {
 		spec.ContainerEdits.DeviceNodes = []*cdispec.DeviceNode{node(RDMACM)}
 	}
+	// Device nodes only. The environment names every device of the container
+	// (NCCL_IB_HCA==mlx5_3,mlx5_4), so it is the Allocate response's, which
+	// every kubelet passes: the runtime applies CDI edits device by device, and
+	// a per-device KUBE_RDMA_*/NCCL_* would leave the container with the last
+	// device's value only (seen with containerd 2.2 in the local-node e2e).
 	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {
 		var e cdispec.ContainerEdits
 		for _, n := range deviceNodes(devs) {
 			e.DeviceNodes = append(e.DeviceNodes, node(n))
 		}
-		for k, v := range envs(pool, devs) {
-			e.Env = append(e.Env, k+"="+v)
-		}
-		slices.Sort(e.Env)
 		return e
 	}
 	if pool.Mode == config.Shared {
