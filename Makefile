@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe lint ci clean manifests helm-check local-node-build
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build
 
 all: build
 
@@ -99,6 +99,10 @@ helm-check:
 # Kubernetes, etcd, Helm, containerd for the local-node e2e, cached in $(E2E_CACHE).
 local-node-build:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
+
+# The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
+e2e-local:
+	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

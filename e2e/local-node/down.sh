@@ -15,19 +15,6 @@ H=$NODE_RUN/host
 [[ -d $NODE_RUN ]] || { log "nothing to stop ($NODE_RUN absent)"; exit 0; }
 [[ $(id -u) == 0 ]] || die "needs root"
 
-pid_of() { awk -v n="$1" '$1 == n {print $2}' "$H/pids" 2>/dev/null | tail -1; }
-alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
-
-# stop PID: SIGTERM, then SIGKILL after 10 s.
-stop() {
-  local pid=$1 i
-  alive "$pid" || return 0
-  kill "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 100; i++)); do alive "$pid" || return 0; sleep 0.1; done
-  log "pid $pid ignored SIGTERM, killing"
-  kill -9 "$pid" 2>/dev/null || true
-}
-
 # 1. Pods go while kubelet, containerd and the API server still run.
 if alive "$(pid_of kubelet)" && alive "$(pid_of kube-apiserver)"; then
   kubectl delete pods --all --all-namespaces --grace-period=5 --timeout=60s --wait >/dev/null 2>&1 ||
@@ -71,6 +58,12 @@ done
 # 6. Network: the bridge and any veth the bridge plugin left behind.
 if [[ -f $H/bridge ]] && ip link show "$(cat "$H/bridge")" >/dev/null 2>&1; then
   ip link del "$(cat "$H/bridge")" || log "WARNING: cannot delete bridge $(cat "$H/bridge")"
+fi
+
+# The fixture node's veth links: deleting the namespace of their far ends deletes them all
+# (a link still in a pod's namespace too, but pods are gone by now).
+if [[ -f $H/netns ]] && ip netns list | grep -qw "$(cat "$H/netns")"; then
+  ip netns del "$(cat "$H/netns")" || log "WARNING: cannot delete netns $(cat "$H/netns")"
 fi
 
 # 7. Sysctls and iptables chains.

@@ -21,6 +21,14 @@ KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-30248}
 CGROUP_ROOT=${CGROUP_ROOT:-kube-rdma-e2e}
 BRIDGE=${BRIDGE:-krdmae2e0}
 POD_SUBNET=${POD_SUBNET:-10.244.77.0/24}
+# The fixture RDMA node (nodesim.LocalNode): its sysfs tree, the VFs on its RoCE PF, and the
+# network namespace holding the far ends of the veth links that stand in for its netdevs.
+FIXTURE=$NODE_RUN/fixture
+FIXTURE_VFS=${FIXTURE_VFS:-24}
+PEER_NETNS=${PEER_NETNS:-kube-rdma-e2e-peers}
+# The kube-rdma CNI plugin's attachment records and the IPAM data of its chained entry.
+CNI_STATE_DIR=$NODE_RUN/cni/kube-rdma
+RDMA_IPAM_DIR=$NODE_RUN/cni/ipam-rdma
 
 # The sysctls the kubelet sets when protectKernelDefaults is false (pkg/kubelet/cm, setupNode).
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
@@ -36,6 +44,36 @@ die() { log "ERROR: $*"; exit 1; }
 
 # record_pid NAME PID: down.sh stops the processes in the reverse order of this file.
 record_pid() { echo "$1 $2" >>"$NODE_RUN/host/pids"; }
+pid_of() { awk -v n="$1" '$1 == n {print $2}' "$NODE_RUN/host/pids" 2>/dev/null | tail -1; }
+alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
+
+# start NAME CMD...: run CMD in the background in a session of its own (a caller's signals and
+# pipes do not reach it), logging to logs/NAME.log, and record its PID.
+start() {
+  local name=$1; shift
+  setsid "$@" </dev/null >>"$NODE_RUN/logs/$name.log" 2>&1 &
+  record_pid "$name" $!
+}
+
+# stop PID: SIGTERM, then SIGKILL after 10 s.
+stop() {
+  local pid=$1 i
+  alive "$pid" || return 0
+  kill "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 100; i++)); do alive "$pid" || return 0; sleep 0.1; done
+  log "pid $pid ignored SIGTERM, killing"
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+# start_kubelet: the kubelet with the configuration up.sh wrote (also hook.sh restart-kubelet).
+start_kubelet() {
+  local ip
+  ip=$(cat "$NODE_RUN/host/node-ip")
+  start kubelet "$BIN/kubelet" --config "$NODE_RUN/kubelet/config.yaml" --kubeconfig "$KUBECONFIG" \
+    --root-dir "$NODE_RUN/kubelet" --cert-dir "$NODE_RUN/kubelet/pki" --hostname-override "$NODE_NAME" \
+    --node-ip "$ip"
+}
+kubelet_healthy() { curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" >/dev/null 2>&1; }
 
 # iptables_chains: "<family> <table> <chain>" of every chain that exists now.
 iptables_chains() {

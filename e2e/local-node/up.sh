@@ -15,6 +15,7 @@
 # /etc/cni/net.d or /opt/cni/bin.
 set -Eeuo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$HERE/lib.sh"
 START=$(date +%s.%N)
@@ -48,7 +49,7 @@ trap 'exit 130' INT TERM
 mkdir -p "$NODE_RUN"/{host,logs,pki,etcd,kubelet,cdi,nri/plugins,nri/conf.d,containerd/root,containerd/state,runc}
 mkdir -p "$NODE_RUN"/cni/{bin,net.d,ipam}
 echo /var/lib/kubelet >"$NODE_RUN/host/created-dirs"
-PATH=$BIN:$PATH
+PATH=$BIN:$PATH:/usr/local/go/bin
 
 # --- host state to restore --------------------------------------------------------------------
 for s in "${KUBELET_SYSCTLS[@]}"; do echo "$s $(sysctl -n "$s")"; done >"$NODE_RUN/host/sysctls"
@@ -57,6 +58,44 @@ echo "$BRIDGE" >"$NODE_RUN/host/bridge"
 # The kubelet wants its cgroup root to exist in every controller.
 cgroup_controllers >"$NODE_RUN/host/cgroup-controllers"
 while read -r c; do mkdir -p "$c/$CGROUP_ROOT"; done <"$NODE_RUN/host/cgroup-controllers"
+
+# --- the fixture RDMA node --------------------------------------------------------------------
+# nodesim.LocalNode (2 InfiniBand HCAs, a RoCE PF with $FIXTURE_VFS VFs, 2 GPUs) written below
+# $FIXTURE: the device plugin's and the CNI plugin's sysfs root. Each of its netdevs is a veth
+# link of that name (this kernel has no dummy links), the other end in $PEER_NETNS. Each of its
+# uverbs/umad/issm devices is a device node of the same major:minor in /dev/infiniband: the
+# kubelet and containerd resolve a device plugin's host paths in the host's /dev, so they must
+# exist there (the node's kernel has no RDMA driver: the nodes exist, opening one fails).
+fixture_node() {
+  local n i=0 f name maj min
+  [[ ! -e /dev/infiniband ]] || die "/dev/infiniband exists: the fixture node needs a host without RDMA devices"
+  ! ip netns list | grep -qw "$PEER_NETNS" || die "netns $PEER_NETNS exists (run down.sh first)"
+  (cd "$REPO" && go build -o "$NODE_RUN/fixture-writer" ./e2e/local-node/fixture)
+  "$NODE_RUN/fixture-writer" -root "$FIXTURE" -vfs "$FIXTURE_VFS" >/dev/null
+  for n in "$FIXTURE"/sys/class/net/*; do
+    n=$(basename "$n")
+    ! ip link show "$n" >/dev/null 2>&1 || die "a link named $n exists on this host"
+  done
+  echo "$PEER_NETNS" >"$NODE_RUN/host/netns"
+  ip netns add "$PEER_NETNS"
+  for n in "$FIXTURE"/sys/class/net/*; do
+    n=$(basename "$n")
+    ip link add "$n" type veth peer name "p$i" netns "$PEER_NETNS"
+    ip link set "$n" up
+    ip -n "$PEER_NETNS" link set "p$i" up
+    i=$((i + 1))
+  done
+  echo /dev/infiniband >>"$NODE_RUN/host/created-dirs"
+  mkdir -m 0755 /dev/infiniband
+  for f in "$FIXTURE"/sys/class/infiniband_verbs/*/dev "$FIXTURE"/sys/class/infiniband_mad/*/dev; do
+    name=$(basename "$(dirname "$f")")
+    IFS=: read -r maj min <"$f"
+    mknod -m 0666 "/dev/infiniband/$name" c "$maj" "$min"
+  done
+  mkdir -p "$CNI_STATE_DIR" "$RDMA_IPAM_DIR"
+  log "fixture node: $i netdevs (veth), $(find /dev/infiniband -type c | wc -l) device nodes"
+}
+fixture_node
 
 # --- PKI: one CA; the API server's serving cert; one admin client cert for every component ----
 pki() {
@@ -90,13 +129,6 @@ current-context: e2e
 EOF
 }
 pki
-
-# start NAME CMD...: run CMD in the background, logging to logs/NAME.log, and record its PID.
-start() {
-  local name=$1; shift
-  "$@" >"$NODE_RUN/logs/$name.log" 2>&1 &
-  record_pid "$name" $!
-}
 
 # wait_for WHAT SECONDS CMD...: poll CMD until it succeeds.
 wait_for() {
@@ -203,7 +235,7 @@ EOF
 start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
 wait_for "containerd serving" 30 ctr version
 for i in pause kube-rdma rdma-test; do
-  ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log"
+  ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log" 2>&1
 done
 log "images imported: $(ctr images ls -q | grep -c '^localhost/') ($(elapsed)s)"
 
@@ -238,9 +270,8 @@ resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 registerNode: true
 EOF
-start kubelet kubelet --config "$NODE_RUN/kubelet/config.yaml" --kubeconfig "$KUBECONFIG" \
-  --root-dir "$NODE_RUN/kubelet" --cert-dir "$NODE_RUN/kubelet/pki" --hostname-override "$NODE_NAME" \
-  --node-ip "$NODE_IP"
+echo "$NODE_IP" >"$NODE_RUN/host/node-ip"
+start_kubelet
 wait_for "node registered" 60 kubectl get node "$NODE_NAME"
 wait_for "node Ready" "$READY_TIMEOUT" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 # Pods are refused until the controller manager has made the namespace's service account.

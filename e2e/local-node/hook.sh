@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# e2e/local-node/hook.sh: the node hook of the e2e suite (e2e/suite) for the node up.sh runs
+# on this machine. The suite calls it as $E2E_NODE_HOOK <verb> [args]:
+#
+#   links                       the host network namespace's link names, one per line
+#   records                     the kube-rdma CNI plugin's attachment records (its stateDir)
+#   leases                      host-local IPAM leases, <network>/<ip>, of the node's primary
+#                               network and of kube-rdma's chained entry
+#   port-state DEV PORT up|down set a fixture port ACTIVE/LinkUp or DOWN/Disabled, as the
+#                               kernel rewrites sysfs when a cable is pulled or comes back
+#   restart-kubelet             stop the kubelet (SIGTERM), start it again, wait for /healthz
+#   node-state                  what the chart may leave on the node, as stable text: the CNI
+#                               binary, every CNI config (canonical JSON digest), kube-rdma CDI
+#                               specs, kube-rdma device plugin sockets
+#
+# Exit 0 on success; non-zero with a message on stderr.
+set -Eeuo pipefail
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$HERE/lib.sh"
+
+[[ -f $NODE_RUN/host/pids ]] || die "no node running ($NODE_RUN/host/pids absent; up.sh starts one)"
+
+links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | sort; }
+
+records() {
+  [[ -d $CNI_STATE_DIR ]] || return 0
+  find "$CNI_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name lock -printf '%f\n' | sort
+}
+
+# host-local keeps one file per leased IP in <dataDir>/<network>/, next to last_reserved_ip.<n>
+# and a lock file.
+leases() {
+  local d
+  for d in "$NODE_RUN/cni/ipam" "$RDMA_IPAM_DIR"; do
+    [[ -d $d ]] || continue
+    find "$d" -mindepth 2 -maxdepth 2 -type f ! -name 'last_reserved_ip.*' ! -name lock -printf '%P\n'
+  done | sort
+}
+
+port_state() {
+  local dev=$1 port=$2 want=$3 dir
+  dir=$FIXTURE/sys/class/infiniband/$dev/ports/$port
+  [[ -d $dir ]] || die "no port $port on fixture device $dev"
+  case $want in
+    up) echo "4: ACTIVE" >"$dir/state"; echo "5: LinkUp" >"$dir/phys_state" ;;
+    down) echo "1: DOWN" >"$dir/state"; echo "3: Disabled" >"$dir/phys_state" ;;
+    *) die "port-state: want up or down, not $want" ;;
+  esac
+}
+
+restart_kubelet() {
+  local pid deadline
+  pid=$(pid_of kubelet)
+  stop "$pid"
+  # Replace the old PID's line: down.sh must not signal a PID the kernel may have reused.
+  awk '$1 != "kubelet"' "$NODE_RUN/host/pids" >"$NODE_RUN/host/pids.new"
+  mv "$NODE_RUN/host/pids.new" "$NODE_RUN/host/pids"
+  start_kubelet
+  deadline=$(($(date +%s) + 60))
+  until kubelet_healthy; do
+    [[ $(date +%s) -lt $deadline ]] || die "kubelet not healthy 60 s after restart"
+    sleep 0.2
+  done
+}
+
+node_state() {
+  local f
+  command -v jq >/dev/null || die "jq is needed (apt-get install jq)"
+  if [[ -e $NODE_RUN/cni/bin/kube-rdma ]]; then
+    echo "cni-bin kube-rdma $(sha256sum <"$NODE_RUN/cni/bin/kube-rdma" | cut -c1-16)"
+  fi
+  find "$NODE_RUN/cni/bin" -mindepth 1 -maxdepth 1 -name '.kube-rdma*' -printf 'cni-bin-temp %f\n'
+  for f in "$NODE_RUN"/cni/net.d/* "$NODE_RUN"/cni/net.d/.*; do
+    [[ -f $f ]] || continue
+    # Canonical JSON: a conflist rewritten with other whitespace or key order is the same.
+    echo "cni-conf $(basename "$f") $(jq -cS . "$f" 2>/dev/null | sha256sum | cut -c1-16)"
+  done
+  find "$NODE_RUN/cdi" -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'cdi %f\n' 2>/dev/null
+  find /var/lib/kubelet/device-plugins -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'socket %f\n' 2>/dev/null
+  return 0
+}
+
+case ${1:-} in
+  links) links ;;
+  records) records ;;
+  leases) leases ;;
+  port-state) [[ $# == 4 ]] || die "usage: hook.sh port-state DEV PORT up|down"; port_state "$2" "$3" "$4" ;;
+  restart-kubelet) restart_kubelet ;;
+  node-state) node_state | sort ;;
+  *) die "usage: hook.sh links|records|leases|port-state DEV PORT up|down|restart-kubelet|node-state" ;;
+esac

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# e2e/local-node/run.sh: the e2e suite (e2e/suite) on a real single-node cluster on this
+# machine; what `make e2e-local` runs. Builds or reuses the upstream binaries (build.sh) and
+# the images (images.sh), starts the node with its fixture RDMA devices (up.sh), installs the
+# chart with the imported image in chained CNI mode, runs the suite with this node's hook
+# (hook.sh), which ends with `helm uninstall` and a check that the node is as before, and
+# stops the node (down.sh), also on failure or interrupt.
+#
+#   bash e2e/local-node/run.sh [go test flags, e.g. -run TestParallelPods]
+#
+# Needs root. E2E_KEEP_NODE=1 leaves the node running after the suite (down.sh stops it).
+set -Eeuo pipefail
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$HERE/lib.sh"
+PATH=$BIN:$PATH:/usr/local/go/bin
+METRICS_PORT=${METRICS_PORT:-39478}
+T0=$(date +%s)
+
+[[ $(id -u) == 0 ]] || die "needs root (it starts a kubelet and containerd)"
+bash "$HERE/build.sh" >/dev/null
+bash "$HERE/images.sh" >/dev/null
+T_BUILD=$(($(date +%s) - T0))
+
+finish() {
+  local rc=$?
+  trap - EXIT
+  if [[ ${E2E_KEEP_NODE:-0} == 1 ]]; then
+    log "node left running (E2E_KEEP_NODE=1): KUBECONFIG=$KUBECONFIG; stop it with $HERE/down.sh"
+  else
+    bash "$HERE/down.sh" || rc=1
+  fi
+  [[ ! -s ${REPORT:-} ]] || sed 's/^/  /' "$REPORT" >&2
+  log "e2e-local: exit $rc after $(($(date +%s) - T0)) s (builds and images: $T_BUILD s)"
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+bash "$HERE/up.sh" >/dev/null
+REPORT=$NODE_RUN/report.txt
+echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPORT"
+"$HERE/hook.sh" node-state >"$NODE_RUN/node-state.before"
+
+# Pools of every kind on the fixture node: exclusive InfiniBand HCAs, exclusive RoCE VFs whose
+# netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods.
+cat >"$NODE_RUN/values.yaml" <<YAML
+image: {repository: localhost/kube-rdma, tag: e2e, pullPolicy: Never}
+config:
+  resourcePrefix: rdma.kube-rdma.io
+  pools:
+  - {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}
+  - {name: vf, mode: exclusive, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
+  - {name: roce-shared, mode: shared, slots: 8, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
+devicePlugin: {cdiDir: "$NODE_RUN/cdi", metricsPort: $METRICS_PORT}
+hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
+cni:
+  install: true
+  binDir: "$NODE_RUN/cni/bin"
+  confDir: "$NODE_RUN/cni/net.d"
+  mode: chained
+  # This kernel has no RDMA netlink: say the mode instead of asking it.
+  pluginConfig: {rdmaNetnsMode: shared, stateDir: "$CNI_STATE_DIR"}
+  chained:
+    pool: vf
+    ipam: {type: host-local, ranges: [[{subnet: 192.168.77.0/24}]], dataDir: "$RDMA_IPAM_DIR"}
+YAML
+# The chart's output in each CNI mode, validated by this API server (schemas, defaulting,
+# admission) without creating anything.
+kubectl create namespace kube-rdma >/dev/null
+kubectl apply -f "$HERE/nad-crd.yaml" >/dev/null
+kubectl wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout=30s >/dev/null
+dry_run() {
+  helm template kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma "$@" |
+    kubectl create --dry-run=server -f - >/dev/null || die "the API server refused the chart's output ($*)"
+}
+dry_run
+dry_run --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
+dry_run --set cni.install=true,cni.mode=multus --set-json 'cni.networks=[{"name":"rdma-ib","pool":"ib"}]'
+kubectl delete -f "$HERE/nad-crd.yaml" --wait >/dev/null
+echo "chart output accepted by the API server (dry-run) in CNI modes none, chained, multus" >>"$REPORT"
+
+start=$(date +%s.%N)
+helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
+  -f "$NODE_RUN/values.yaml" --wait --timeout 180s >/dev/null
+# helm's --wait can pass a DaemonSet whose status the controller has not filled in yet.
+kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
+echo "chart installed, DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
+
+export E2E_NODE=$NODE_NAME E2E_NODE_HOOK=$HERE/hook.sh E2E_IMAGE=localhost/rdma-test:e2e
+export E2E_IMAGE_PULL_POLICY=Never E2E_RESOURCE_PREFIX=rdma.kube-rdma.io
+export E2E_POOLS="ib:exclusive:2,vf:exclusive:$FIXTURE_VFS,roce-shared:shared:8"
+export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1
+export E2E_HELM=$BIN/helm E2E_HELM_RELEASE=kube-rdma E2E_HELM_NAMESPACE=kube-rdma
+export E2E_CHART=$REPO/deploy/helm/kube-rdma E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.before
+export E2E_UNINSTALL=1 E2E_PARALLEL_PODS=${E2E_PARALLEL_PODS:-20} E2E_REPORT=$REPORT
+log "running the e2e suite"
+(cd "$REPO" && go test -count=1 -v -timeout 40m ./e2e/suite "$@")
