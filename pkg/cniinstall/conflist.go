@@ -43,7 +43,7 @@ type object []member
 func decodeObject(data []byte) (object, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("not a JSON object")
+		return nil, errors.New("not a JSON object")
 	}
 	var o object
 	for dec.More() {
@@ -65,7 +65,7 @@ func decodeObject(data []byte) (object, error) {
 		return nil, fmt.Errorf("decode JSON: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("decode JSON: data after the object")
+		return nil, errors.New("decode JSON: data after the object")
 	}
 	return o, nil
 }

@@ -162,6 +162,9 @@ func TestInstallBinary(t *testing.T) {
 	if changed, err := InstallBinary(src, dir); err != nil || !changed {
 		t.Errorf("new content: changed %v, %v", changed, err)
 	}
+	if identify(t, dst).ino == first.ino {
+		t.Error("new content written in place, not renamed over the old binary")
+	}
 	os.Chmod(dst, 0o700)
 	if changed, err := InstallBinary(src, dir); err != nil || !changed || identify(t, dst).mode != 0o755 {
 		t.Errorf("mode 0700: changed %v, %v; want a copy with mode 0755", changed, err)
