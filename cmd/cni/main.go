@@ -1,7 +1,9 @@
 // Command kube-rdma is the CNI plugin that moves an RDMA NIC's netdev and
 // RDMA device into a pod and back. The runtime runs it with CNI_* variables
 // and the network configuration on stdin; see docs/cni.md. Run by hand
-// (no CNI_COMMAND), it answers --help and --version.
+// (no CNI_COMMAND), it answers --help and --version, and `install` puts it
+// on a node: the binary in the CNI bin directory, its entry in the primary
+// conflist (docs/cni.md, Installing).
 //
 // It is exec'd for every ADD and DEL, so start-up counts: build it static
 // and stripped (CGO_ENABLED=0 go build -trimpath -ldflags='-s -w'), which
@@ -21,7 +23,7 @@ import (
 
 const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
 
-var usage = `usage: kube-rdma [help | version]
+var usage = `usage: kube-rdma [install [flags] | help | version]
 
 ` + about + `.
 The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
@@ -29,6 +31,8 @@ VERSION) and the other CNI_* variables set, and the network configuration on
 standard input; see docs/cni.md. CNI spec versions: ` + strings.Join(cni.Versions.SupportedVersions(), ", ") + `.
 
 Commands (without CNI_COMMAND):
+  install  install the binary in the CNI bin directory and chain the plugin
+           into the primary conflist, and keep it there (install -h)
   version  print the version, commit and build date (also --version)
   help     print this help (also -h, --help)
 `
@@ -42,8 +46,11 @@ func main() {
 	os.Exit(cni.Main(context.Background(), newPlugin, about))
 }
 
-// command answers a person: help and version.
+// command answers a person: install, help and version.
 func command(args []string, stdout, stderr io.Writer) error {
+	if args[0] == "install" {
+		return installCommand(args[1:], stdout, stderr)
+	}
 	if ok, err := cli.Builtin("kube-rdma", usage, args, stdout, stderr); ok {
 		if err == nil && cli.IsVersion(args[0]) {
 			fmt.Fprintf(stdout, "CNI spec versions: %s\n", strings.Join(cni.Versions.SupportedVersions(), ", "))

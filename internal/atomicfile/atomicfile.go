@@ -1,11 +1,12 @@
 // Package atomicfile writes a file so that readers see the old content or the
 // new, never a part: a temporary file in the same directory, then rename.
 // It is the one home of that sequence (CNI records, CDI specs, the CNI
-// binary's self-install).
+// binary's self-install and its conflist entry).
 package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -15,14 +16,32 @@ import (
 // must exist, so readers that list the directory can skip it; it is removed
 // on any failure. perm is applied before the rename.
 func Write(path string, data []byte, perm os.FileMode, pattern string) error {
+	return write(path, perm, pattern, false, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteSynced is Write for files that must be whole after a machine crash
+// too (a binary a runtime execs, a CNI configuration): fill writes the
+// content, the temporary file is fsynced before the rename and the
+// directory after it.
+func WriteSynced(path string, perm os.FileMode, pattern string, fill func(io.Writer) error) error {
+	return write(path, perm, pattern, true, fill)
+}
+
+func write(path string, perm os.FileMode, pattern string, sync bool, fill func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(f.Name()) // no-op once renamed
-	_, err = f.Write(data)
+	err = fill(f)
 	if err == nil {
 		err = f.Chmod(perm)
+	}
+	if err == nil && sync {
+		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -30,8 +49,24 @@ func Write(path string, data []byte, perm os.FileMode, pattern string) error {
 	if err == nil {
 		err = os.Rename(f.Name(), path)
 	}
+	if err == nil && sync {
+		err = syncDir(filepath.Dir(path))
+	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,5 +57,33 @@ func TestWriteFailureLeavesOld(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != "old" {
 		t.Errorf("old file now %q", got)
+	}
+}
+
+func TestWriteSynced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bin")
+	if err := WriteSynced(path, 0o755, ".bin.*", func(w io.Writer) error {
+		_, err := io.WriteString(w, "content")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("stat: %v, %v; want mode 0755", fi, err)
+	}
+	failed := errors.New("fill failed")
+	if err := WriteSynced(path, 0o755, ".bin.*", func(w io.Writer) error {
+		io.WriteString(w, "part")
+		return failed
+	}); !errors.Is(err, failed) {
+		t.Errorf("failing fill: %v, want %v", err, failed)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "content" {
+		t.Errorf("file now %q, want the old content", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("directory holds %d entries, want only the file (no temporary left)", len(ents))
 	}
 }

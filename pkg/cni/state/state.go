@@ -245,6 +245,30 @@ func (s Store) List() ([]Attachment, error) {
 	return out, errors.Join(errs...)
 }
 
+// HasRecords reports whether the directory holds a record of this boot,
+// without the lock and without removing anything (it may be mounted
+// read-only): the installer keeps the plugin binary while a pod is attached,
+// since its DEL needs it. Stale records do not count; a record that cannot be
+// read for another reason does (it may be an attachment).
+func (s Store) HasRecords() (bool, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("list state dir: %w", err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), recordExt) || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if _, err := s.read(filepath.Join(s.Dir, e.Name())); !errors.Is(err, ErrStale) && !errors.Is(err, ErrNotFound) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Claimed maps each claimed RDMA device to the attachment holding it. Call
 // it with the lock held.
 func (s Store) Claimed() (map[string]Key, error) {

@@ -106,3 +106,38 @@ func TestStaleRecords(t *testing.T) {
 		t.Errorf("stale records not removed: %v", ents)
 	}
 }
+
+func TestHasRecords(t *testing.T) {
+	dir := t.TempDir()
+	cur := Store{Dir: dir, BootID: "boot-2"}
+	check := func(what string, want bool) {
+		t.Helper()
+		got, err := cur.HasRecords()
+		if err != nil || got != want {
+			t.Errorf("%s: HasRecords = %v, %v; want %v", what, got, err, want)
+		}
+	}
+	check("empty dir", false)
+	if got, err := (Store{Dir: filepath.Join(dir, "missing")}).HasRecords(); err != nil || got {
+		t.Errorf("missing dir: HasRecords = %v, %v; want false", got, err)
+	}
+	for _, name := range []string{"lock", ".tmp-123", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (Store{Dir: dir, BootID: "boot-1"}).Save(Attachment{Key: Key{"c1", "net1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "c2_net1.json"), []byte(`{"schema":1,"dev`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check("only other files and stale records", false)
+	if ents, _ := os.ReadDir(dir); len(ents) != 5 {
+		t.Errorf("HasRecords changed the directory: %v", ents)
+	}
+	if err := cur.Save(Attachment{Key: Key{"c3", "net1"}}); err != nil {
+		t.Fatal(err)
+	}
+	check("a record of this boot", true)
+}

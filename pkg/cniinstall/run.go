@@ -1,0 +1,119 @@
+package cniinstall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Options say what Run installs. Their names follow the install
+// subcommand's flags.
+type Options struct {
+	// BinDir is the CNI bin directory to install the binary into; "" for
+	// none.
+	BinDir string
+	// Exe is the binary to install; "" is /proc/self/exe.
+	Exe string
+	// ConfDir is the CNI configuration directory; "" to leave conflists
+	// alone.
+	ConfDir string
+	// Conflist is the conflist's file name in ConfDir; "" is the first
+	// *.conflist in lexical order, at each change.
+	Conflist string
+	// PluginConfig is the file holding the entry to chain (CheckPlugin).
+	PluginConfig string
+	// Versions are the cniVersions the plugin speaks; a conflist of another
+	// is refused.
+	Versions []string
+	// StateDir and BootID say where the plugin's attachment records are
+	// (state.Store): RemoveOnExit keeps the binary while a pod is attached.
+	StateDir, BootID string
+	// Watch keeps the entry in the conflist until ctx is done.
+	Watch bool
+	// RemoveOnExit, with Watch, takes the entry out when ctx is done, and
+	// the binary too (with BinDir) when nothing needs it any more.
+	RemoveOnExit bool
+	// Timeout bounds the wait for a conflist without Watch.
+	Timeout time.Duration
+	// Debounce is how long the directory must be quiet after a change
+	// before the entry is applied again; 0 is 200ms.
+	Debounce time.Duration
+	// Log receives what was done; nil discards.
+	Log *slog.Logger
+}
+
+// Validate checks that the options make sense together.
+func (o Options) Validate() error {
+	switch {
+	case o.BinDir == "" && o.ConfDir == "":
+		return errors.New("nothing to install: give --bin-dir, --conf-dir, or both")
+	case o.ConfDir == "" && (o.PluginConfig != "" || o.Conflist != "" || o.Watch):
+		return errors.New("--plugin-config, --conflist and --watch need --conf-dir")
+	case o.ConfDir != "" && o.PluginConfig == "":
+		return errors.New("--conf-dir needs --plugin-config")
+	case o.Conflist != "" && !plainName(o.Conflist):
+		return fmt.Errorf("--conflist %q: want a file name in --conf-dir", o.Conflist)
+	case o.RemoveOnExit && !o.Watch:
+		return errors.New("--remove-on-exit needs --watch")
+	case o.ConfDir != "" && !o.Watch && o.Timeout <= 0:
+		return errors.New("--timeout must be positive")
+	}
+	return nil
+}
+
+// Run installs the binary (BinDir), then chains the entry into the
+// conflist (ConfDir), waiting for one to appear. Without Watch it returns
+// once the entry is there, or an error after Timeout. With Watch it keeps
+// the entry there until ctx is done, then (RemoveOnExit) takes it out and
+// returns nil.
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.Exe == "" {
+		o.Exe = "/proc/self/exe"
+	}
+	if o.Debounce <= 0 {
+		o.Debounce = 200 * time.Millisecond
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	var plugin []byte
+	if o.ConfDir != "" {
+		var err error
+		if plugin, err = os.ReadFile(o.PluginConfig); err != nil {
+			return fmt.Errorf("read plugin config: %w", err)
+		}
+		if err := CheckPlugin(plugin); err != nil {
+			return fmt.Errorf("plugin config %s: %w", o.PluginConfig, err)
+		}
+	}
+	if o.BinDir != "" {
+		changed, err := InstallBinary(o.Exe, o.BinDir)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("binary installed", "path", filepath.Join(o.BinDir, BinaryName), "copied", changed)
+	}
+	if o.ConfDir == "" {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", o.ConfDir, err)
+	}
+	defer w.Close()
+	// Watch before the first look, so no change after it is missed.
+	if err := w.Add(o.ConfDir); err != nil {
+		return fmt.Errorf("watch %s: %w", o.ConfDir, err)
+	}
+	c := &chainer{Options: o, plugin: plugin, w: w}
+	return c.run(ctx)
+}
