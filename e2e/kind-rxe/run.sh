@@ -213,20 +213,34 @@ wait_for() {
   done
 }
 
-# kindnet writes its conflist with cniVersion 0.3.1; kube-rdma speaks 0.4.0, 1.0.0 and 1.1.0
-# and `kube-rdma install` refuses a list it cannot join. kindnet's plugins (ptp, portmap,
-# host-local from the node image) speak 0.4.0, so the list is raised to 0.4.0 before the
-# chart is installed. kindnet rewrites the file only when its pod CIDR or MTU changes, or
-# when kindnet restarts; then the cni-chain container would refuse it again.
+# kindnet writes its conflist (10-kindnet.conflist) with cniVersion 0.3.1; kube-rdma speaks
+# 0.4.0, 1.0.0 and 1.1.0, and `kube-rdma install` refuses a list it cannot join. kindnet's
+# plugins (ptp, portmap, host-local from the node image) speak 0.4.0, so a 0.3.1 list is
+# raised to 0.4.0 before the chart is installed. kindnet rewrites the file only when its pod
+# CIDR or MTU changes, or when kindnet restarts; then the cni-chain container would refuse it.
+# CONFLIST: the first *.conflist in lexical order, the one the runtime and the chart use.
 prepare_conflists() {
-  local n f=/etc/cni/net.d/10-kindnet.conflist
+  local n v dir=/etc/cni/net.d
+  wait_for "${WORKERS[0]}: a conflist in $dir" 120 first_conflist "${WORKERS[0]}"
+  CONFLIST=$(first_conflist "${WORKERS[0]}")
   for n in "${WORKERS[@]}"; do
-    wait_for "$n: $f" 120 "$DOCKER" exec "$n" test -s "$f"
-    "$DOCKER" exec "$n" sed -i -E 's/"cniVersion": *"0\.3\.1"/"cniVersion": "0.4.0"/' "$f"
-    "$DOCKER" exec "$n" grep -q '"cniVersion": "0.4.0"' "$f" || die "$n: $f is not at cniVersion 0.4.0 after the edit"
+    wait_for "$n: $CONFLIST" 120 "$DOCKER" exec "$n" test -s "$CONFLIST"
+    [[ $(first_conflist "$n") == "$CONFLIST" ]] || die "$n: the first conflist is $(first_conflist "$n"), not $CONFLIST"
+    "$DOCKER" exec "$n" sed -i -E 's/"cniVersion": *"0\.3\.1"/"cniVersion": "0.4.0"/' "$CONFLIST"
+    v=$("$DOCKER" exec "$n" sed -nE 's/.*"cniVersion": *"([^"]+)".*/\1/p' "$CONFLIST" | head -n1)
+    case $v in
+      0.4.0 | 1.0.0 | 1.1.0) log "$n: $CONFLIST at cniVersion $v" ;;
+      *) die "$n: $CONFLIST has cniVersion '$v', which kube-rdma does not speak" ;;
+    esac
   done
-  CNI_NETWORK=$("$DOCKER" exec "${WORKERS[0]}" sed -nE 's/.*"name": *"([^"]+)".*/\1/p' "$f" | head -n1)
-  [[ -n $CNI_NETWORK ]] || die "no network name in $f"
+  CNI_NETWORK=$("$DOCKER" exec "${WORKERS[0]}" sed -nE 's/.*"name": *"([^"]+)".*/\1/p' "$CONFLIST" | head -n1)
+  [[ -n $CNI_NETWORK ]] || die "no network name in $CONFLIST"
+}
+
+# shellcheck disable=SC2317  # called through wait_for
+# first_conflist NODE: the path of the node's first *.conflist in lexical order.
+first_conflist() {
+  "$DOCKER" exec "$1" sh -c 'ls /etc/cni/net.d/*.conflist 2>/dev/null | LC_ALL=C sort | head -n1 | grep .'
 }
 
 # The chained IPAM is the same host-local range on every node (one chart, one plugin entry),
@@ -281,7 +295,7 @@ EOF
   for i in "${!WORKERS[@]}"; do
     n=${WORKERS[$i]}
     wait_for "$n: allocatable $PREFIX/$POOL = 1" 120 allocatable_is "$n" 1
-    wait_for "$n: kube-rdma in the conflist" 60 "$DOCKER" exec "$n" grep -q '"kube-rdma"' /etc/cni/net.d/10-kindnet.conflist
+    wait_for "$n: kube-rdma in $CONFLIST" 60 "$DOCKER" exec "$n" grep -q '"kube-rdma"' "$CONFLIST"
   done
 }
 
