@@ -260,6 +260,8 @@ seed_ipam() {
 # chart: one release per worker, each with a pool of its own rxe device (see setup_rdma).
 
 release_of() { if (($1 == 0)); then echo "$RELEASE"; else echo "$RELEASE-w$(($1 + 1))"; fi; }
+# daemonset_of RELEASE: the chart's fullname, which names its DaemonSet.
+daemonset_of() { if [[ $1 == *kube-rdma* ]]; then echo "$1"; else echo "$1-kube-rdma"; fi; }
 
 install_chart() {
   local i n rel values
@@ -289,7 +291,7 @@ EOF
   done
   for i in "${!WORKERS[@]}"; do
     rel=$(release_of "$i")
-    k -n "$NAMESPACE" rollout status "daemonset/$rel" --timeout "${TIMEOUT}s" >&2 ||
+    k -n "$NAMESPACE" rollout status "daemonset/$(daemonset_of "$rel")" --timeout "${TIMEOUT}s" >&2 ||
       { k -n "$NAMESPACE" describe pods >&2 || true; die "daemonset $rel not ready"; }
   done
   for i in "${!WORKERS[@]}"; do
