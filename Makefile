@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build shellcheck
 
 all: build
 
@@ -108,6 +108,15 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+# Every shell script in the repository (git ls-files '*.sh') and .ci/run. Debian: apt-get
+# install shellcheck (bookworm: 0.9.0). A warning that is wrong for one line is disabled on
+# that line with its reason: `# shellcheck disable=SCxxxx  # why`.
+SHELLCHECK ?= shellcheck
+shellcheck:
+	@command -v $(SHELLCHECK) >/dev/null || { echo "make shellcheck: $(SHELLCHECK) not found (Debian: apt-get install shellcheck)"; exit 1; }
+	@$(SHELLCHECK) --version | sed -n 's/^version: /make shellcheck: shellcheck /p'
+	git ls-files -z '*.sh' .ci/run | xargs -0 $(SHELLCHECK) -x
 
 ci:
 	bash .ci/run

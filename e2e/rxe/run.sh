@@ -36,7 +36,9 @@ RXE_KEEP_WORK=${RXE_KEEP_WORK:-0}
 TOOL_PKGS=(busybox-static iproute2 ibverbs-utils ibverbs-providers perftest rdmacm-utils
   containernetworking-plugins)
 CNI_PLUGINS=(static host-local loopback)  # copied to /opt/cni/bin in the guest
-GUEST_MODULES=(rdma_rxe ib_uverbs rdma_ucm veth 9p 9pnet_virtio ${RXE_EXTRA_MODULES:-})
+# RXE_EXTRA_MODULES: space-separated module names.
+read -ra EXTRA_MODULES <<<"${RXE_EXTRA_MODULES:-}"
+GUEST_MODULES=(rdma_rxe ib_uverbs rdma_ucm veth 9p 9pnet_virtio "${EXTRA_MODULES[@]}")
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils gzip)
 HOST_CMDS=(qemu-system-x86_64 cpio modinfo xz gzip dpkg-deb apt-get ldd ldconfig flock timeout)
 
@@ -48,12 +50,14 @@ first_existing() { local p; for p in "$@"; do [[ -e $p ]] && { echo "$p"; return
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rxe-e2e.XXXXXX")
 QEMU_PID=
 BUILD_PID=
+# shellcheck disable=SC2317  # reached from cleanup, which runs from the EXIT trap
 # kill_tree PID: stop PID and every process below it (children first found, then killed).
 kill_tree() {
   local c
   for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$c"; done
   kill "$1" 2>/dev/null || true
 }
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   local rc=$?
   if [[ -n $BUILD_PID ]] && kill -0 "$BUILD_PID" 2>/dev/null; then
@@ -107,15 +111,15 @@ debs_for() {
 }
 
 fetch_userland() {
-  local dir=$RXE_CACHE/debs/userland closure want
+  local dir=$RXE_CACHE/debs/userland closure want pkgs
   mkdir -p "$dir"
   # The closure needs the host's package lists; a fresh machine may have none.
   if ! apt-cache show --no-all-versions "${TOOL_PKGS[@]}" >/dev/null 2>&1; then host_apt_update; fi
   closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances "${TOOL_PKGS[@]}" | grep -v '^ ' | grep -v '^<' | sort -u)
   want=$( { printf '%s\n' "${TOOL_PKGS[@]}"; grep -E '^lib' <<<"$closure"; } | sort -u)
-  # shellcheck disable=SC2086
-  debs_for $want >"$WORK/userland.list"
+  mapfile -t pkgs <<<"$want"
+  debs_for "${pkgs[@]}" >"$WORK/userland.list"
   [[ $(wc -l <"$WORK/userland.list") -ge $(wc -w <<<"$want") ]] || die "apt-cache knows only $(wc -l <"$WORK/userland.list") of $(wc -w <<<"$want") guest packages"
   local missing=() name ver file
   while read -r name ver file; do
@@ -126,7 +130,7 @@ fetch_userland() {
     if ! (cd "$dir" && timeout 300 apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}") >"$WORK/dl.log" 2>&1; then
       # stale host lists: refresh once and retry with the new candidates
       host_apt_update
-      debs_for $want >"$WORK/userland.list"
+      debs_for "${pkgs[@]}" >"$WORK/userland.list"
       missing=()
       while read -r name ver file; do [[ -s $dir/$file ]] || missing+=("$name=$ver"); done <"$WORK/userland.list"
       if [[ ${#missing[@]} -gt 0 ]]; then
@@ -194,7 +198,7 @@ kernel_apt_update() {
 KVER=   # e.g. 7.3.4+deb13-amd64
 KDIR=   # prepared kernel: vmlinuz, modules/*.ko, modules.load
 select_kernel() {
-  local meta=linux-image-$RXE_KERNEL_FLAVOUR ver best= v sel=$KAPT/selected
+  local meta=linux-image-$RXE_KERNEL_FLAVOUR ver best='' v sel=$KAPT/selected
   # apt-cache on sid's index takes seconds: reuse the choice made from the same indexes.
   if [[ -z $RXE_KERNEL_VERSION && -f $sel && $sel -nt $KAPT/state/updated ]] &&
     read -r KVER best <"$sel" && [[ -n $KVER && $(cat "$sel.key" 2>/dev/null) == "$meta" ]]; then
@@ -449,10 +453,12 @@ write_guest_run() {
     echo 'cd /tmp'
     # %q: a -test.run regexp such as 'A|B' must reach the test binary as one word.
     echo "/share/bin/guest.test $(printf '%q ' "${args[@]}")2>&1 | tee /share/out/guest-test.log"
-    echo 'rc=$?'
-    echo 'dmesg >/share/out/dmesg.txt 2>&1'
-    echo 'echo "$rc" >/share/out/exit-code'
-    echo 'exit "$rc"'
+    cat <<'EOF'
+rc=$?
+dmesg >/share/out/dmesg.txt 2>&1
+echo "$rc" >/share/out/exit-code
+exit "$rc"
+EOF
   } >"$SHARE/guest-run.sh"
 }
 
@@ -574,4 +580,5 @@ main() {
   exit 1
 }
 
-main "$@"; exit $?
+# shellcheck disable=SC2317  # main exits itself; the exit guards against a main that returns
+{ main "$@"; exit $?; }
