@@ -65,6 +65,8 @@ func (e *env) checkDevicePod(t *testing.T, ns string, p pool, n int) {
 	e.createPod(t, e.devicePod(ns, name, p.name, int64(n)))
 	e.waitRunning(t, ns, name)
 	l := e.waitLog(t, ns, name, 1)
+	t.Logf("pod %s: %s=%s, /dev/infiniband %v, links %v", name, "KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES",
+		l.env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"], l.ticks[0].dev, l.ticks[0].links)
 	problems := deviceProblems(l.ticks[0].dev, n)
 	problems = append(problems, envProblems(l.env, p.name, n)...)
 	if chained {
@@ -163,20 +165,19 @@ func unschedulable(pod *corev1.Pod, want string) error {
 
 // consistently calls check until d has passed and fails on its first error.
 func consistently(ctx context.Context, d time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	end := time.Now().Add(d)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
 		if err := check(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // cut short by the end of d
-			}
 			return err
+		}
+		if !time.Now().Before(end) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}

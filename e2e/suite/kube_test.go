@@ -22,24 +22,26 @@ const (
 )
 
 // eventually calls check until it returns nil, or timeout passes; then it
-// returns check's last error (not the deadline's, when a call was cut short).
+// returns check's last error. A call begun just before the deadline may run
+// past it (its context has some slack), so that the last error says what was
+// wrong rather than that time ran out.
 func eventually(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	deadline := time.Now().Add(timeout)
+	cctx, cancel := context.WithDeadline(ctx, deadline.Add(30*time.Second))
 	defer cancel()
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
-	var last error
 	for {
-		err := check(ctx)
+		err := check(cctx)
 		if err == nil {
 			return nil
 		}
-		if last == nil || ctx.Err() == nil {
-			last = err
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("not within %s: %w", timeout, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not within %s: %w", timeout, last)
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-tick.C:
 		}
 	}
@@ -238,9 +240,13 @@ func (e *env) dumpPod(t *testing.T, ns, name string) {
 	if err != nil {
 		fmt.Fprintf(&b, "  events: %v\n", err)
 	} else {
-		slices.SortFunc(ev.Items, func(a, b corev1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+		slices.SortFunc(ev.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
 		for _, v := range ev.Items {
-			fmt.Fprintf(&b, "  event %s %s (%s, x%d): %s\n", v.Type, v.Reason, v.Source.Component, v.Count, v.Message)
+			by := v.Source.Component
+			if by == "" {
+				by = v.ReportingController
+			}
+			fmt.Fprintf(&b, "  event %s %s %s by %s: %s\n", eventTime(v).Format(time.TimeOnly), v.Type, v.Reason, by, v.Message)
 		}
 	}
 	if s, err := e.logs(ctx, ns, name); err != nil {
@@ -249,6 +255,15 @@ func (e *env) dumpPod(t *testing.T, ns, name string) {
 		fmt.Fprintf(&b, "  log:\n%s", indent(s, "    | "))
 	}
 	t.Log(b.String())
+}
+
+// eventTime is when an event last happened: events written through the
+// events.k8s.io API have only EventTime.
+func eventTime(v corev1.Event) time.Time {
+	if !v.LastTimestamp.IsZero() {
+		return v.LastTimestamp.Time
+	}
+	return v.EventTime.Time
 }
 
 func stateString(s corev1.ContainerState) string {
