@@ -99,20 +99,31 @@ var devEntry = regexp.MustCompile(`^(uverbs|umad|issm)[0-9]+$|^rdma_cm$`)
 
 // deviceProblems checks a pod's /dev/infiniband after it was given n devices
 // of an exclusive pool: n uverbs nodes (which ones the env says, and uverbsN
-// numbering does not follow device names), umad/issm, rdma_cm, nothing else.
+// numbering does not follow device names), rdma_cm, and the umadN/issmN pairs
+// of their ports (ib_umad creates both with one N per port), nothing else.
 func deviceProblems(dev []string, n int) []string {
 	var problems []string
 	uverbs := 0
+	var umad, issm []string
 	for _, d := range dev {
-		if !devEntry.MatchString(d) {
+		switch {
+		case !devEntry.MatchString(d):
 			problems = append(problems, fmt.Sprintf("/dev/infiniband/%s is not a device node the plugin hands out", d))
-		}
-		if strings.HasPrefix(d, "uverbs") {
+		case strings.HasPrefix(d, "uverbs"):
 			uverbs++
+		case strings.HasPrefix(d, "umad"):
+			umad = append(umad, strings.TrimPrefix(d, "umad"))
+		case strings.HasPrefix(d, "issm"):
+			issm = append(issm, strings.TrimPrefix(d, "issm"))
 		}
 	}
 	if uverbs != n {
 		problems = append(problems, fmt.Sprintf("/dev/infiniband has %d uverbs nodes %v, want %d", uverbs, dev, n))
+	}
+	slices.Sort(umad)
+	slices.Sort(issm)
+	if !slices.Equal(umad, issm) {
+		problems = append(problems, fmt.Sprintf("/dev/infiniband %v: umad and issm numbers differ (one port's pair is half there)", dev))
 	}
 	return problems
 }
@@ -185,6 +196,8 @@ func TestChecks(t *testing.T) {
 		{"two uverbs", deviceProblems([]string{"rdma_cm", "umad1", "issm1", "uverbs7", "uverbs2"}, 2), 0},
 		{"one too many", deviceProblems([]string{"uverbs0", "uverbs1"}, 1), 1},
 		{"stranger", deviceProblems([]string{"uverbs0", "mystery"}, 1), 1},
+		{"rxe: no umad", deviceProblems([]string{"uverbs0"}, 1), 0},
+		{"half a pair", deviceProblems([]string{"uverbs0", "umad0", "issm0", "umad1"}, 1), 1},
 		{"env ok", envProblems(map[string]string{"KUBE_RDMA_ROCE_SHARED_RDMA_DEVICES": "mlx5_0,mlx5_10", "NCCL_IB_HCA": "=mlx5_0,mlx5_10"}, "roce-shared", 2), 0},
 		{"env count", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_0", "NCCL_IB_HCA": "=mlx5_0,mlx5_0"}, "ib", 2), 1},
 		{"nccl differs", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "mlx5_0"}, "ib", 1), 1},
