@@ -1,0 +1,229 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestPortDown: port 1 of E2E_PORT_DEVICE going down takes one device out of
+// its pool's allocatable within 30 s; coming up puts it back.
+func TestPortDown(t *testing.T) {
+	e := need(t)
+	e.needHook(t)
+	if e.portDevice == "" {
+		t.Skip("E2E_PORT_DEVICE unset")
+	}
+	var exclusive []string
+	for _, p := range e.exclusivePools() {
+		exclusive = append(exclusive, p.name)
+	}
+	if len(exclusive) == 0 {
+		t.Skip("no exclusive pool with devices in E2E_POOLS")
+	}
+	want := e.counts()
+	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
+		t.Fatalf("before the port goes down: %v", err)
+	}
+	restored := false
+	t.Cleanup(func() {
+		if restored {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := runHook(ctx, e.hook, "port-state", e.portDevice, "1", "up"); err != nil {
+			t.Errorf("restore the port: %v", err)
+		} else if err := e.waitAllocatable(ctx, 30*time.Second, want); err != nil {
+			t.Errorf("after restoring the port: %v", err)
+		}
+	})
+	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "down")
+	start := time.Now()
+	var dropped string
+	err := eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
+		got, err := e.nodeResources(ctx, false, poolNames(want)...)
+		if err != nil {
+			return err
+		}
+		dropped, err = oneDropped(want, got, exclusive)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("port 1 of %s down: %v", e.portDevice, err)
+	}
+	t.Logf("port 1 of %s down: pool %s allocatable %d -> %d after %s", e.portDevice, dropped,
+		want[dropped], want[dropped]-1, time.Since(start).Round(time.Millisecond))
+	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "up")
+	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
+		t.Fatalf("port 1 of %s up again: %v", e.portDevice, err)
+	}
+	restored = true
+}
+
+// oneDropped returns the one exclusive pool whose allocatable is one below
+// want, when every other exclusive pool is at want and no pool is above it
+// (a shared pool holding the device may drop too).
+func oneDropped(want, got map[string]int64, exclusive []string) (string, error) {
+	var dropped []string
+	for _, p := range poolNames(want) {
+		switch {
+		case got[p] > want[p]:
+			return "", fmt.Errorf("pool %s allocatable %d, above %d", p, got[p], want[p])
+		case slices.Contains(exclusive, p) && got[p] == want[p]-1:
+			dropped = append(dropped, p)
+		case slices.Contains(exclusive, p) && got[p] != want[p]:
+			return "", fmt.Errorf("pool %s allocatable %d, want %d or %d", p, got[p], want[p], want[p]-1)
+		}
+	}
+	if len(dropped) != 1 {
+		return "", fmt.Errorf("allocatable %s: want one exclusive pool one below %s", fmtCounts(got), fmtCounts(want))
+	}
+	return dropped[0], nil
+}
+
+// TestKubeletRestart: after a kubelet restart the pools are advertised again
+// within 90 s, and a running pod keeps its container, devices and netdevs.
+func TestKubeletRestart(t *testing.T) {
+	e := need(t)
+	e.needHook(t)
+	ns := e.namespace(t)
+	w := e.startWatchedPod(t, ns)
+	hb0, err := e.heartbeat(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mustHook(t, 3*time.Minute, "restart-kubelet")
+	start := time.Now()
+	want := e.counts()
+	err = eventually(t.Context(), 90*time.Second, func(ctx context.Context) error {
+		hb, err := e.heartbeat(ctx)
+		if err != nil {
+			return err
+		}
+		if !hb.After(hb0) {
+			return fmt.Errorf("node %s: no status from the restarted kubelet yet (Ready heartbeat %s)", e.node, hb)
+		}
+		got, err := e.nodeResources(ctx, false, poolNames(want)...)
+		if err != nil {
+			return err
+		}
+		if !mapsEqual(want, got) {
+			return fmt.Errorf("node %s allocatable %s, want %s", e.node, fmtCounts(got), fmtCounts(want))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the kubelet restart: %v", err)
+	}
+	t.Logf("pools advertised again %s after the kubelet was healthy", time.Since(start).Round(time.Millisecond))
+	w.checkIntact(t)
+}
+
+// heartbeat is the node's Ready condition's last heartbeat: the last time the
+// kubelet posted the node's status.
+func (e *env) heartbeat(ctx context.Context) (time.Time, error) {
+	n, err := e.core.Nodes().Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("get node %s: %w", e.node, err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("node %s has no Ready condition", e.node)
+}
+
+// watchedPod is a running pod with one device that later checks compare
+// against: same container, never restarted, same devices and netdevs.
+type watchedPod struct {
+	e           *env
+	ns, name    string
+	chained     bool
+	containerID string
+	first       tick
+}
+
+// startWatchedPod runs a pod with one device of the chained pool (else of an
+// exclusive pool) and checks what it got.
+func (e *env) startWatchedPod(t *testing.T, ns string) *watchedPod {
+	t.Helper()
+	p := e.devicePool(t)
+	w := &watchedPod{e: e, ns: ns, name: "watched-" + dnsName(p.name), chained: p.name == e.chainedPool}
+	e.createPod(t, e.devicePod(ns, w.name, p.name, 1))
+	pod := e.waitRunning(t, ns, w.name)
+	w.containerID = container(pod).ContainerID
+	w.first = e.waitLog(t, ns, w.name, 1).ticks[0]
+	problems := deviceProblems(w.first.dev, 1)
+	if w.chained {
+		problems = append(problems, netdevProblems(w.first.links, 1)...)
+	}
+	for _, s := range problems {
+		t.Error(s)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return w
+}
+
+// checkIntact checks that the pod still runs its first container, never
+// restarted, and that a tick logged after this call shows the devices and
+// netdevs it started with.
+func (w *watchedPod) checkIntact(t *testing.T) {
+	t.Helper()
+	l0 := w.e.waitLog(t, w.ns, w.name, 1)
+	var cs corev1.ContainerStatus
+	err := eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
+		pod, err := w.e.core.Pods(w.ns).Get(ctx, w.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cs = container(pod)
+		if pod.Status.Phase != corev1.PodRunning || cs.State.Running == nil {
+			return fmt.Errorf("pod %s: phase %s, container %s", w.name, pod.Status.Phase, stateString(cs.State))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.ContainerID != w.containerID || cs.RestartCount != 0 {
+		t.Errorf("pod %s: container %s with %d restarts, want %s with 0", w.name, cs.ContainerID, cs.RestartCount, w.containerID)
+	}
+	last := w.e.waitLog(t, w.ns, w.name, len(l0.ticks)+1).last()
+	if !slices.Equal(last.dev, w.first.dev) {
+		t.Errorf("pod %s: /dev/infiniband %v, started with %v", w.name, last.dev, w.first.dev)
+	}
+	if w.chained && !slices.Equal(last.links, w.first.links) {
+		t.Errorf("pod %s: links %v, started with %v", w.name, last.links, w.first.links)
+	}
+}
+
+func TestOneDropped(t *testing.T) {
+	want := map[string]int64{"ib": 2, "vf": 24, "roce": 8}
+	ex := []string{"ib", "vf"}
+	tests := []struct {
+		got  map[string]int64
+		pool string
+	}{
+		{map[string]int64{"ib": 1, "vf": 24, "roce": 8}, "ib"},
+		{map[string]int64{"ib": 2, "vf": 23, "roce": 0}, "vf"},
+		{map[string]int64{"ib": 2, "vf": 24, "roce": 8}, ""},
+		{map[string]int64{"ib": 1, "vf": 23, "roce": 8}, ""},
+		{map[string]int64{"ib": 0, "vf": 24, "roce": 8}, ""},
+		{map[string]int64{"ib": 1, "vf": 24, "roce": 9}, ""},
+	}
+	for _, tc := range tests {
+		got, err := oneDropped(want, tc.got, ex)
+		if got != tc.pool || (err == nil) != (tc.pool != "") {
+			t.Errorf("oneDropped(%v) = %q, %v; want %q", tc.got, got, err, tc.pool)
+		}
+	}
+}

@@ -1,0 +1,294 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// TestParallelPods: E2E_PARALLEL_PODS pods with one device each, created at
+// once, all run (their start latency is reported); deleted at once, they
+// leave the node's links, CNI records and IPAM leases as they were.
+func TestParallelPods(t *testing.T) {
+	e := need(t)
+	p := e.devicePool(t)
+	n := e.parallelPods
+	if int64(n) > p.count {
+		t.Logf("E2E_PARALLEL_PODS=%d, but pool %s has %d devices: %d pods", n, p.name, p.count, p.count)
+		n = int(p.count)
+	}
+	ns := e.namespace(t)
+	var base nodeListing
+	if e.hook == "" {
+		t.Log("E2E_NODE_HOOK unset: the node's links, records and leases are not compared")
+	} else {
+		var err error
+		if base, err = e.listing(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rw, err := e.watchReady(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("par-%03d", i))
+	}
+	created := e.createParallel(t, ns, p.name, names)
+	pods := e.waitAllReady(t, ns, n)
+	e.reportLatency(t, n, created, rw, pods)
+	if p.name == e.chainedPool {
+		for _, name := range names {
+			for _, s := range netdevProblems(e.waitLog(t, ns, name, 1).ticks[0].links, 1) {
+				t.Errorf("pod %s: %s", name, s)
+			}
+		}
+	}
+	e.deleteParallel(t, ns, names)
+	if base == nil {
+		return
+	}
+	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		now, err := e.listing(ctx)
+		if err != nil {
+			return err
+		}
+		var diffs []string
+		for _, verb := range listingVerbs {
+			if !slices.Equal(base[verb], now[verb]) {
+				diffs = append(diffs, fmt.Sprintf("%s: missing %v, new %v", verb, minus(base[verb], now[verb]), minus(now[verb], base[verb])))
+			}
+		}
+		if diffs != nil {
+			return errors.New("after the pods are gone, the node's " + strings.Join(diffs, "; "))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// createParallel creates one pod per name at once and returns when each
+// creation started.
+func (e *env) createParallel(t *testing.T, ns, pool string, names []string) map[string]time.Time {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	created := map[string]time.Time{}
+	var errs []error
+	for _, name := range names {
+		wg.Go(func() {
+			start := time.Now()
+			_, err := e.core.Pods(ns).Create(t.Context(), e.devicePod(ns, name, pool, 1), metav1.CreateOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			created[name] = start
+			if err != nil {
+				errs = append(errs, fmt.Errorf("create pod %s: %w", name, err))
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// waitAllReady waits until the namespace's n pods are Running and Ready and
+// returns them; on failure it prints a few of those that are not.
+func (e *env) waitAllReady(t *testing.T, ns string, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	var notReady []string
+	err := eventually(t.Context(), podStartup+time.Duration(n)*2*time.Second, func(ctx context.Context) error {
+		list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		pods, notReady = list.Items, nil
+		for i := range pods {
+			if pods[i].Status.Phase != corev1.PodRunning || !podReady(&pods[i]) {
+				notReady = append(notReady, pods[i].Name)
+			}
+		}
+		if len(pods) != n || notReady != nil {
+			return fmt.Errorf("%d of %d pods Running and Ready", len(pods)-len(notReady), n)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, name := range notReady[:min(3, len(notReady))] {
+			e.dumpPod(t, ns, name)
+		}
+		t.Fatal(err)
+	}
+	return pods
+}
+
+// reportLatency logs the pods' start latency, creation to Ready: measured by
+// the watcher (wall clock, ms), and from the API's timestamps (seconds).
+func (e *env) reportLatency(t *testing.T, n int, created map[string]time.Time, rw *readyWatch, pods []corev1.Pod) {
+	t.Helper()
+	var wall, api []time.Duration
+	for i := range pods {
+		p := &pods[i]
+		if at, ok := rw.readyAt(p.Name); ok {
+			wall = append(wall, at.Sub(created[p.Name]))
+		} else {
+			t.Errorf("pod %s: the watch never saw it Ready (%v)", p.Name, rw.lastErr())
+		}
+		if c := condition(p, corev1.PodReady); c != nil {
+			api = append(api, c.LastTransitionTime.Sub(p.CreationTimestamp.Time))
+		}
+	}
+	line := fmt.Sprintf("pod start latency with devices (%d pods): median %s, worst %s", n, median(wall), worst(wall))
+	t.Log(line)
+	t.Logf("the same from the API's timestamps (1 s granularity): median %s, worst %s", median(api), worst(api))
+	if e.report == "" {
+		return
+	}
+	f, err := os.OpenFile(e.report, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(f, line)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Errorf("write E2E_REPORT: %v", err)
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(d))
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + m) / 2
+	}
+	return m.Round(time.Millisecond)
+}
+
+func worst(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return slices.Max(d).Round(time.Millisecond)
+}
+
+// deleteParallel deletes the pods at once and waits until they are gone.
+func (e *env) deleteParallel(t *testing.T, ns string, names []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(names))
+	for i, name := range names {
+		wg.Go(func() { errs[i] = e.core.Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{}) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d of %d pods still there", len(list.Items), len(names))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d pods deleted in %s", len(names), time.Since(start).Round(time.Millisecond))
+}
+
+// readyWatch records when each pod of a namespace was first seen Ready.
+type readyWatch struct {
+	mu    sync.Mutex
+	ready map[string]time.Time
+	err   error
+}
+
+func (w *readyWatch) readyAt(name string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.ready[name]
+	return at, ok
+}
+
+func (w *readyWatch) lastErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// watchReady starts watching the namespace's pods until ctx ends.
+func (e *env) watchReady(ctx context.Context, ns string) (*readyWatch, error) {
+	pods := e.core.Pods(ns)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	w := &readyWatch{ready: map[string]time.Time{}}
+	go w.run(ctx, pods, list.ResourceVersion)
+	return w, nil
+}
+
+// run watches from resource version rv and watches again when the server
+// ends the watch, from the last version seen.
+func (w *readyWatch) run(ctx context.Context, pods corev1client.PodInterface, rv string) {
+	for ctx.Err() == nil {
+		wi, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			w.mu.Lock()
+			w.err = err
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(pollInterval):
+			}
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			now := time.Now()
+			if ev.Type == watch.Error {
+				w.mu.Lock()
+				w.err = apierrors.FromObject(ev.Object)
+				w.mu.Unlock()
+				rv = "" // expired: start again from the current state
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			rv = p.ResourceVersion
+			w.mu.Lock()
+			if _, seen := w.ready[p.Name]; !seen && ev.Type != watch.Bookmark && podReady(p) {
+				w.ready[p.Name] = now
+			}
+			w.mu.Unlock()
+		}
+		wi.Stop()
+	}
+}

@@ -1,0 +1,213 @@
+package suite
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// podScript is what every device pod runs (busybox sh): what it got, once
+// for people reading the log, its environment, then every 2 s a "tick" line
+// with its link names and /dev/infiniband entries, so that tests can see the
+// pod's devices and netdevs at any later time without exec. It exits on
+// SIGTERM (PID 1 ignores signals it has no handler for).
+const podScript = `trap 'exit 0' TERM
+echo '== dev'; ls -1 /dev/infiniband 2>&1
+echo '== links'; ip -o link
+echo '== env'; env | sort
+echo '== end'
+while :; do
+  echo "tick links=$(ip -o link | sed -n 's/^[0-9]*: \([^:@]*\).*/\1/p' | tr '\n' ,) dev=$(ls /dev/infiniband 2>/dev/null | tr '\n' ,)"
+  sleep 2 & wait $!
+done
+`
+
+// podLog is a device pod's log, parsed.
+type podLog struct {
+	env   map[string]string // nil until the env section is complete
+	ticks []tick
+}
+
+// tick is one tick line: the pod's link names and /dev/infiniband entries.
+type tick struct{ links, dev []string }
+
+func (l podLog) last() tick {
+	if len(l.ticks) == 0 {
+		return tick{}
+	}
+	return l.ticks[len(l.ticks)-1]
+}
+
+func parseLog(s string) podLog {
+	var l podLog
+	var env map[string]string
+	for line := range strings.Lines(s) {
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "== env":
+			env = map[string]string{}
+		case line == "== end":
+			l.env, env = env, nil
+		case env != nil:
+			if k, v, ok := strings.Cut(line, "="); ok {
+				env[k] = v
+			}
+		case strings.HasPrefix(line, "tick "):
+			var tk tick
+			for f := range strings.FieldsSeq(line[len("tick "):]) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "links":
+					tk.links = commaList(v)
+				case "dev":
+					tk.dev = commaList(v)
+				}
+			}
+			l.ticks = append(l.ticks, tk)
+		}
+	}
+	return l
+}
+
+func commaList(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// envName is the pool's part of KUBE_RDMA_<POOL>_*: upper case, other
+// characters than letters and digits '_' (config.EnvName in the daemon).
+func envName(pool string) string {
+	return strings.Map(func(r rune) rune {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, strings.ToUpper(pool))
+}
+
+var devEntry = regexp.MustCompile(`^(uverbs|umad|issm)[0-9]+$|^rdma_cm$`)
+
+// deviceProblems checks a pod's /dev/infiniband after it was given n devices
+// of an exclusive pool: n uverbs nodes (which ones the env says, and uverbsN
+// numbering does not follow device names), rdma_cm, and the umadN/issmN pairs
+// of their ports (ib_umad creates both with one N per port), nothing else.
+func deviceProblems(dev []string, n int) []string {
+	var problems []string
+	uverbs := 0
+	var umad, issm []string
+	for _, d := range dev {
+		switch {
+		case !devEntry.MatchString(d):
+			problems = append(problems, fmt.Sprintf("/dev/infiniband/%s is not a device node the plugin hands out", d))
+		case strings.HasPrefix(d, "uverbs"):
+			uverbs++
+		case strings.HasPrefix(d, "umad"):
+			umad = append(umad, strings.TrimPrefix(d, "umad"))
+		case strings.HasPrefix(d, "issm"):
+			issm = append(issm, strings.TrimPrefix(d, "issm"))
+		}
+	}
+	if uverbs != n {
+		problems = append(problems, fmt.Sprintf("/dev/infiniband has %d uverbs nodes %v, want %d", uverbs, dev, n))
+	}
+	slices.Sort(umad)
+	slices.Sort(issm)
+	if !slices.Equal(umad, issm) {
+		problems = append(problems, fmt.Sprintf("/dev/infiniband %v: umad and issm numbers differ (one port's pair is half there)", dev))
+	}
+	return problems
+}
+
+// envProblems checks the environment of a pod given n devices of pool.
+func envProblems(env map[string]string, pool string, n int) []string {
+	key := "KUBE_RDMA_" + envName(pool) + "_RDMA_DEVICES"
+	v, ok := env[key]
+	if !ok {
+		return []string{key + " not set"}
+	}
+	var problems []string
+	names := strings.Split(v, ",")
+	if sorted := slices.Compact(slices.Sorted(slices.Values(names))); len(names) != n || len(sorted) != n || slices.Contains(names, "") {
+		problems = append(problems, fmt.Sprintf("%s=%q: want %d distinct names", key, v, n))
+	}
+	if got := env["NCCL_IB_HCA"]; got != "="+v {
+		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want %q", got, "="+v))
+	}
+	return problems
+}
+
+// netdevProblems checks that the pod has net1..netN and no net(N+1).
+func netdevProblems(links []string, n int) []string {
+	var problems []string
+	for i := 1; i <= n; i++ {
+		if !slices.Contains(links, fmt.Sprintf("net%d", i)) {
+			problems = append(problems, fmt.Sprintf("no net%d in the pod's links %v", i, links))
+		}
+	}
+	if extra := fmt.Sprintf("net%d", n+1); slices.Contains(links, extra) {
+		problems = append(problems, fmt.Sprintf("%s in the pod's links %v: more netdevs than devices", extra, links))
+	}
+	return problems
+}
+
+func TestParseLog(t *testing.T) {
+	log := `== dev
+rdma_cm
+uverbs3
+== links
+1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue qlen 1000\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00
+== env
+KUBE_RDMA_VF_RDMA_DEVICES=mlx5_4
+NCCL_IB_HCA==mlx5_4
+== end
+tick links=lo,eth0,net1, dev=rdma_cm,uverbs3,
+tick links=lo,eth0, dev=
+`
+	l := parseLog(log)
+	want := map[string]string{"KUBE_RDMA_VF_RDMA_DEVICES": "mlx5_4", "NCCL_IB_HCA": "=mlx5_4"}
+	if diff := cmp.Diff(want, l.env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	wantTicks := []tick{{[]string{"eth0", "lo", "net1"}, []string{"rdma_cm", "uverbs3"}}, {[]string{"eth0", "lo"}, nil}}
+	if diff := cmp.Diff(wantTicks, l.ticks, cmp.AllowUnexported(tick{})); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+	if l := parseLog("== env\nA=1\n"); l.env != nil {
+		t.Errorf("an env section without its end: %v, want nil", l.env)
+	}
+}
+
+func TestChecks(t *testing.T) {
+	tests := []struct {
+		name     string
+		problems []string
+		want     int
+	}{
+		{"two uverbs", deviceProblems([]string{"rdma_cm", "umad1", "issm1", "uverbs7", "uverbs2"}, 2), 0},
+		{"one too many", deviceProblems([]string{"uverbs0", "uverbs1"}, 1), 1},
+		{"stranger", deviceProblems([]string{"uverbs0", "mystery"}, 1), 1},
+		{"rxe: no umad", deviceProblems([]string{"uverbs0"}, 1), 0},
+		{"half a pair", deviceProblems([]string{"uverbs0", "umad0", "issm0", "umad1"}, 1), 1},
+		{"env ok", envProblems(map[string]string{"KUBE_RDMA_ROCE_SHARED_RDMA_DEVICES": "mlx5_0,mlx5_10", "NCCL_IB_HCA": "=mlx5_0,mlx5_10"}, "roce-shared", 2), 0},
+		{"env count", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_0", "NCCL_IB_HCA": "=mlx5_0,mlx5_0"}, "ib", 2), 1},
+		{"nccl differs", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "mlx5_0"}, "ib", 1), 1},
+		{"env missing", envProblems(map[string]string{}, "ib", 1), 1},
+		{"netdevs ok", netdevProblems([]string{"eth0", "lo", "net1", "net2"}, 2), 0},
+		{"netdev missing and extra", netdevProblems([]string{"net2", "net3"}, 2), 2},
+	}
+	for _, tc := range tests {
+		if len(tc.problems) != tc.want {
+			t.Errorf("%s: %d problems %q, want %d", tc.name, len(tc.problems), tc.problems, tc.want)
+		}
+	}
+}

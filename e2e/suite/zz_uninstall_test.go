@@ -1,0 +1,52 @@
+package suite
+
+// This file's name sorts last: go test runs files in name order and tests in
+// source order, and the uninstall must come after every test that needs the
+// chart.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestUninstall (E2E_UNINSTALL=1): helm uninstall leaves the node as it was
+// before helm install, by `hook node-state` (E2E_NODE_STATE_BEFORE).
+func TestUninstall(t *testing.T) {
+	e := need(t)
+	if !e.uninstall {
+		t.Skip("E2E_UNINSTALL=1 not set")
+	}
+	e.needHelm(t)
+	e.needHook(t)
+	if e.stateBefore == "" {
+		t.Skip("E2E_NODE_STATE_BEFORE unset: nothing to compare the node with")
+	}
+	before, err := os.ReadFile(e.stateBefore)
+	if err != nil {
+		t.Fatalf("E2E_NODE_STATE_BEFORE: %v", err)
+	}
+	if _, err := e.runHelm(t.Context(), "uninstall", e.helm.release, "--wait", "--timeout", rollout.String()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var diff string
+	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		now, err := runHook(ctx, e.hook, "node-state")
+		if err != nil {
+			return err
+		}
+		if diff = sameLines(string(before), now); diff != "" {
+			return fmt.Errorf("node state differs from before helm install")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after helm uninstall: %v; node-state (-before +now):\n%s", err, diff)
+	}
+	t.Logf("node state as before helm install %s after helm uninstall returned", time.Since(start).Round(time.Millisecond))
+}
