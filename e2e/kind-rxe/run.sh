@@ -316,7 +316,7 @@ run_suite() {
   log "go test ./e2e/suite (node ${WORKERS[0]}, E2E_PARALLEL_PODS=$E2E_PARALLEL_PODS)"
   SUITE=PASS
   (cd "$REPO" && env \
-    KUBECONFIG="$KUBECONFIG" \
+    E2E_KUBECONFIG="$KUBECONFIG" \
     E2E_NODE="${WORKERS[0]}" \
     E2E_NODE_HOOK="$HERE/hook.sh" \
     NODE="${WORKERS[0]}" KIND_CLUSTER="$KIND_CLUSTER" \

@@ -88,7 +88,7 @@ helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --cre
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 echo "chart installed, DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
 
-export E2E_NODE=$NODE_NAME E2E_NODE_HOOK=$HERE/hook.sh E2E_IMAGE=localhost/rdma-test:e2e
+export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE=$NODE_NAME E2E_NODE_HOOK=$HERE/hook.sh E2E_IMAGE=localhost/rdma-test:e2e
 export E2E_IMAGE_PULL_POLICY=Never E2E_RESOURCE_PREFIX=rdma.kube-rdma.io
 export E2E_POOLS="ib:exclusive:2,vf:exclusive:$FIXTURE_VFS,roce-shared:shared:8"
 export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1

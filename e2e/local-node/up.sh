@@ -268,6 +268,9 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 podLogsDir: "$NODE_RUN/pod-logs"
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+# A ConfigMap change reaches a pod's volume within the sync period (default 1m plus jitter): the
+# suite's helm upgrade changes the pools' ConfigMap and waits for the daemon to reload it.
+syncFrequency: 10s
 registerNode: true
 EOF
 echo "$NODE_IP" >"$NODE_RUN/host/node-ip"

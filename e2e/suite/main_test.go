@@ -2,7 +2,9 @@ package suite
 
 // The environment contract (a harness sets these; e2e/local-node provides a cluster):
 //
-//	KUBECONFIG             the cluster; unset (or E2E_SKIP=1): every cluster test skips
+//	E2E_KUBECONFIG         the cluster's kubeconfig; unset (or E2E_SKIP=1): every cluster test
+//	                       skips. Not KUBECONFIG: `make test` (go test ./...) must never run
+//	                       the suite against whatever cluster a developer's shell points at
 //	E2E_NODE               node under test; default: the first node whose allocatable has a
 //	                       resource of E2E_RESOURCE_PREFIX
 //	E2E_NODE_HOOK          executable: `hook <verb> [args]` (links, records, leases,
@@ -74,13 +76,13 @@ type env struct {
 
 var (
 	theEnv     *env
-	skipReason = "no cluster: set KUBECONFIG; make e2e-local provides one"
+	skipReason = "no cluster: set E2E_KUBECONFIG (make e2e-local runs the suite on a node it starts)"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv("E2E_SKIP") == "1" {
 		skipReason = "E2E_SKIP=1"
-	} else if os.Getenv("KUBECONFIG") != "" {
+	} else if os.Getenv("E2E_KUBECONFIG") != "" {
 		e, err := setup()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e/suite: %v (E2E_SKIP=1 skips the suite)\n", err)
@@ -105,10 +107,9 @@ func setup() (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("E2E_KUBECONFIG"))
 	if err != nil {
-		return nil, fmt.Errorf("load KUBECONFIG %s: %w", os.Getenv("KUBECONFIG"), err)
+		return nil, fmt.Errorf("load E2E_KUBECONFIG %s: %w", os.Getenv("E2E_KUBECONFIG"), err)
 	}
 	rc.QPS, rc.Burst = 50, 100 // the parallel test creates and deletes pods at once
 	e := &env{config: cfg}
