@@ -38,8 +38,9 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
+REPORT=$E2E_CACHE/e2e-local-report.txt
+rm -f "$REPORT"
 bash "$HERE/up.sh" >/dev/null
-REPORT=$NODE_RUN/report.txt
 echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPORT"
 "$HERE/hook.sh" node-state >"$NODE_RUN/node-state.before"
 

@@ -19,8 +19,9 @@ import (
 )
 
 // TestParallelPods: E2E_PARALLEL_PODS pods with one device each, created at
-// once, all run (their start latency is reported); deleted at once, they
-// leave the node's links, CNI records and IPAM leases as they were.
+// once, all run (their start latency is reported against as many pods without
+// devices, started the same way just before); deleted at once, they leave the
+// node's links, CNI records and IPAM leases as they were.
 func TestParallelPods(t *testing.T) {
 	e := need(t)
 	p := e.devicePool(t)
@@ -39,19 +40,15 @@ func TestParallelPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	rw, err := e.watchReady(ctx, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for i := range n {
-		names = append(names, fmt.Sprintf("par-%03d", i))
-	}
-	created := e.createParallel(t, ns, p.name, names)
-	pods := e.waitAllReady(t, ns, n)
-	e.reportLatency(t, n, created, rw, pods)
+	// The reference, in the same run on the same node: as many pods of the same image that ask
+	// for no device (no device plugin, no kube-rdma CNI work), started and deleted the same way.
+	refNS := e.namespace(t)
+	refNames := podNames("ref", n)
+	ref := e.startParallel(t, refNS, "", refNames)
+	e.deleteParallel(t, refNS, refNames)
+	names := podNames("par", n)
+	got := e.startParallel(t, ns, p.name, names)
+	e.reportLatency(t, n, got, ref)
 	if p.name == e.chainedPool {
 		for _, name := range names {
 			for _, s := range netdevProblems(e.waitLog(t, ns, name, 1).ticks[0].links, 1) {
@@ -63,7 +60,7 @@ func TestParallelPods(t *testing.T) {
 	if base == nil {
 		return
 	}
-	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
 		now, err := e.listing(ctx)
 		if err != nil {
 			return err
@@ -82,6 +79,38 @@ func TestParallelPods(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
+}
+
+func podNames(prefix string, n int) []string {
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s-%03d", prefix, i))
+	}
+	return names
+}
+
+// startParallel creates the pods at once (asking for one device of pool each;
+// pool "": none) and returns each one's start latency, creation to Ready, as
+// the watcher saw it (wall clock, ms).
+func (e *env) startParallel(t *testing.T, ns, pool string, names []string) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rw, err := e.watchReady(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := e.createParallel(t, ns, pool, names)
+	pods := e.waitAllReady(t, ns, len(names))
+	var wall []time.Duration
+	for i := range pods {
+		if at, ok := rw.readyAt(pods[i].Name); ok {
+			wall = append(wall, at.Sub(created[pods[i].Name]))
+		} else {
+			t.Errorf("pod %s: the watch never saw it Ready (%v)", pods[i].Name, rw.lastErr())
+		}
+	}
+	return wall
 }
 
 // createParallel creates one pod per name at once and returns when each
@@ -142,25 +171,25 @@ func (e *env) waitAllReady(t *testing.T, ns string, n int) []corev1.Pod {
 	return pods
 }
 
-// reportLatency logs the pods' start latency, creation to Ready: measured by
-// the watcher (wall clock, ms), and from the API's timestamps (seconds).
-func (e *env) reportLatency(t *testing.T, n int, created map[string]time.Time, rw *readyWatch, pods []corev1.Pod) {
+// reportLatency logs the start latency of the pods with devices against the
+// reference pods without, and appends it to E2E_REPORT.
+func (e *env) reportLatency(t *testing.T, n int, got, ref []time.Duration) {
 	t.Helper()
-	var wall, api []time.Duration
-	for i := range pods {
-		p := &pods[i]
-		if at, ok := rw.readyAt(p.Name); ok {
-			wall = append(wall, at.Sub(created[p.Name]))
-		} else {
-			t.Errorf("pod %s: the watch never saw it Ready (%v)", p.Name, rw.lastErr())
-		}
-		if c := condition(p, corev1.PodReady); c != nil {
-			api = append(api, c.LastTransitionTime.Sub(p.CreationTimestamp.Time))
-		}
+	ratio := 0.0
+	if median(ref) > 0 {
+		ratio = float64(median(got)) / float64(median(ref))
 	}
-	line := fmt.Sprintf("pod start latency with devices (%d pods): median %s, worst %s", n, median(wall), worst(wall))
+	line := fmt.Sprintf("pod start latency, %d pods at once, creation to Ready: with one device each median %s, worst %s; "+
+		"without devices (reference, same run) median %s, worst %s; ratio of medians %.2f",
+		n, median(got), worst(got), median(ref), worst(ref), ratio)
 	t.Log(line)
-	t.Logf("the same from the API's timestamps (1 s granularity): median %s, worst %s", median(api), worst(api))
+	e.appendReport(t, line)
+}
+
+// appendReport appends a line to E2E_REPORT, when set: the figures the
+// harness prints at the end.
+func (e *env) appendReport(t *testing.T, line string) {
+	t.Helper()
 	if e.report == "" {
 		return
 	}
