@@ -25,7 +25,9 @@ func TestAllocatable(t *testing.T) {
 
 // TestPodWithDevices: a pod given devices of each exclusive pool sees exactly
 // those device nodes, the environment naming them and, for the chained pool,
-// their netdevs, which leave the host while it runs and come back after.
+// their netdevs, which leave the host while it runs and come back after. A pod
+// given one slot of a shared pool sees every device of that pool, and the
+// environment names as many devices as it has uverbs nodes.
 func TestPodWithDevices(t *testing.T) {
 	e := need(t)
 	pools := e.exclusivePools()
@@ -36,6 +38,11 @@ func TestPodWithDevices(t *testing.T) {
 	for _, p := range pools {
 		t.Run(fmt.Sprintf("%s-1", p.name), func(t *testing.T) { e.checkDevicePod(t, ns, p, 1) })
 	}
+	for _, p := range e.pools {
+		if p.mode == "shared" && p.count > 0 {
+			t.Run(fmt.Sprintf("%s-1", p.name), func(t *testing.T) { e.checkSharedPod(t, ns, p) })
+		}
+	}
 	if p := e.pool(e.chainedPool); p != nil {
 		t.Run(fmt.Sprintf("%s-2", p.name), func(t *testing.T) {
 			if p.count < 2 {
@@ -44,6 +51,29 @@ func TestPodWithDevices(t *testing.T) {
 			e.checkDevicePod(t, ns, *p, 2)
 		})
 	}
+}
+
+// checkSharedPod runs a pod with one slot of shared pool p: it gets the
+// pool's whole device set, so the device count comes from what it sees.
+func (e *env) checkSharedPod(t *testing.T, ns string, p pool) {
+	name := dnsName(p.name) + "-1"
+	e.createPod(t, e.devicePod(ns, name, p.name, 1))
+	e.waitRunning(t, ns, name)
+	l := e.waitLog(t, ns, name, 1)
+	uverbs := 0
+	for _, d := range l.ticks[0].dev {
+		if strings.HasPrefix(d, "uverbs") {
+			uverbs++
+		}
+	}
+	t.Logf("pod %s: %s=%s, /dev/infiniband %v", name, "KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES",
+		l.env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"], l.ticks[0].dev)
+	problems := deviceProblems(l.ticks[0].dev, max(uverbs, 1))
+	problems = append(problems, envProblems(l.env, p.name, max(uverbs, 1))...)
+	for _, s := range problems {
+		t.Error(s)
+	}
+	e.deletePod(t, ns, name)
 }
 
 // checkDevicePod runs a pod with n devices of p, checks what it got, deletes
