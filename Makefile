@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build shellcheck
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build shellcheck generate
 
 all: build
 
@@ -103,6 +103,12 @@ local-node-build:
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
 e2e-local:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
+
+# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned); CI fails
+# when the committed files differ.
+CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+generate:
+	$(GO) run $(CONTROLLER_GEN) object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/helm/kube-rdma/crds
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
