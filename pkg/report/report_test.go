@@ -72,3 +72,19 @@ func TestWriteTableEmpty(t *testing.T) {
 		t.Errorf("empty node (-want +got):\n%s", diff)
 	}
 }
+
+func TestWriteTableNoCharDevices(t *testing.T) {
+	var b strings.Builder
+	n := node()
+	n.GPUs, n.Warnings = nil, nil
+	if err := WriteTableWith(&b, n, TableOptions{NoCharDevices: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := `RDMA DEVICE  KIND     PCI           NUMA  PCIE ROOT   NETDEV   PORTS            LINK        RATE
+mlx5_0       PF       0000:18:00.0  0     pci0000:15  ibp24s0  1:ACTIVE         InfiniBand  400 Gb/sec (4X NDR)
+rxe0         virtual  -             -     -           eth0     1:DOWN,2:ACTIVE  Ethernet    10 Gb/sec (1X QDR)
+`
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("table without char devices (-want +got):\n%s", diff)
+	}
+}
