@@ -9,15 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
 // run runs args against f and returns stdout, stderr and the exit status.
 func run(f *fakeCluster, args ...string) (string, string, int) {
+	return runWith(f.newCluster, args...)
+}
+
+func runWith(newCluster func(genericclioptions.RESTClientGetter) (Cluster, error), args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
 	code := Execute(context.Background(), args, Options{
 		Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
-		NewCluster: f.newCluster,
+		NewCluster: newCluster,
 		Now:        func() time.Time { return now },
 	})
 	return out.String(), errOut.String(), code
