@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build shellcheck generate
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate
 
 all: build
 
@@ -99,6 +99,11 @@ helm-check:
 # Kubernetes, etcd, Helm, containerd for the local-node e2e, cached in $(E2E_CACHE).
 local-node-build:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
+
+# kubectl-rdma against a real kube-apiserver and etcd (envtest) from local-node-build's cache;
+# fails, instead of skipping as in make test, when they are not there.
+test-apiserver:
+	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current $(GO) test -count=1 -run TestAgainstAPIServer -v ./pkg/kubectlrdma/
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
 e2e-local:

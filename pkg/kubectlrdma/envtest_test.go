@@ -26,16 +26,19 @@ import (
 const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 // startAPIServer starts kube-apiserver and etcd (envtest) with the chart's
-// CRD, or skips when the binaries are not there.
+// CRD. Without KUBEBUILDER_ASSETS it skips when defaultAssets lacks them;
+// with it, their absence fails the test.
 func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
+	dir, set := os.LookupEnv("KUBEBUILDER_ASSETS")
+	if !set {
 		dir = defaultAssets
 	}
 	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Skipf("no %s in %s (KUBEBUILDER_ASSETS, default %s; make local-node-build builds them): %v", b, dir, defaultAssets, err)
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil && set {
+			t.Fatalf("KUBEBUILDER_ASSETS=%s has no %s: %v", dir, b, err)
+		} else if err != nil {
+			t.Skipf("no %s in %s (set KUBEBUILDER_ASSETS, or make local-node-build builds them there): %v", b, dir, err)
 		}
 	}
 	env := &envtest.Environment{
