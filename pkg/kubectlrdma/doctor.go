@@ -47,7 +47,7 @@ var ErrChecksFailed = errors.New("doctor found problems")
 
 func newDoctorCommand(o *Options) *cobra.Command {
 	var output string
-	staleAfter := 10 * time.Minute
+	f := doctorFlags{staleAfter: 10 * time.Minute}
 	c := &cobra.Command{
 		Use:   "doctor (POD | pod/POD | node/NODE)",
 		Short: "Check what stands between a pod (or a node) and working RDMA",
@@ -57,16 +57,19 @@ readable and fresh, the pools file has no errors, each pool is advertised in the
 node's allocatable, devices are healthy, the RDMA netns mode suits each pool's
 mode. For a pod: it is scheduled and asks for a kube-rdma resource, the node
 checks of its node, each requested resource is a pool there, the kubelet's
-allocation is in the state and its devices are healthy. The checks inside the
-container (device nodes, netdev, GID, memlock, NCCL environment) are not
-implemented yet and print as skip. Exits 1 when a check fails.`,
+allocation is in the state and its devices are healthy; then, through exec in
+each container that has kube-rdma devices (pods/exec, /bin/sh in the image;
+--no-exec skips them): /dev/infiniband nodes open read-write, the moved netdev
+is up with an address, the RoCE v2 GID is there, ulimit -l, and NCCL_IB_HCA and
+NCCL_IB_GID_INDEX match the allocation. Exits 1 when a check fails.`,
 		Example: `  kubectl rdma doctor my-training-pod-0
   kubectl rdma doctor -n training pod/my-training-pod-0
   kubectl rdma doctor node/gpu-node-1
-  kubectl rdma doctor node/gpu-node-1 -o json`,
+  kubectl rdma doctor node/gpu-node-1 -o json
+  kubectl rdma doctor my-training-pod-0 --no-exec`,
 		Args: exactArgs(1, "one POD or node/NODE"),
 		RunE: func(c *cobra.Command, args []string) error {
-			r, err := o.doctor(c.Context(), args[0], staleAfter)
+			r, err := o.doctor(c.Context(), args[0], f)
 			if err != nil {
 				return err
 			}
@@ -81,12 +84,19 @@ implemented yet and print as skip. Exits 1 when a check fails.`,
 			return nil
 		},
 	}
-	c.Flags().DurationVar(&staleAfter, "stale-after", staleAfter, "warn when the node's RDMANodeState was last updated longer ago than this")
+	c.Flags().DurationVar(&f.staleAfter, "stale-after", f.staleAfter, "warn when the node's RDMANodeState was last updated longer ago than this")
+	c.Flags().BoolVar(&f.noExec, "no-exec", false, "skip the checks that exec into the pod's containers")
 	addOutputFlag(c, &output, outTable, outJSON, outYAML)
 	return c
 }
 
-func (o *Options) doctor(ctx context.Context, target string, staleAfter time.Duration) (*DoctorReport, error) {
+// doctorFlags are doctor's own flags.
+type doctorFlags struct {
+	staleAfter time.Duration
+	noExec     bool
+}
+
+func (o *Options) doctor(ctx context.Context, target string, f doctorFlags) (*DoctorReport, error) {
 	kind, name, ok := strings.Cut(target, "/")
 	if !ok {
 		kind, name = "pod", target
@@ -106,7 +116,7 @@ func (o *Options) doctor(ctx context.Context, target string, staleAfter time.Dur
 		}
 		r := &DoctorReport{Target: "node/" + name}
 		s, err := stateOf(ctx, cl, name)
-		r.Checks, err = nodeChecks(node, s, err, o.Now(), staleAfter)
+		r.Checks, err = nodeChecks(node, s, err, o.Now(), f.staleAfter)
 		return r, err
 	case "pod", "pods", "po":
 		ns, err := o.namespace()
@@ -118,31 +128,32 @@ func (o *Options) doctor(ctx context.Context, target string, staleAfter time.Dur
 			return nil, err
 		}
 		r := &DoctorReport{Target: "pod/" + ns + "/" + name}
-		r.Checks, err = o.podDoctor(ctx, cl, pod, staleAfter)
+		r.Checks, err = o.podDoctor(ctx, cl, pod, f)
 		return r, err
 	}
 	return nil, cli.Usagef("doctor: %q: want POD, pod/POD or node/NODE", target)
 }
 
-func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, staleAfter time.Duration) ([]Check, error) {
+func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, f doctorFlags) ([]Check, error) {
 	checks := podPreChecks(pod)
 	if pod.Spec.NodeName == "" || len(podResources(pod)) == 0 {
-		return append(checks, containerChecks(nil)...), nil
+		return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
 	}
 	node, err := cl.GetNode(ctx, pod.Spec.NodeName)
 	if err != nil {
 		return nil, err
 	}
 	s, serr := stateOf(ctx, cl, node.Name)
-	nc, err := nodeChecks(node, s, serr, o.Now(), staleAfter)
+	nc, err := nodeChecks(node, s, serr, o.Now(), f.staleAfter)
 	if err != nil {
 		return nil, err
 	}
 	checks = append(checks, nc...)
-	if serr == nil {
-		checks = append(checks, allocationChecks(pod, s)...)
+	if serr != nil {
+		return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
 	}
-	return append(checks, containerChecks(pod)...), nil
+	checks = append(checks, allocationChecks(pod, s)...)
+	return append(checks, o.containerChecks(ctx, pod, s, f.noExec)...), nil
 }
 
 func count(checks []Check, v Verdict) int {

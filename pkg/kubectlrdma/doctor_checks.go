@@ -124,13 +124,3 @@ func podPreChecks(pod *corev1.Pod) []Check {
 	}
 	return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: strings.Join(res, ", ")})
 }
-
-// containerChecks are the in-container checks, not implemented yet.
-func containerChecks(*corev1.Pod) []Check {
-	var checks []Check
-	for _, n := range []string{"/dev/infiniband device nodes openable", "netdev up with an address in the pod's netns",
-		"RoCE v2 GID present", "ulimit -l (locked memory)", "NCCL environment matches the allocation"} {
-		checks = append(checks, Check{Name: "in container: " + n, Verdict: Skip, Detail: "not implemented yet"})
-	}
-	return checks
-}

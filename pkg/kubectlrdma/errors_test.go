@@ -23,6 +23,7 @@ func runWith(newCluster func(genericclioptions.RESTClientGetter) (Cluster, error
 	code := Execute(context.Background(), args, Options{
 		Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
 		NewCluster: newCluster,
+		NewExecer:  containers.newExecer,
 		Now:        func() time.Time { return now },
 	})
 	return out.String(), errOut.String(), code

@@ -75,3 +75,28 @@ func (f *fakeCluster) GetPod(_ context.Context, ns, name string) (*corev1.Pod, e
 	}
 	return nil, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound)
 }
+
+// fakeExecer answers doctor's probe script with what a container of each
+// pod would print; a pod it does not know fails like a missing pods/exec
+// permission.
+type fakeExecer map[string]string
+
+func (f fakeExecer) newExecer(genericclioptions.RESTClientGetter) (Execer, error) { return f, nil }
+
+func (f fakeExecer) Exec(_ context.Context, ns, pod, container string, cmd []string) (string, error) {
+	if len(cmd) != 3 || cmd[0] != "sh" || cmd[1] != "-c" {
+		return "", fmt.Errorf("unexpected command %q", cmd)
+	}
+	out, ok := f[ns+"/"+pod]
+	if !ok {
+		return "", fmt.Errorf("%w: exec in pod %s/%s container %s: pods %q is forbidden: User \"dev\" cannot create resource \"pods/exec\"", ErrForbidden, ns, pod, container, pod)
+	}
+	return out, nil
+}
+
+// containers is what the world's running pods print.
+var containers = fakeExecer{
+	"train/worker-0":     "dev /dev/infiniband/uverbs0 ok\ndev /dev/infiniband/uverbs1 ok\nmemlock unlimited\nhca =mlx5_0,mlx5_1\ngidindex <unset>\n",
+	"train/worker-1":     "dev /dev/infiniband/uverbs1 ok\nmemlock 64\nhca =mlx5_0\ngidindex <unset>\nnetdev net1 up\naddr net1 inet 10.77.0.5/24\n",
+	"default/rxe-client": "dev /dev/infiniband/uverbs0 denied\nmemlock unlimited\nhca =rxe0\ngidindex 3\nnoip\ngid rxe0 1 RoCE v2\n",
+}

@@ -48,8 +48,11 @@ func stateOfScan(name string, n *discovery.Node, netns string, age time.Duration
 		dev := v1alpha1.Device{Name: d.Name, Kind: string(d.Kind), PCIAddress: d.PCIAddress, NUMANode: d.NUMANode,
 			PCIeRoot: d.PCIeRoot, LinkLayer: d.LinkLayer, Netdevs: d.Netdevs, Healthy: true}
 		for _, p := range d.Ports {
-			dev.Ports = append(dev.Ports, v1alpha1.Port{Port: p.Port, State: p.State, PhysState: p.PhysState,
-				LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev})
+			port := v1alpha1.Port{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev}
+			if len(p.RoCEv2GIDIndexes) > 0 {
+				port.RoCEv2GIDIndex = &p.RoCEv2GIDIndexes[0]
+			}
+			dev.Ports = append(dev.Ports, port)
 			dev.Healthy = dev.Healthy && p.Active()
 		}
 		st.Devices = append(st.Devices, dev)

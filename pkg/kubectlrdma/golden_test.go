@@ -40,6 +40,9 @@ var goldenCases = []goldenCase{
 	{"pods-empty-ns", []string{"pods", "-n", "kube-system"}},
 	{"doctor-worker-0", []string{"doctor", "-n", "train", "worker-0"}},
 	{"doctor-worker-1", []string{"doctor", "-n", "train", "pod/worker-1"}},
+	{"doctor-worker-0-no-exec", []string{"doctor", "-n", "train", "worker-0", "--no-exec"}},
+	{"doctor-worker-2-no-exec-permission", []string{"doctor", "-n", "train", "worker-2"}},
+	{"doctor-rxe-client", []string{"doctor", "-n", "default", "rxe-client"}},
 	{"doctor-pending", []string{"doctor", "-n", "train", "pending-0"}},
 	{"doctor-lost", []string{"doctor", "-n", "default", "lost"}},
 	{"doctor-web", []string{"doctor", "-n", "default", "web"}},
@@ -57,6 +60,7 @@ func transcript(newCluster func(genericclioptions.RESTClientGetter) (Cluster, er
 	code := Execute(context.Background(), args, Options{
 		Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
 		NewCluster: newCluster,
+		NewExecer:  containers.newExecer,
 		Now:        func() time.Time { return now },
 	})
 	return fmt.Sprintf("$ kubectl rdma %s\n%s--- stderr\n%s--- exit %d\n", strings.Join(args, " "), out.String(), errOut.String(), code)

@@ -26,6 +26,8 @@ type Options struct {
 	Streams genericiooptions.IOStreams
 	// NewCluster builds the Cluster from the kubeconfig flags.
 	NewCluster func(genericclioptions.RESTClientGetter) (Cluster, error)
+	// NewExecer builds what doctor execs in containers with.
+	NewExecer func(genericclioptions.RESTClientGetter) (Execer, error)
 	// Now is the clock ages are measured against.
 	Now func() time.Time
 	// Color colours doctor's verdicts (set when stdout is a terminal).
@@ -40,6 +42,9 @@ type Options struct {
 func Execute(ctx context.Context, args []string, o Options) int {
 	if o.NewCluster == nil {
 		o.NewCluster = NewCluster
+	}
+	if o.NewExecer == nil {
+		o.NewExecer = NewExecer
 	}
 	if o.Now == nil {
 		o.Now = time.Now
