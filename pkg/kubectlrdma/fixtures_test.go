@@ -1,6 +1,7 @@
 package kubectlrdma
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -127,6 +128,9 @@ func pod(ns, name, nodeName string, phase corev1.PodPhase, limits map[string]int
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{c}}}
 	p.Status.Phase = phase
+	if nodeName != "" {
+		p.Status.PodIP = fmt.Sprintf("10.244.0.%d", 10+len(name))
+	}
 	return p
 }
 

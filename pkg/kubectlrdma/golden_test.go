@@ -51,6 +51,12 @@ var goldenCases = []goldenCase{
 	{"doctor-node-cpu", []string{"doctor", "node/cpu-1"}},
 	{"doctor-unknown-pod", []string{"doctor", "-n", "train", "nope"}},
 	{"doctor-unknown-node", []string{"doctor", "node/nope-1"}},
+	{"bw-ib", []string{"bw", "-n", "train", "worker-0", "worker-1"}},
+	{"bw-exec-forbidden", []string{"bw", "-n", "train", "worker-2", "worker-1"}},
+	{"bw-no-perftest", []string{"bw", "-n", "default", "rxe-client", "rxe-client"}},
+	{"bw-not-allocated", []string{"bw", "-n", "default", "rxe-client", "lost"}},
+	{"bw-no-rdma", []string{"bw", "-n", "default", "rxe-client", "web"}},
+	{"bw-pending", []string{"bw", "-n", "train", "worker-0", "pending-0"}},
 }
 
 // transcript runs args and returns what a terminal would show: the command,

@@ -79,7 +79,8 @@ checklist of what stands between a pod and working RDMA. It only reads the clust
   kubectl rdma topo gpu-node-1
   kubectl rdma pods -A
   kubectl rdma doctor my-training-pod-0
-  kubectl rdma doctor node/gpu-node-1`,
+  kubectl rdma doctor node/gpu-node-1
+  kubectl rdma bw -n training worker-0 worker-1`,
 		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl rdma"},
 		Version:           version.Get().String(),
 		SilenceErrors:     true,
@@ -100,7 +101,7 @@ checklist of what stands between a pod and working RDMA. It only reads the clust
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usagef("%w", err) })
 	o.flags.AddFlags(root.PersistentFlags())
 	root.Flags().Bool("version", false, "print the version, commit and build date") // no -v: kubectl's verbosity
-	root.AddCommand(newNodesCommand(o), newTopoCommand(o), newPodsCommand(o), newDoctorCommand(o), newVersionCommand(o))
+	root.AddCommand(newNodesCommand(o), newTopoCommand(o), newPodsCommand(o), newDoctorCommand(o), newBWCommand(o), newVersionCommand(o))
 	return root
 }
 
