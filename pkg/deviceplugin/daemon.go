@@ -95,7 +95,7 @@ type Daemon struct {
 	pools    map[string]*poolServer
 	numa     int
 
-	snap     *nodewatch.Snapshot // the last one handed to the pools
+	snap *nodewatch.Snapshot // the last one handed to the pools
 
 	nodeStateReport func() any // set before Run
 

@@ -68,10 +68,10 @@ func TestBuild(t *testing.T) {
 	minor := 0
 	base := v1alpha1.RDMANodeStateStatus{
 		StateVersion: v1alpha1.StateVersion, DaemonVersion: "v1.2.3", RDMANetnsMode: "exclusive",
-		LastUpdate: metav1.NewTime(now.Truncate(time.Second)),
-		Devices:    devices,
-		GPUs:       []v1alpha1.GPU{{PCIAddress: "0000:19:01.0", UUID: "GPU-1", Minor: &minor, NUMANode: 0, PCIeRoot: "pci0000:18"}},
-		Affinity:   []v1alpha1.AffinityRow{{GPU: "0000:19:01.0", Levels: []string{"PHB", "NODE", "SYS"}}},
+		LastUpdate:   metav1.NewTime(now.Truncate(time.Second)),
+		Devices:      devices,
+		GPUs:         []v1alpha1.GPU{{PCIAddress: "0000:19:01.0", UUID: "GPU-1", Minor: &minor, NUMANode: 0, PCIeRoot: "pci0000:18"}},
+		Affinity:     []v1alpha1.AffinityRow{{GPU: "0000:19:01.0", Levels: []string{"PHB", "NODE", "SYS"}}},
 		ConfigErrors: []string{"pool \"x\" overlaps"},
 	}
 	pools := func(ib, roce int) []v1alpha1.Pool {
