@@ -58,7 +58,10 @@ type Config struct {
 
 // Report is the publisher's health, served on the daemon's /state.
 type Report struct {
-	Object string `json:"object"`
+	// Enabled is false when the daemon does not publish; Reason says why.
+	Enabled bool   `json:"enabled"`
+	Reason  string `json:"reason,omitempty"`
+	Object  string `json:"object,omitempty"`
 	// OK is true once a write succeeded and the last attempt did not fail.
 	OK        bool      `json:"ok"`
 	Writes    int       `json:"writes"`
@@ -102,7 +105,7 @@ func New(cfg Config) *Publisher {
 		cfg.Now = time.Now
 	}
 	return &Publisher{cfg: cfg, log: cfg.Logger.With("rdmanodestate", cfg.NodeName),
-		report: Report{Object: cfg.NodeName}}
+		report: Report{Enabled: true, Object: cfg.NodeName}}
 }
 
 // Report returns the publisher's health.
