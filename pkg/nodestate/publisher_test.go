@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 )
 
@@ -160,4 +164,31 @@ func TestPublisherRetriesWithBackoff(t *testing.T) {
 	if r := p.Report(); !r.OK || r.Failures != 0 || r.LastError != "" {
 		t.Errorf("report after the outage: %+v", r)
 	}
+}
+
+// TestPublisherFollowsAllocations: allocations come from a real PodResources
+// gRPC server, polled; a pod that goes away leaves the status at the next poll.
+func TestPublisherFollowsAllocations(t *testing.T) {
+	srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p", Container: "nccl",
+		Devices: map[string][]string{"rdma.kube-rdma.io/ib": {"0000:19:00.0"}, "nvidia.com/gpu": {"GPU-1"}}})
+	pods, err := podres.Dial(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, w := newFakeSource(testView()), &fakeWriter{}
+	startPublisher(t, Config{NodeName: "n1", Source: src, Pods: pods, Writer: w, Interval: 20 * time.Millisecond,
+		PodPoll: 50 * time.Millisecond})
+	eventually(t, "the allocation published", 5*time.Second, func() bool { return w.count() > 0 })
+	want := []v1alpha1.Allocation{{Namespace: "ns", Pod: "p", Container: "nccl", Resource: "rdma.kube-rdma.io/ib",
+		DeviceIDs: []string{"0000:19:00.0"}, RDMADevices: []string{"mlx5_2"}, Netdevs: []string{"ib2"}}}
+	if diff := cmp.Diff(want, w.last().Allocations); diff != "" {
+		t.Errorf("allocations (-want +got):\n%s", diff)
+	}
+	if got := w.last().Pools[0].Allocated; got != 1 {
+		t.Errorf("pool ib allocated %d, want 1", got)
+	}
+	srv.SetPods()
+	eventually(t, "the pod gone from the status", 5*time.Second, func() bool {
+		return w.count() > 1 && len(w.last().Allocations) == 0 && w.last().Summary.Pods == 0
+	})
 }
