@@ -101,10 +101,10 @@ helm-check:
 local-node-build:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
 
-# kubectl-rdma against a real kube-apiserver and etcd (envtest) from local-node-build's cache;
-# fails, instead of skipping as in make test, when they are not there.
+# The node-state publisher and kubectl-rdma against a real kube-apiserver and etcd (envtest)
+# from local-node-build's cache (make test runs them too, when that cache exists).
 test-apiserver:
-	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current $(GO) test -count=1 -run TestAgainstAPIServer -v ./pkg/kubectlrdma/
+	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
 e2e-local:
