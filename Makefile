@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local lint ci clean manifests helm-check local-node-build shellcheck
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate
 
 all: build
 
@@ -87,11 +87,12 @@ manifests:
 	HELM=$(HELM) bash hack/render-manifests.sh >deploy/manifests/device-plugin.yaml.tmp
 	mv deploy/manifests/device-plugin.yaml.tmp deploy/manifests/device-plugin.yaml
 
-# Lint (defaults and each CNI mode), the rendered manifests up to date, the render tests.
+# Lint (defaults, each CNI mode, no node state), the rendered manifests up to date, the render tests.
 helm-check:
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=multus --set-json 'cni.networks=[{"name":"rdma-ib","pool":"ib"}]'
+	$(HELM) lint --strict $(CHART) --set nodeState.enabled=false
 	HELM=$(HELM) bash hack/render-manifests.sh | diff -u deploy/manifests/device-plugin.yaml - || \
 	  { echo "deploy/manifests/device-plugin.yaml differs from the chart: run make manifests"; exit 1; }
 	HELM=$(HELM) $(GO) test -count=1 ./deploy/helm/
@@ -100,9 +101,20 @@ helm-check:
 local-node-build:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
 
+# The node-state publisher and kubectl-rdma against a real kube-apiserver and etcd (envtest)
+# from local-node-build's cache (make test runs them too, when that cache exists).
+test-apiserver:
+	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/
+
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
 e2e-local:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
+
+# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned); CI fails
+# when the committed files differ.
+CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+generate:
+	$(GO) run $(CONTROLLER_GEN) object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/helm/kube-rdma/crds
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

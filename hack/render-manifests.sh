@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/render-manifests.sh: print deploy/manifests/device-plugin.yaml, the kube-rdma chart
-# rendered with its default values, for users who `kubectl apply` instead of using Helm.
+# rendered with its default values and its CRD, for users who `kubectl apply` instead of using Helm.
 # `make manifests` writes it; `make helm-check` fails when the committed file differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +18,4 @@ kind: Namespace
 metadata:
   name: kube-rdma
 HEAD
-"$HELM" template kube-rdma deploy/helm/kube-rdma --namespace kube-rdma
+"$HELM" template kube-rdma deploy/helm/kube-rdma --namespace kube-rdma --include-crds

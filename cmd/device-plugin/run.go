@@ -21,12 +21,31 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return deviceplugin.Run(ctx, cfg)
+	d, err := deviceplugin.New(cfg.Config)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait, err := startNodeState(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	defer wait()
+	defer cancel() // runs first: the publisher stops before wait
+	return d.Run(ctx)
 }
 
-func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config, error) {
+// runConfig is the daemon's config and the node-state publisher's flags.
+type runConfig struct {
+	deviceplugin.Config
+	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
+	nodeState   nodeStateFlags
+}
+
+func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var cfg deviceplugin.Config
+	var cfg runConfig
 	fs.StringVar(&cfg.ConfigFile, "config", "", "pools file (YAML or JSON), reloaded on change; empty: one exclusive pool \"hca\" with every RDMA device, prefix rdma.kube-rdma.io")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&cfg.SysRoot, "sysfs-root", "/sys", "sysfs root")
@@ -36,6 +55,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9478", "address of /metrics, /state and /healthz; empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
+	cfg.nodeState.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
@@ -51,6 +71,8 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (deviceplugin.Config
 	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {
 		return cfg, cli.Usagef("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.nodeState.set = cfg.nodeState.set || f.Name == "node-state" })
+	cfg.nodeNameSet = cfg.NodeName != "" || os.Getenv("NODE_NAME") != ""
 	if cfg.NodeName == "" {
 		hostname, _ := os.Hostname()
 		cfg.NodeName = envOr("NODE_NAME", hostname)

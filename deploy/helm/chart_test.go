@@ -58,6 +58,17 @@ type object struct {
 	Spec       json.RawMessage   `json:"spec"`
 	// ServiceAccount
 	AutomountServiceAccountToken *bool `json:"automountServiceAccountToken"`
+	// ClusterRole, ClusterRoleBinding
+	Rules    []rule          `json:"rules"`
+	RoleRef  json.RawMessage `json:"roleRef"`
+	Subjects json.RawMessage `json:"subjects"`
+}
+
+type rule struct {
+	APIGroups     []string `json:"apiGroups"`
+	Resources     []string `json:"resources"`
+	Verbs         []string `json:"verbs"`
+	ResourceNames []string `json:"resourceNames,omitempty"`
 }
 
 type container struct {

@@ -12,11 +12,11 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 )
 
-// TestDefaults checks the default install: the device plugin only, no API access, no
-// capabilities, and the host paths it needs and no others.
+// TestDefaults checks the default install: the device plugin only, no capabilities, and the
+// host paths it needs and no others. Its API access (nodeState) is TestNodeStateRBAC's.
 func TestDefaults(t *testing.T) {
 	objs := render(t)
-	if diff := cmp.Diff([]string{"ConfigMap", "DaemonSet", "ServiceAccount"}, kinds(objs)); diff != "" {
+	if diff := cmp.Diff([]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}, kinds(objs)); diff != "" {
 		t.Errorf("rendered kinds (-want +got):\n%s", diff)
 	}
 	for _, o := range objs {
@@ -26,12 +26,9 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("%s %s: no label %s", o.Kind, o.Metadata.Name, l)
 			}
 		}
-		if o.Metadata.Namespace != "kube-rdma" {
+		if clusterScoped := strings.HasPrefix(o.Kind, "ClusterRole"); o.Metadata.Namespace != "kube-rdma" && !clusterScoped {
 			t.Errorf("%s %s: namespace %q, want the release's", o.Kind, o.Metadata.Name, o.Metadata.Namespace)
 		}
-	}
-	if sa := find(t, objs, "ServiceAccount"); sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
-		t.Error("the ServiceAccount mounts a token; the pods never call the API")
 	}
 
 	c, err := config.Parse([]byte(find(t, objs, "ConfigMap").Data["config.yaml"]))
@@ -51,13 +48,11 @@ func TestDefaults(t *testing.T) {
 	if !spec.HostNetwork || spec.HostPID {
 		t.Errorf("hostNetwork %v hostPID %v, want the host network namespace only", spec.HostNetwork, spec.HostPID)
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("the pod mounts a service account token")
-	}
 	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec.Containers)); diff != "" || len(spec.InitContainers) != 0 {
 		t.Errorf("containers (-want +got):\n%s init containers %v", diff, containerNames(spec.InitContainers))
 	}
-	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true}
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+		"/var/lib/kubelet/pod-resources": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
 	}
@@ -129,7 +124,8 @@ func TestChained(t *testing.T) {
 	}
 	checkUnprivileged(t, append(spec.InitContainers, spec.Containers...))
 	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
-		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true}
+		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true,
+		"/var/lib/k/pod-resources": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
 	}

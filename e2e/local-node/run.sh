@@ -54,7 +54,14 @@ config:
   - {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}
   - {name: vf, mode: exclusive, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
   - {name: roce-shared, mode: shared, slots: 8, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
-devicePlugin: {cdiDir: "$NODE_RUN/cdi", metricsPort: $METRICS_PORT}
+devicePlugin:
+  cdiDir: "$NODE_RUN/cdi"
+  metricsPort: $METRICS_PORT
+  # No kube-proxy on this node: the service address the in-cluster config names (10.96.0.1)
+  # does not answer, so the node-state publisher goes to the API server directly.
+  extraEnv:
+  - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+  - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
 hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
 cni:
   install: true

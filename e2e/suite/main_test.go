@@ -33,6 +33,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -71,6 +72,7 @@ type env struct {
 	config
 	core     corev1client.CoreV1Interface
 	apps     appsv1client.AppsV1Interface
+	dynamic  dynamic.Interface
 	hostname string // the node's kubernetes.io/hostname label
 }
 
@@ -118,6 +120,9 @@ func setup() (*env, error) {
 	}
 	if e.apps, err = appsv1client.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("apps client: %w", err)
+	}
+	if e.dynamic, err = dynamic.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -135,7 +135,7 @@ func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
 			if p.LinkLayer != "Ethernet" {
 				return 0, false
 			}
-			i, ok := roceV2Index(p)
+			i, ok := RoCEv2GIDIndex(p)
 			if !ok || (found && i != idx) {
 				return 0, false
 			}
@@ -145,7 +145,10 @@ func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
 	return idx, found
 }
 
-func roceV2Index(p discovery.Port) (int, bool) {
+// RoCEv2GIDIndex is the GID index NCCL_IB_GID_INDEX should name for a port:
+// its first RoCE v2 GID with an IPv4-mapped address, else its first RoCE v2
+// GID; false when it has none.
+func RoCEv2GIDIndex(p discovery.Port) (int, bool) {
 	first := -1
 	for _, g := range p.GIDs {
 		if g.Type != "RoCE v2" {

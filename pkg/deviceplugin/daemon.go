@@ -95,8 +95,14 @@ type Daemon struct {
 	pools    map[string]*poolServer
 	numa     int
 
-	stateMu sync.Mutex
-	state   State
+	snap *nodewatch.Snapshot // the last one handed to the pools
+
+	nodeStateReport func() any // set before Run
+
+	stateMu     sync.Mutex
+	state       State
+	view        View
+	viewChanged chan struct{}
 }
 
 // New checks the configuration, loads the pools file and opens the metrics
@@ -121,7 +127,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Events = []EventSource{nodewatch.Netlink{}}
 	}
 	d := &Daemon{
-		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), pools: map[string]*poolServer{},
+		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), pools: map[string]*poolServer{}, viewChanged: make(chan struct{}),
 		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}

@@ -73,6 +73,7 @@ func (d *Daemon) push(snap *nodewatch.Snapshot) {
 		d.m.setDevices(name, healthy, unhealthy)
 	}
 	d.devGen = snap.DevicesGen
+	d.snap = snap
 	d.publishState()
 }
 

@@ -59,6 +59,13 @@ func (s *poolServer) setHealth(health map[string]bool) (healthy, unhealthy int) 
 	return healthy, unhealthy
 }
 
+// devices returns the pool's RDMA devices.
+func (s *poolServer) devices() []discovery.RDMADevice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.members
+}
+
 // current returns the advertised list and the health it was built with.
 func (s *poolServer) current() (snapshot, map[string]bool) {
 	s.mu.Lock()

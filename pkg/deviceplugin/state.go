@@ -13,6 +13,9 @@ type State struct {
 	ConfigError   string         `json:"configError,omitempty"`
 	Problems      []string       `json:"problems,omitempty"`
 	Pools         []PoolState    `json:"pools"`
+	// NodeState is the RDMANodeState publisher's report; absent when the
+	// daemon does not publish.
+	NodeState any `json:"nodeState,omitempty"`
 }
 
 // PoolState is one pool's advertised devices.
@@ -37,6 +40,9 @@ func (d *Daemon) State() State {
 	defer d.stateMu.Unlock()
 	s := d.state
 	s.Pools = append([]PoolState(nil), s.Pools...)
+	if d.nodeStateReport != nil {
+		s.NodeState = d.nodeStateReport()
+	}
 	return s
 }
 
@@ -65,4 +71,5 @@ func (d *Daemon) publishState() {
 	d.stateMu.Lock()
 	d.state.NodeName, d.state.ConfigFile, d.state.Pools = d.cfg.NodeName, d.cfg.ConfigFile, pools
 	d.stateMu.Unlock()
+	d.publishView(d.snap)
 }

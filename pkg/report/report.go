@@ -14,18 +14,38 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
-// WriteTable writes the RDMA device table, then the affinity matrix and its
-// legend, then any warnings.
+// WriteTable writes the RDMA device table (with NUMA node and PCIe root),
+// then the affinity matrix and its legend, then any warnings.
 func WriteTable(w io.Writer, n *discovery.Node) error {
+	return WriteTableWith(w, n, TableOptions{})
+}
+
+// TableOptions change WriteTableWith's device table.
+type TableOptions struct {
+	// NoCharDevices leaves out the CHAR DEVICES column, for a Node built
+	// from a source that does not carry them (the kube-rdma node state).
+	NoCharDevices bool
+}
+
+// WriteTableWith is WriteTable with options.
+func WriteTableWith(w io.Writer, n *discovery.Node, o TableOptions) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RDMA DEVICE\tKIND\tPCI\tNUMA\tNETDEV\tPORTS\tLINK\tRATE\tCHAR DEVICES")
+	header := "RDMA DEVICE\tKIND\tPCI\tNUMA\tPCIE ROOT\tNETDEV\tPORTS\tLINK\tRATE"
+	if !o.NoCharDevices {
+		header += "\tCHAR DEVICES"
+	}
+	fmt.Fprintln(tw, header)
 	for _, d := range n.RDMADevices {
 		pci := d.PCIAddress
 		if pci == "" {
 			pci = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Kind, pci, numa(d.NUMANode),
-			dash(strings.Join(d.Netdevs, ",")), portStates(d.Ports), dash(d.LinkLayer), dash(firstRate(d.Ports)), charNames(d.CharDevices))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", d.Name, d.Kind, pci, numa(d.NUMANode), dash(d.PCIeRoot),
+			dash(strings.Join(d.Netdevs, ",")), portStates(d.Ports), dash(d.LinkLayer), dash(firstRate(d.Ports)))
+		if !o.NoCharDevices {
+			fmt.Fprintf(tw, "\t%s", charNames(d.CharDevices))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -59,7 +79,7 @@ func WriteMatrix(w io.Writer, n *discovery.Node) error {
 	for _, d := range n.RDMADevices {
 		fmt.Fprintf(tw, "%s\t", d.Name)
 	}
-	fmt.Fprintln(tw, "PCI\tNUMA\tUUID")
+	fmt.Fprintln(tw, "PCI\tNUMA\tPCIE ROOT\tUUID")
 	for i, g := range n.GPUs {
 		fmt.Fprintf(tw, "GPU%d\t", i)
 		for _, d := range n.RDMADevices {
@@ -69,7 +89,7 @@ func WriteMatrix(w io.Writer, n *discovery.Node) error {
 			}
 			fmt.Fprintf(tw, "%s\t", l)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", g.PCIAddress, numa(g.NUMANode), dash(g.UUID))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.PCIAddress, numa(g.NUMANode), dash(g.PCIeRoot), dash(g.UUID))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -136,3 +136,38 @@ func (c *Client) pod(ctx context.Context, namespace, name string) (*podResources
 	}
 	return nil, fmt.Errorf("list pod resources: %s/%s is not listed: %w", namespace, name, ErrPodNotFound)
 }
+
+// ContainerDevices is one container's device IDs of one resource.
+type ContainerDevices struct {
+	Namespace, Pod, Container, Resource string
+	DeviceIDs                           []string
+}
+
+// List returns the device IDs of every pod container the kubelet knows, one
+// entry per container and resource, in the kubelet's order. (Protobuf
+// writes a container's name before its devices, so each device knows it.)
+func (c *Client) List(ctx context.Context) ([]ContainerDevices, error) {
+	resp, err := c.call(ctx, "List", nil)
+	if err != nil {
+		return nil, fmt.Errorf("list pod resources: %w", err)
+	}
+	pods, err := decodePods(resp)
+	if err != nil {
+		return nil, fmt.Errorf("decode List response: %w", err)
+	}
+	var out []ContainerDevices
+	for _, p := range pods {
+		at := map[[2]string]int{}
+		for _, d := range p.devices {
+			k := [2]string{d.container, d.resource}
+			i, ok := at[k]
+			if !ok {
+				i = len(out)
+				at[k] = i
+				out = append(out, ContainerDevices{Namespace: p.namespace, Pod: p.name, Container: d.container, Resource: d.resource})
+			}
+			out[i].DeviceIDs = append(out[i].DeviceIDs, d.id)
+		}
+	}
+	return out, nil
+}

@@ -130,3 +130,33 @@ func TestLargeListResponse(t *testing.T) {
 		t.Errorf("Devices (-want +got):\n%s", diff)
 	}
 }
+
+func TestList(t *testing.T) {
+	srv := podrestest.Start(t,
+		podrestest.Pod{Namespace: "ns", Name: "a", Container: "nccl", Devices: map[string][]string{"rdma/hca": {"0000:1a:00.0", "0000:1b:00.0"}, "nvidia.com/gpu": {"GPU-1"}}},
+		podrestest.Pod{Namespace: "ns", Name: "b", Devices: map[string][]string{"rdma/shared": {"shared-3"}}},
+		podrestest.Pod{Namespace: "ns", Name: "none"},
+	)
+	c, err := podres.Dial(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []podres.ContainerDevices{
+		{Namespace: "ns", Pod: "a", Container: "nccl", Resource: "nvidia.com/gpu", DeviceIDs: []string{"GPU-1"}},
+		{Namespace: "ns", Pod: "a", Container: "nccl", Resource: "rdma/hca", DeviceIDs: []string{"0000:1a:00.0", "0000:1b:00.0"}},
+		{Namespace: "ns", Pod: "b", Container: "main", Resource: "rdma/shared", DeviceIDs: []string{"shared-3"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	srv.Fail(errors.New("kubelet down"))
+	if _, err := c.List(ctx); err == nil {
+		t.Error("List with a failing kubelet: no error")
+	}
+}

@@ -14,6 +14,7 @@ const (
 	podName            = 1 // PodResources.name
 	podNamespace       = 2 // PodResources.namespace
 	podContainers      = 3 // PodResources.containers
+	ctrName            = 1 // ContainerResources.name
 	ctrDevices         = 2 // ContainerResources.devices
 	devResourceName    = 1 // ContainerDevices.resource_name
 	devDeviceIDs       = 2 // ContainerDevices.device_ids
@@ -24,7 +25,7 @@ type podResources struct {
 	devices         []device
 }
 
-type device struct{ resource, id string }
+type device struct{ container, resource, id string }
 
 func encodeGetRequest(name, namespace string) []byte {
 	var b []byte
@@ -87,7 +88,11 @@ func decodePod(b []byte) (podResources, error) {
 		case podNamespace:
 			p.namespace = string(v)
 		case podContainers:
+			var ctr string
 			return fields(v, func(num protowire.Number, v []byte) error {
+				if num == ctrName {
+					ctr = string(v)
+				}
 				if num != ctrDevices {
 					return nil
 				}
@@ -103,7 +108,7 @@ func decodePod(b []byte) (podResources, error) {
 					return nil
 				})
 				for _, id := range ids {
-					p.devices = append(p.devices, device{resource: res, id: id})
+					p.devices = append(p.devices, device{container: ctr, resource: res, id: id})
 				}
 				return err
 			})

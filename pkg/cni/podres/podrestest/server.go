@@ -4,10 +4,13 @@
 package podrestest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +25,8 @@ import (
 type Pod struct {
 	Namespace, Name string
 	Devices         map[string][]string
+	// Container names the pod's one container; "" is "main".
+	Container string
 }
 
 // Server answers List and Get from its pods with the kubelet's answers
@@ -69,8 +74,9 @@ func (s *Server) SetPods(pods ...Pod) {
 }
 
 func (s *Server) resources(p Pod) *podresourcesv1.PodResources {
-	ctr := &podresourcesv1.ContainerResources{Name: "main"}
-	for res, ids := range p.Devices {
+	ctr := &podresourcesv1.ContainerResources{Name: cmp.Or(p.Container, "main")}
+	for _, res := range slices.Sorted(maps.Keys(p.Devices)) {
+		ids := p.Devices[res]
 		ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{ResourceName: res, DeviceIds: ids})
 	}
 	return &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name, Containers: []*podresourcesv1.ContainerResources{ctr}}

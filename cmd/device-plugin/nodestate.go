@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kube-rdma/kube-rdma/internal/version"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
+)
+
+// nodeStateFlags are the `run` flags of the RDMANodeState publisher.
+type nodeStateFlags struct {
+	enabled    bool
+	set        bool // --node-state was given
+	kubeconfig string
+	interval   time.Duration
+	podSocket  string
+}
+
+func (f *nodeStateFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.enabled, "node-state", false, "publish this node's RDMANodeState (default: true in a cluster, i.e. with an in-cluster config, or with --kubeconfig)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state outside a cluster; empty: the in-cluster config")
+	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
+	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState)")
+}
+
+// restConfig returns the API server to publish to, or nil when the daemon
+// does not publish: --node-state=false, or not given outside a cluster.
+func (f *nodeStateFlags) restConfig() (*rest.Config, string, error) {
+	if f.set && !f.enabled {
+		return nil, "--node-state=false", nil
+	}
+	if f.kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+		if err != nil {
+			return nil, "", fmt.Errorf("run: --kubeconfig: %w", err)
+		}
+		return cfg, "", nil
+	}
+	cfg, err := rest.InClusterConfig()
+	switch {
+	case err == nil:
+		return cfg, "", nil
+	case f.set:
+		return nil, "", fmt.Errorf("run: --node-state: no in-cluster config (%w); give --kubeconfig", err)
+	case errors.Is(err, rest.ErrNotInCluster):
+		return nil, "not in a cluster (no in-cluster config, no --kubeconfig)", nil
+	}
+	return nil, "", fmt.Errorf("run: in-cluster config: %w", err)
+}
+
+// startNodeState starts the publisher once the daemon is ready (its first
+// scan done, every pool served) and returns a function that waits for it to
+// stop after ctx ends. Without an API server it only says so on /state.
+func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) (wait func(), err error) {
+	rc, reason, err := cfg.nodeState.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	if rc == nil {
+		d.SetNodeStateReport(func() any { return nodestate.Report{Reason: reason} })
+		return func() {}, nil
+	}
+	if !cfg.nodeNameSet {
+		return nil, errors.New("run: publishing RDMANodeState needs the node's name: --node-name or NODE_NAME (the chart sets it from spec.nodeName)")
+	}
+	if cfg.nodeState.interval <= 0 {
+		return nil, fmt.Errorf("run: --node-state-interval %s must be positive", cfg.nodeState.interval)
+	}
+	client, err := nodestate.NewClient(rc)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := podres.Dial(cfg.nodeState.podSocket)
+	if err != nil {
+		return nil, err
+	}
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Writer: client,
+		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
+	d.SetNodeStateReport(func() any { return p.Report() })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-d.Ready():
+			_ = p.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return func() { <-done }, nil
+}

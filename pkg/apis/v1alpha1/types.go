@@ -1,0 +1,188 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// StateVersion is the layout of RDMANodeStateStatus this package writes and
+// reads. A writer sets status.stateVersion to it; a reader refuses a higher
+// value (a newer daemon) with a message naming both, and reads every lower
+// one it still lists in its docs. Bump it when a field changes meaning or is
+// removed; adding an optional field does not need a bump.
+const StateVersion = 1
+
+// RDMANodeState is what the device plugin daemon on one node sees and serves.
+// Its name is the node's name.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=rns,categories=kube-rdma
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Netns",type=string,JSONPath=`.status.rdmaNetnsMode`
+// +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.status.summary.devices`
+// +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.summary.unhealthy`
+// +kubebuilder:printcolumn:name="Daemon",type=string,JSONPath=`.status.daemonVersion`
+// +kubebuilder:printcolumn:name="Updated",type=date,JSONPath=`.status.lastUpdate`
+type RDMANodeState struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RDMANodeStateSpec   `json:"spec,omitempty"`
+	Status RDMANodeStateStatus `json:"status,omitempty"`
+}
+
+// RDMANodeStateSpec names the node; everything else is status.
+type RDMANodeStateSpec struct {
+	// NodeName is the node this state describes (also the object's name).
+	NodeName string `json:"nodeName"`
+}
+
+// RDMANodeStateStatus is the daemon's view of its node.
+type RDMANodeStateStatus struct {
+	// StateVersion is the layout of this status (StateVersion when written).
+	StateVersion int `json:"stateVersion"`
+	// DaemonVersion is the writing daemon's --version ("v0.3.0-12-gabcdef").
+	DaemonVersion string `json:"daemonVersion,omitempty"`
+	// RDMANetnsMode is the kernel's RDMA netns mode: shared, exclusive or
+	// unknown (no RDMA netlink).
+	RDMANetnsMode string `json:"rdmaNetnsMode,omitempty"`
+	// LastUpdate is when the daemon last changed this status.
+	LastUpdate metav1.Time `json:"lastUpdate,omitempty"`
+	// Summary counts for list views.
+	Summary Summary `json:"summary"`
+	// Devices are the node's RDMA devices in natural name order.
+	// +listType=map
+	// +listMapKey=name
+	Devices []Device `json:"devices,omitempty"`
+	// GPUs are the node's GPUs in PCI address order.
+	// +listType=map
+	// +listMapKey=pciAddress
+	GPUs []GPU `json:"gpus,omitempty"`
+	// Affinity is the GPU x NIC matrix: one row per GPU, in GPUs order.
+	// +listType=atomic
+	Affinity []AffinityRow `json:"affinity,omitempty"`
+	// Pools are the configured pools with their counts.
+	// +listType=map
+	// +listMapKey=name
+	Pools []Pool `json:"pools,omitempty"`
+	// Allocations are the kubelet's current device allocations of this
+	// daemon's resources (PodResources API List), one per pod container and
+	// resource.
+	// +listType=atomic
+	Allocations []Allocation `json:"allocations,omitempty"`
+	// ConfigErrors are the problems of the pools file the daemon runs with
+	// (overlaps, a shared pool in exclusive netns mode, a file it ignored).
+	// +listType=atomic
+	ConfigErrors []string `json:"configErrors,omitempty"`
+}
+
+// Summary is a few counts over the status.
+type Summary struct {
+	Devices   int `json:"devices"`
+	Unhealthy int `json:"unhealthy"`
+	GPUs      int `json:"gpus"`
+	Pods      int `json:"pods"`
+}
+
+// Device is one RDMA device.
+type Device struct {
+	Name string `json:"name"`
+	// Kind is PF, VF, SF or virtual.
+	Kind       string `json:"kind"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+	// NUMANode is -1 when unknown.
+	NUMANode int    `json:"numaNode"`
+	PCIeRoot string `json:"pcieRoot,omitempty"`
+	// LinkLayer is port 1's: InfiniBand or Ethernet.
+	LinkLayer string `json:"linkLayer,omitempty"`
+	// +listType=atomic
+	Netdevs []string `json:"netdevs,omitempty"`
+	// Healthy is what the daemon tells the kubelet: every port ACTIVE.
+	Healthy bool `json:"healthy"`
+	// Pools are the pools the device is in.
+	// +listType=atomic
+	Pools []string `json:"pools,omitempty"`
+	// +listType=map
+	// +listMapKey=port
+	Ports []Port `json:"ports,omitempty"`
+}
+
+// Port is one port of a device.
+type Port struct {
+	Port int `json:"port"`
+	// State is ACTIVE, DOWN, INIT or ARMED; PhysState LinkUp, Disabled, ...
+	State     string `json:"state"`
+	PhysState string `json:"physState,omitempty"`
+	LinkLayer string `json:"linkLayer,omitempty"`
+	Rate      string `json:"rate,omitempty"`
+	Netdev    string `json:"netdev,omitempty"`
+	// RoCEv2GIDIndex is the index NCCL_IB_GID_INDEX would name for this port
+	// (the first RoCE v2 GID with an IPv4-mapped address, else the first
+	// RoCE v2 GID); absent on InfiniBand or with no RoCE v2 GID.
+	RoCEv2GIDIndex *int `json:"rocev2GIDIndex,omitempty"`
+}
+
+// GPU is one GPU.
+type GPU struct {
+	PCIAddress string `json:"pciAddress"`
+	// UUID is the NVIDIA GPU UUID, when the driver reports it.
+	UUID string `json:"uuid,omitempty"`
+	// Minor is the NVIDIA device minor (/dev/nvidiaN).
+	Minor    *int   `json:"minor,omitempty"`
+	NUMANode int    `json:"numaNode"`
+	PCIeRoot string `json:"pcieRoot,omitempty"`
+}
+
+// AffinityRow is one GPU's PCIe distance to every device.
+type AffinityRow struct {
+	// GPU is the GPU's PCI address.
+	GPU string `json:"gpu"`
+	// Levels are PIX, PXB, PHB, NODE or SYS (nvidia-smi topo -m), one per
+	// device in status.devices order.
+	// +listType=atomic
+	Levels []string `json:"levels"`
+}
+
+// Pool is one configured pool: one extended resource.
+type Pool struct {
+	Name string `json:"name"`
+	// Resource is the extended resource name (rdma.kube-rdma.io/ib).
+	Resource string `json:"resource"`
+	// Mode is exclusive or shared.
+	Mode string `json:"mode"`
+	// Slots is the number of pods a shared pool serves; 0 for exclusive.
+	Slots int `json:"slots,omitempty"`
+	// Capacity is what the daemon advertises; Allocatable the healthy part
+	// of it; Allocated what the kubelet has given to pods.
+	Capacity    int `json:"capacity"`
+	Allocatable int `json:"allocatable"`
+	Allocated   int `json:"allocated"`
+	// Devices are the RDMA device names in the pool.
+	// +listType=atomic
+	Devices []string `json:"devices,omitempty"`
+}
+
+// Allocation is one container's devices of one resource.
+type Allocation struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	Resource  string `json:"resource"`
+	// DeviceIDs are the kubelet device IDs (PCI addresses; shared-pool slot
+	// IDs for a shared pool).
+	// +listType=atomic
+	DeviceIDs []string `json:"deviceIDs"`
+	// RDMADevices and Netdevs are the devices those IDs name.
+	// +listType=atomic
+	RDMADevices []string `json:"rdmaDevices,omitempty"`
+	// +listType=atomic
+	Netdevs []string `json:"netdevs,omitempty"`
+}
+
+// RDMANodeStateList is a list of RDMANodeState.
+//
+// +kubebuilder:object:root=true
+type RDMANodeStateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RDMANodeState `json:"items"`
+}

@@ -1,0 +1,68 @@
+package kubectlrdma
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+)
+
+// allocationChecks: each requested resource is a pool on the node, each
+// container's allocation of it is in the state with as many devices as it
+// asked for, and those devices are healthy.
+func allocationChecks(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []Check {
+	var checks []Check
+	var devices []string
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for name, q := range c.Resources.Limits {
+			res := string(name)
+			if !strings.HasPrefix(res, resourcePrefix) {
+				continue
+			}
+			if !slices.ContainsFunc(s.Status.Pools, func(p v1alpha1.Pool) bool { return p.Resource == res }) {
+				checks = append(checks, Check{Name: "pool for " + res, Verdict: Fail,
+					Detail: fmt.Sprintf("container %s asks for %s, which no pool on node %s serves", c.Name, res, s.Name),
+					Fix:    "use a resource kubectl rdma nodes lists for the node, or add the pool to the chart's values"})
+				continue
+			}
+			ck, devs := containerAllocation(pod, c.Name, res, q.Value(), s)
+			checks, devices = append(checks, ck), append(devices, devs...)
+		}
+	}
+	slices.SortFunc(checks, func(a, b Check) int { return strings.Compare(a.Name, b.Name) })
+	if len(devices) > 0 {
+		for _, h := range healthChecks(s.Status.Devices, devices) {
+			h.Name = "allocated " + h.Name
+			checks = append(checks, h)
+		}
+	}
+	return checks
+}
+
+func containerAllocation(pod *corev1.Pod, container, res string, want int64, s *v1alpha1.RDMANodeState) (Check, []string) {
+	c := Check{Name: fmt.Sprintf("allocation %s %s", container, res)}
+	i := slices.IndexFunc(s.Status.Allocations, func(a v1alpha1.Allocation) bool {
+		return a.Namespace == pod.Namespace && a.Pod == pod.Name && a.Container == container && a.Resource == res
+	})
+	switch {
+	case i < 0 && pod.Status.Phase == corev1.PodPending:
+		c.Verdict, c.Detail = Warn, "no allocation yet: the pod is Pending"
+		c.Fix = "the kubelet allocates when it starts the container: kubectl describe pod " + pod.Name
+		return c, nil
+	case i < 0:
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("the node's state has no allocation of %s to container %s", res, container)
+		c.Fix = "the daemon's view of the kubelet lags or the pod started before the daemon: see the daemon's logs, recreate the pod"
+		return c, nil
+	}
+	a := s.Status.Allocations[i]
+	c.Verdict, c.Detail = Pass, fmt.Sprintf("%d device(s): %s", len(a.DeviceIDs), strings.Join(a.RDMADevices, ","))
+	if int64(len(a.DeviceIDs)) != want {
+		c.Verdict = Fail
+		c.Detail = fmt.Sprintf("%d device(s) allocated, the container asks for %d", len(a.DeviceIDs), want)
+		c.Fix = "the daemon's view of the kubelet lags: wait and retry, else see the daemon's logs"
+	}
+	return c, a.RDMADevices
+}

@@ -1,0 +1,126 @@
+package kubectlrdma
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+)
+
+const daemonPods = "kubectl get pods -A -l app.kubernetes.io/name=kube-rdma -o wide"
+
+// nodeChecks checks node and its state s (nil with stateErr when GetState
+// failed). Errors other than a missing or newer state are returned.
+func nodeChecks(node *corev1.Node, s *v1alpha1.RDMANodeState, stateErr error, now time.Time, staleAfter time.Duration) ([]Check, error) {
+	switch {
+	case errors.Is(stateErr, ErrNoDaemon):
+		return []Check{{Name: "daemon state", Verdict: Fail, Detail: "no RDMANodeState for node " + node.Name,
+			Fix: "is the kube-rdma daemon running on the node (nodeSelector, tolerations)? " + daemonPods}}, nil
+	case errors.Is(stateErr, ErrNewerState):
+		return []Check{{Name: "daemon state", Verdict: Fail, Detail: stateErr.Error(), Fix: "install the kubectl-rdma of the daemon's release"}}, nil
+	case stateErr != nil:
+		return nil, stateErr
+	}
+	st := &s.Status
+	checks := []Check{{Name: "daemon state", Verdict: Pass,
+		Detail: fmt.Sprintf("RDMANodeState %s written by %s (state version %d)", s.Name, fromVersion(s), st.StateVersion)}}
+	fresh := Check{Name: "daemon state fresh", Verdict: Pass, Detail: "updated " + age(st.LastUpdate.Time, now)}
+	if a := now.Sub(st.LastUpdate.Time); st.LastUpdate.IsZero() || a > staleAfter {
+		fresh.Verdict = Warn
+		fresh.Detail = fmt.Sprintf("last updated %s, longer than --stale-after %s", age(st.LastUpdate.Time, now), duration.HumanDuration(staleAfter))
+		fresh.Fix = "the daemon may be stuck or gone: " + daemonPods + ", then its logs"
+	}
+	checks = append(checks, fresh)
+	if len(st.ConfigErrors) == 0 {
+		checks = append(checks, Check{Name: "pools file", Verdict: Pass, Detail: "no errors"})
+	}
+	for _, e := range st.ConfigErrors {
+		checks = append(checks, Check{Name: "pools file", Verdict: Fail, Detail: e, Fix: "correct the chart's pools values and upgrade the release"})
+	}
+	for _, p := range st.Pools {
+		checks = append(checks, advertised(node, p))
+	}
+	checks = append(checks, healthChecks(st.Devices, nil)...)
+	for _, p := range st.Pools {
+		checks = append(checks, netnsCheck(st.RDMANetnsMode, p))
+	}
+	return checks, nil
+}
+
+// advertised compares a pool with the node's allocatable.
+func advertised(node *corev1.Node, p v1alpha1.Pool) Check {
+	c := Check{Name: "pool " + p.Name + " advertised", Verdict: Pass}
+	q, ok := node.Status.Allocatable[corev1.ResourceName(p.Resource)]
+	switch {
+	case !ok:
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("node allocatable has no %s", p.Resource)
+		c.Fix = "the daemon has not registered the pool with the kubelet: see its logs (" + daemonPods + ")"
+	case p.Capacity == 0:
+		c.Verdict, c.Detail = Warn, fmt.Sprintf("%s has no devices", p.Resource)
+		c.Fix = "the pool's selector matches no RDMA device on this node: kubectl rdma topo " + node.Name
+	case q.Value() != int64(p.Allocatable):
+		c.Verdict = Warn
+		c.Detail = fmt.Sprintf("node allocatable %s=%d, the daemon says %d allocatable", p.Resource, q.Value(), p.Allocatable)
+		c.Fix = "the kubelet's node status lags the daemon; if it persists, see the kubelet's and the daemon's logs"
+	default:
+		c.Detail = fmt.Sprintf("%s=%d allocatable (%d allocated of %d)", p.Resource, p.Allocatable, p.Allocated, p.Capacity)
+	}
+	return c
+}
+
+// healthChecks passes when every device (every one named in only, if not
+// nil) is healthy, and fails once per unhealthy one.
+func healthChecks(devices []v1alpha1.Device, only []string) []Check {
+	var checks []Check
+	n := 0
+	for _, d := range devices {
+		if only != nil && !slices.Contains(only, d.Name) {
+			continue
+		}
+		n++
+		if !d.Healthy {
+			checks = append(checks, Check{Name: "device " + d.Name + " healthy", Verdict: Fail, Detail: portStates(d.Ports),
+				Fix: "check the link (cable, switch port, subnet manager): rdma link show " + d.Name + " on the node"})
+		}
+	}
+	if len(checks) == 0 {
+		return []Check{{Name: "devices healthy", Verdict: Pass, Detail: fmt.Sprintf("%d of %d healthy", n, n)}}
+	}
+	return checks
+}
+
+// netnsCheck: an exclusive pool isolates devices only in exclusive RDMA
+// netns mode; a shared pool needs shared mode.
+func netnsCheck(mode string, p v1alpha1.Pool) Check {
+	c := Check{Name: "netns mode for pool " + p.Name, Verdict: Pass, Detail: fmt.Sprintf("%s pool, %s netns mode", p.Mode, mode)}
+	switch {
+	case p.Mode == "shared" && mode == "exclusive":
+		c.Verdict, c.Fix = Fail, "a shared pool needs RDMA netns mode shared (rdma system set netns shared), or make the pool exclusive"
+	case p.Mode == "exclusive" && mode == "shared":
+		c.Verdict, c.Fix = Warn, "in shared mode every pod sees every RDMA device: rdma system set netns exclusive on the node for isolation"
+	case mode != "shared" && mode != "exclusive":
+		c.Verdict, c.Fix = Warn, "the daemon could not read the RDMA netns mode (no RDMA netlink?): see its logs"
+	}
+	return c
+}
+
+// podPreChecks need only the pod.
+func podPreChecks(pod *corev1.Pod) []Check {
+	checks := []Check{{Name: "pod scheduled", Verdict: Pass, Detail: "on node " + pod.Spec.NodeName + ", phase " + string(pod.Status.Phase)}}
+	if pod.Spec.NodeName == "" {
+		checks[0] = Check{Name: "pod scheduled", Verdict: Fail, Detail: "not scheduled (phase " + string(pod.Status.Phase) + ")",
+			Fix: "kubectl describe pod " + pod.Name + ": an event says which resource no node has"}
+	}
+	res := podResources(pod)
+	if len(res) == 0 {
+		return append(checks, Check{Name: "requests RDMA", Verdict: Fail, Detail: "no container asks for a " + resourcePrefix + "* resource",
+			Fix: "add resources.limits: {" + resourcePrefix + "POOL: 1} to the container that uses RDMA"})
+	}
+	return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: strings.Join(res, ", ")})
+}

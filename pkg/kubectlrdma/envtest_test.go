@@ -1,0 +1,209 @@
+package kubectlrdma
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+)
+
+// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
+const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
+
+// startAPIServer starts kube-apiserver and etcd (envtest) with the chart's
+// CRD. Without KUBEBUILDER_ASSETS it skips when defaultAssets lacks them;
+// with it, their absence fails the test.
+func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
+	t.Helper()
+	dir, set := os.LookupEnv("KUBEBUILDER_ASSETS")
+	if !set {
+		dir = defaultAssets
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil && set {
+			t.Fatalf("KUBEBUILDER_ASSETS=%s has no %s: %v", dir, b, err)
+		} else if err != nil {
+			t.Skipf("no %s in %s (set KUBEBUILDER_ASSETS, or make local-node-build builds them there): %v", b, dir, err)
+		}
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: dir,
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "deploy", "helm", "kube-rdma", "crds")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	return env, cfg
+}
+
+// kubeconfig writes a kubeconfig for user (system:masters for admin).
+func kubeconfig(t *testing.T, env *envtest.Environment, cfg *rest.Config, name string, groups ...string) string {
+	t.Helper()
+	u, err := env.AddUser(envtest.User{Name: name, Groups: groups}, cfg)
+	if err != nil {
+		t.Fatalf("add user %s: %v", name, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// seed creates w's namespaces, Nodes (allocatable through the status
+// subresource), Pods (phase likewise) and RDMANodeStates (status likewise).
+func seed(t *testing.T, c client.Client, w *world) {
+	t.Helper()
+	ctx := t.Context()
+	must := func(what string, err error) {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	for _, ns := range []string{"train", "default"} {
+		must("namespace "+ns, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	for _, n := range w.nodes {
+		obj := n.DeepCopy()
+		must("node "+n.Name, c.Create(ctx, obj))
+		obj.Status = n.Status
+		must("node status "+n.Name, c.Status().Update(ctx, obj))
+	}
+	for _, p := range w.pods {
+		obj := p.DeepCopy()
+		must("pod "+p.Name, c.Create(ctx, obj))
+		obj.Status = p.Status
+		must("pod status "+p.Name, c.Status().Update(ctx, obj))
+	}
+	for _, s := range w.states {
+		seedState(t, c, &s)
+	}
+}
+
+func seedState(t *testing.T, c client.Client, s *v1alpha1.RDMANodeState) {
+	t.Helper()
+	obj := s.DeepCopy()
+	if err := c.Create(t.Context(), obj); err != nil {
+		t.Fatalf("rdmanodestate %s: %v", s.Name, err)
+	}
+	obj.Status = s.Status
+	if err := c.Status().Update(t.Context(), obj); err != nil {
+		t.Fatalf("rdmanodestate %s status: %v", s.Name, err)
+	}
+}
+
+// Every golden transcript again, against a real kube-apiserver holding the
+// same objects; then the JSON round trip through the API server, a user
+// without RBAC, a state from a newer daemon, and the CRD removed.
+func TestAgainstAPIServer(t *testing.T) {
+	env, cfg := startAPIServer(t)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t)
+	seed(t, c, w)
+	admin := kubeconfig(t, env, cfg, "admin", "system:masters")
+	t.Setenv("KUBECONFIG", admin) // the binary's path: clientcmd's default loading rules
+	for _, tc := range goldenCases {
+		t.Run(tc.golden, func(t *testing.T) {
+			checkGolden(t, tc.golden, transcript(NewCluster, tc.args))
+		})
+	}
+	t.Run("json", func(t *testing.T) {
+		out := transcript(NewCluster, []string{"nodes", "-o", "json"})
+		body, _, _ := strings.Cut(strings.SplitN(out, "\n", 2)[1], "--- stderr")
+		var l v1alpha1.RDMANodeStateList
+		decodeStrict(t, outJSON, body, &l)
+		if len(l.Items) != len(w.states) {
+			t.Fatalf("%d states, want %d", len(l.Items), len(w.states))
+		}
+		for _, s := range l.Items {
+			want, _ := (&fakeCluster{w: w}).GetState(t.Context(), s.Name)
+			if diff := cmp.Diff(want.Status, s.Status); diff != "" {
+				t.Errorf("state %s changed through the API server, a field the CRD schema prunes? (-seeded +read):\n%s", s.Name, diff)
+			}
+		}
+	})
+	t.Run("forbidden", func(t *testing.T) {
+		nobody := kubeconfig(t, env, cfg, "nobody")
+		for _, args := range [][]string{{"nodes"}, {"topo", "hgx-1"}, {"pods", "-A"}, {"doctor", "node/hgx-1"}} {
+			_, errOut, code := runKubeconfig(nobody, args...)
+			if code != 1 || !strings.HasPrefix(errOut, "kubectl-rdma: permission denied: ") || !strings.Contains(errOut, `User "nobody"`) ||
+				strings.Count(errOut, "\n") != 1 {
+				t.Errorf("%v as nobody: exit %d, stderr %q", args, code, errOut)
+			}
+		}
+	})
+	t.Run("newer state", func(t *testing.T) {
+		future := w.states[2].DeepCopy()
+		future.Name, future.Spec.NodeName, future.ResourceVersion = "future-1", "future-1", ""
+		future.Status.StateVersion = v1alpha1.StateVersion + 1
+		seedState(t, c, future)
+		_, errOut, code := runKubeconfig(admin, "topo", "future-1")
+		if code != 1 || !strings.Contains(errOut, "written by a newer daemon (state version 2, this kubectl-rdma reads up to 1): upgrade kubectl-rdma") {
+			t.Errorf("topo future-1: exit %d, %q", code, errOut)
+		}
+	})
+	t.Run("no CRD", func(t *testing.T) {
+		if err := envtest.UninstallCRDs(cfg, env.CRDInstallOptions); err != nil {
+			t.Fatalf("delete the CRD: %v", err)
+		}
+		waitFor(t, 60*time.Second, func() bool {
+			_, errOut, _ := runKubeconfig(admin, "nodes")
+			return strings.Contains(errOut, ErrCRDMissing.Error())
+		})
+		for _, args := range [][]string{{"nodes"}, {"topo", "hgx-1"}, {"pods", "-A"}, {"doctor", "node/hgx-1"}} {
+			_, errOut, code := runKubeconfig(admin, args...)
+			if code != 1 || errOut != "kubectl-rdma: "+ErrCRDMissing.Error()+"\n" {
+				t.Errorf("%v without the CRD: exit %d, stderr %q", args, code, errOut)
+			}
+		}
+	})
+}
+
+func runKubeconfig(path string, args ...string) (string, string, int) {
+	return runWith(NewCluster, append(args, "--kubeconfig", path)...)
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, d, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting %s: %v", d, err)
+	}
+}

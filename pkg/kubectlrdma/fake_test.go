@@ -1,0 +1,123 @@
+package kubectlrdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+)
+
+// fakeCluster serves a world from memory; err, when set, is every call's
+// answer (a missing CRD, a Forbidden).
+type fakeCluster struct {
+	w   *world
+	err error
+	// noCRD makes the state methods answer ErrCRDMissing.
+	noCRD bool
+}
+
+func (f *fakeCluster) newCluster(genericclioptions.RESTClientGetter) (Cluster, error) { return f, nil }
+
+func (f *fakeCluster) ListStates(context.Context) ([]v1alpha1.RDMANodeState, error) {
+	if f.noCRD {
+		return nil, ErrCRDMissing
+	}
+	out := make([]v1alpha1.RDMANodeState, len(f.w.states))
+	for i := range f.w.states {
+		f.w.states[i].DeepCopyInto(&out[i])
+	}
+	return out, f.err
+}
+
+func (f *fakeCluster) GetState(_ context.Context, name string) (*v1alpha1.RDMANodeState, error) {
+	if f.noCRD {
+		return nil, ErrCRDMissing
+	}
+	for _, s := range f.w.states {
+		if s.Name == name {
+			return s.DeepCopy(), f.err
+		}
+	}
+	return nil, fmt.Errorf("rdmanodestate %s: %w", name, ErrNotFound)
+}
+
+func (f *fakeCluster) ListNodes(context.Context) ([]corev1.Node, error) {
+	return append([]corev1.Node(nil), f.w.nodes...), f.err
+}
+
+func (f *fakeCluster) GetNode(_ context.Context, name string) (*corev1.Node, error) {
+	for _, n := range f.w.nodes {
+		if n.Name == name {
+			return n.DeepCopy(), f.err
+		}
+	}
+	return nil, fmt.Errorf("node %q: %w", name, ErrNotFound)
+}
+
+func (f *fakeCluster) ListPods(_ context.Context, ns string) ([]corev1.Pod, error) {
+	var out []corev1.Pod
+	for _, p := range f.w.pods {
+		if ns == "" || p.Namespace == ns {
+			out = append(out, p)
+		}
+	}
+	return out, f.err
+}
+
+func (f *fakeCluster) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	for _, p := range f.w.pods {
+		if p.Namespace == ns && p.Name == name {
+			return p.DeepCopy(), f.err
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound)
+}
+
+// fakeExecer answers doctor's probe script with what a container of each
+// pod would print, and bw's commands as perftest would where the pod has
+// it; a pod it does not know fails like a missing pods/exec permission.
+type fakeExecer struct {
+	probe    map[string]string
+	perftest map[string]bool
+}
+
+func (f fakeExecer) newExecer(genericclioptions.RESTClientGetter) (Execer, error) { return f, nil }
+
+func (f fakeExecer) Exec(_ context.Context, ns, pod, container string, cmd []string) (string, error) {
+	out, ok := f.probe[ns+"/"+pod]
+	if !ok {
+		return "", fmt.Errorf("%w: exec in pod %s/%s container %s: pods %q is forbidden: User \"dev\" cannot create resource \"pods/exec\"", ErrForbidden, ns, pod, container, pod)
+	}
+	switch {
+	case len(cmd) == 3 && cmd[2] == "command -v ib_write_bw" && f.perftest[ns+"/"+pod]:
+		return "/usr/bin/ib_write_bw\n", nil
+	case len(cmd) == 3 && cmd[2] == "command -v ib_write_bw":
+		return "", errors.New("command terminated with exit code 1")
+	case cmd[0] == "ib_write_bw" && strings.Contains(cmd[len(cmd)-1], "."): // the client names the server's IP
+		return perftestClient, nil
+	case cmd[0] == "ib_write_bw":
+		return "", nil
+	case len(cmd) == 3 && cmd[0] == "sh" && cmd[1] == "-c":
+		return out, nil
+	}
+	return "", fmt.Errorf("unexpected command %q", cmd)
+}
+
+const perftestClient = ` #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      3710548          0.00               389.12               0.742188
+`
+
+// containers is what the world's running pods print.
+var containers = fakeExecer{
+	probe: map[string]string{
+		"train/worker-0":     "dev /dev/infiniband/uverbs0 ok\ndev /dev/infiniband/uverbs1 ok\nmemlock unlimited\nhca =mlx5_0,mlx5_1\ngidindex <unset>\n",
+		"train/worker-1":     "dev /dev/infiniband/uverbs1 ok\nmemlock 64\nhca =mlx5_0\ngidindex <unset>\nnetdev net1 up\naddr net1 inet 10.77.0.5/24\n",
+		"default/rxe-client": "dev /dev/infiniband/uverbs0 denied\nmemlock unlimited\nhca =rxe0\ngidindex 3\nnoip\ngid rxe0 1 RoCE v2\n",
+	},
+	perftest: map[string]bool{"train/worker-0": true, "train/worker-1": true},
+}

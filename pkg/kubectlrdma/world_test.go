@@ -1,0 +1,72 @@
+package kubectlrdma
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+const (
+	ibRes  = "rdma.kube-rdma.io/ib"
+	gpuRes = GPUResource
+)
+
+// newWorld is the cluster every golden test reads: an HGX node with a port
+// down and two training pods, a two-GPU node with a pool the kubelet does
+// not advertise, a soft-RoCE node with a stale state, a node without a
+// daemon, and pods pending, unallocated and without RDMA.
+func newWorld(t *testing.T) *world {
+	hgx := stateOfScan("hgx-1", scan(t, nodesim.HGX()), "exclusive", 40*time.Second)
+	hgx.Status.Devices[3].Healthy = false
+	hgx.Status.Devices[3].Ports[0].State, hgx.Status.Devices[3].Ports[0].PhysState = "DOWN", "Disabled"
+	hgx.Status.Pools = append(hgx.Status.Pools,
+		pool("ib", "exclusive", 0, "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"),
+		pool("roce", "exclusive", 0, "mlx5_8", "mlx5_9"))
+	dev := func(i int) string { return hgx.Status.Devices[i].PCIAddress }
+	uuid := func(i int) string { return hgx.Status.GPUs[i].UUID }
+	hgx.Status.Allocations = append(hgx.Status.Allocations,
+		alloc("train", "worker-0", ibRes, []string{dev(0), dev(1)}, []string{"mlx5_0", "mlx5_1"}, nil),
+		alloc("train", "worker-0", gpuRes, []string{uuid(0), uuid(1)}, nil, nil),
+		alloc("train", "worker-2", ibRes, []string{dev(2), dev(4)}, []string{"mlx5_2", "mlx5_4"}, nil),
+		alloc("train", "worker-2", gpuRes, []string{uuid(6), uuid(7)}, nil, nil))
+	finish(&hgx)
+
+	local := stateOfScan("gpu-a", scan(t, nodesim.LocalNode(2)), "exclusive", 30*time.Second)
+	local.Status.DaemonVersion = "v0.3.1"
+	local.Status.Pools = append(local.Status.Pools, pool("ib", "exclusive", 0, "mlx5_0", "mlx5_1"),
+		pool("roce-vf", "exclusive", 0, "mlx5_3", "mlx5_4"))
+	local.Status.Allocations = append(local.Status.Allocations,
+		alloc("train", "worker-1", ibRes, []string{local.Status.Devices[1].PCIAddress}, []string{"mlx5_1"}, []string{"net1"}))
+	finish(&local)
+
+	soft := stateOfScan("soft-1", scan(t, nodesim.SoftRoCE()), "shared", 2*time.Hour)
+	soft.Status.DaemonVersion = "v0.2.0"
+	soft.Status.Pools = append(soft.Status.Pools, pool("rxe", "shared", 4, "rxe0"))
+	soft.Status.ConfigErrors = []string{`pool "ib": selector matches no RDMA device`}
+	soft.Status.Allocations = append(soft.Status.Allocations,
+		alloc("default", "rxe-client", "rdma.kube-rdma.io/rxe", []string{"rxe0-slot-1"}, []string{"rxe0"}, nil))
+	finish(&soft)
+
+	return &world{
+		states: []v1alpha1.RDMANodeState{hgx, local, soft},
+		nodes: []corev1.Node{
+			node("hgx-1", map[string]int64{ibRes: 7, "rdma.kube-rdma.io/roce": 2, gpuRes: 8}),
+			node("gpu-a", map[string]int64{ibRes: 2}),
+			node("soft-1", map[string]int64{"rdma.kube-rdma.io/rxe": 4}),
+			node("cpu-1", nil),
+		},
+		pods: []corev1.Pod{
+			pod("train", "worker-0", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+			pod("train", "worker-1", "gpu-a", corev1.PodRunning, map[string]int64{ibRes: 1}),
+			pod("train", "worker-2", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+			pod("train", "pending-0", "", corev1.PodPending, map[string]int64{ibRes: 1}),
+			pod("default", "rxe-client", "soft-1", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/rxe": 1}),
+			pod("default", "web", "cpu-1", corev1.PodRunning, nil),
+			pod("default", "lost", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
+		},
+	}
+}

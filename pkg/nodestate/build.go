@@ -1,0 +1,163 @@
+package nodestate
+
+import (
+	"cmp"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// Input is everything one status is built from.
+type Input struct {
+	View deviceplugin.View
+	// Containers are the kubelet's allocations (PodResources List), of
+	// every resource: Build keeps those of the view's pools.
+	Containers    []podres.ContainerDevices
+	DaemonVersion string
+	Now           time.Time
+}
+
+// Build returns the status for in. It is pure: same input, same status.
+func Build(in Input) v1alpha1.RDMANodeStateStatus {
+	st := v1alpha1.RDMANodeStateStatus{
+		StateVersion:  v1alpha1.StateVersion,
+		DaemonVersion: in.DaemonVersion,
+		RDMANetnsMode: string(in.View.NetnsMode),
+		LastUpdate:    metav1.NewTime(in.Now.UTC().Truncate(time.Second)),
+		ConfigErrors:  slices.Clone(in.View.ConfigErrors),
+	}
+	var node discovery.Node
+	var healthy map[string]bool
+	if s := in.View.Snapshot; s != nil && s.Node != nil {
+		node, healthy = *s.Node, s.Healthy
+	}
+	devs := slices.Clone(node.RDMADevices)
+	slices.SortFunc(devs, func(a, b discovery.RDMADevice) int { return natsort.Compare(a.Name, b.Name) })
+	for _, d := range devs {
+		st.Devices = append(st.Devices, device(d, healthy[d.Name], in.View.Pools))
+		if !healthy[d.Name] {
+			st.Summary.Unhealthy++
+		}
+	}
+	gpus := slices.Clone(node.GPUs)
+	slices.SortFunc(gpus, func(a, b discovery.GPU) int { return strings.Compare(a.PCIAddress, b.PCIAddress) })
+	for _, g := range gpus {
+		st.GPUs = append(st.GPUs, v1alpha1.GPU{PCIAddress: g.PCIAddress, UUID: g.UUID, Minor: clonePtr(g.Minor),
+			NUMANode: g.NUMANode, PCIeRoot: g.PCIeRoot})
+		row := v1alpha1.AffinityRow{GPU: g.PCIAddress, Levels: make([]string, 0, len(devs))}
+		for _, d := range devs {
+			row.Levels = append(row.Levels, string(discovery.Distance(g.Location(), d.Location(), in.View.NUMANodes)))
+		}
+		st.Affinity = append(st.Affinity, row)
+	}
+	st.Allocations = allocations(in.Containers, in.View.Pools, devs)
+	st.Pools = pools(in.View.Pools, st.Allocations)
+	pods := map[[2]string]bool{}
+	for _, a := range st.Allocations {
+		pods[[2]string{a.Namespace, a.Pod}] = true
+	}
+	st.Summary.Devices, st.Summary.GPUs, st.Summary.Pods = len(st.Devices), len(st.GPUs), len(pods)
+	return st
+}
+
+func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView) v1alpha1.Device {
+	out := v1alpha1.Device{Name: d.Name, Kind: string(d.Kind), PCIAddress: d.PCIAddress, NUMANode: d.NUMANode,
+		PCIeRoot: d.PCIeRoot, LinkLayer: d.LinkLayer, Netdevs: slices.Clone(d.Netdevs), Healthy: healthy}
+	for _, p := range pools {
+		if slices.Contains(p.Members, d.Name) {
+			out.Pools = append(out.Pools, p.Name)
+		}
+	}
+	for _, p := range d.Ports {
+		port := v1alpha1.Port{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer,
+			Rate: p.Rate, Netdev: p.Netdev}
+		if i, ok := deviceplugin.RoCEv2GIDIndex(p); ok && p.LinkLayer == "Ethernet" {
+			port.RoCEv2GIDIndex = &i
+		}
+		out.Ports = append(out.Ports, port)
+	}
+	return out
+}
+
+// allocations keeps the containers' devices of the pools' resources and
+// names the RDMA devices and netdevs behind each device ID.
+func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice) []v1alpha1.Allocation {
+	byResource := map[string]deviceplugin.PoolView{}
+	for _, p := range pools {
+		byResource[p.Resource] = p
+	}
+	netdevs := map[string][]string{}
+	for _, d := range devs {
+		netdevs[d.Name] = d.Netdevs
+	}
+	var out []v1alpha1.Allocation
+	for _, c := range ctrs {
+		p, ok := byResource[c.Resource]
+		if !ok || len(c.DeviceIDs) == 0 {
+			continue
+		}
+		a := v1alpha1.Allocation{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, Resource: c.Resource,
+			DeviceIDs: slices.Sorted(slices.Values(c.DeviceIDs))}
+		a.DeviceIDs = slices.Compact(a.DeviceIDs)
+		for _, id := range a.DeviceIDs {
+			for _, name := range p.ByID[id] {
+				if !slices.Contains(a.RDMADevices, name) {
+					a.RDMADevices = append(a.RDMADevices, name)
+					a.Netdevs = append(a.Netdevs, netdevs[name]...)
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.Allocation) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod),
+			strings.Compare(a.Container, b.Container), strings.Compare(a.Resource, b.Resource))
+	})
+	return out
+}
+
+// pools counts, per pool, the distinct advertised device IDs allocated.
+func pools(views []deviceplugin.PoolView, allocs []v1alpha1.Allocation) []v1alpha1.Pool {
+	var out []v1alpha1.Pool
+	for _, p := range views {
+		used := map[string]bool{}
+		for _, a := range allocs {
+			if a.Resource != p.Resource {
+				continue
+			}
+			for _, id := range a.DeviceIDs {
+				used[id] = true
+			}
+		}
+		out = append(out, v1alpha1.Pool{Name: p.Name, Resource: p.Resource, Mode: string(p.Mode), Slots: p.Slots,
+			Capacity: p.Capacity, Allocatable: p.Allocatable, Allocated: len(used), Devices: slices.Clone(p.Members)})
+	}
+	return out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// sameContent reports whether two statuses differ only in LastUpdate.
+func sameContent(a, b *v1alpha1.RDMANodeStateStatus) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.LastUpdate, y.LastUpdate = metav1.Time{}, metav1.Time{}
+	return reflect.DeepEqual(x, y)
+}

@@ -1,0 +1,27 @@
+// Package nodestate publishes the daemon's view of its node as the
+// RDMANodeState object named after the node (pkg/apis/v1alpha1): devices,
+// ports and health, GPUs and the GPU x NIC affinity, pools with capacity,
+// allocatable and allocated, and the kubelet's current allocations of the
+// daemon's resources (PodResources List).
+//
+// Build turns one Input into a status and is pure. The Publisher decides
+// when to write: on every change of the daemon's view and at each poll of
+// the kubelet's allocations, at most once per interval (changes in between
+// coalesce), only when the content (everything but lastUpdate) differs from
+// what it last wrote, and again with backoff after a failed write, so it
+// rides out an API server restart. It writes through the small Writer
+// interface it declares.
+//
+// Client is the Writer for a real API server: client-go's REST client
+// (k8s.io/client-go/rest), not controller-runtime's client. The daemon makes
+// three kinds of requests (get the Node, apply the object, apply its
+// status) with server-side apply, which needs no cache, informer, scheme
+// conversion or REST mapper; the REST client adds the least to a binary that
+// every RDMA node runs (docs/device-plugin.md, "Node state", has the size).
+// Tests use controller-runtime's envtest for a real kube-apiserver and etcd.
+//
+// It does not read the node itself (the daemon's view carries the node
+// watcher's snapshot), does not choose or change devices, and never deletes
+// the object: the Node owns it, and the garbage collector removes it with
+// the Node.
+package nodestate

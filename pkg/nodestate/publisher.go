@@ -1,0 +1,227 @@
+package nodestate
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval   = 2 * time.Second
+	DefaultPodPoll    = 10 * time.Second
+	DefaultMaxBackoff = 30 * time.Second
+	callTimeout       = 10 * time.Second
+)
+
+// Source is the daemon's view of what it serves (deviceplugin.Daemon).
+type Source interface {
+	View() (deviceplugin.View, <-chan struct{})
+}
+
+// PodLister lists the kubelet's allocations (podres.Client).
+type PodLister interface {
+	List(ctx context.Context) ([]podres.ContainerDevices, error)
+}
+
+// Writer writes the status of node's object, creating it when needed
+// (Client).
+type Writer interface {
+	Apply(ctx context.Context, node string, st *v1alpha1.RDMANodeStateStatus) error
+}
+
+// Config is what a Publisher needs.
+type Config struct {
+	NodeName string
+	Source   Source
+	// Pods may be nil: no allocations are published.
+	Pods   PodLister
+	Writer Writer
+	// DaemonVersion goes into status.daemonVersion.
+	DaemonVersion string
+	// Interval is the least time between two writes (DefaultInterval).
+	Interval time.Duration
+	// PodPoll is how often the kubelet's allocations are listed (DefaultPodPoll).
+	PodPoll time.Duration
+	// MaxBackoff bounds the wait before retrying a failed write
+	// (DefaultMaxBackoff); the first retry waits Interval.
+	MaxBackoff time.Duration
+	Logger     *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Report is the publisher's health, served on the daemon's /state.
+type Report struct {
+	// Enabled is false when the daemon does not publish; Reason says why.
+	Enabled bool   `json:"enabled"`
+	Reason  string `json:"reason,omitempty"`
+	Object  string `json:"object,omitempty"`
+	// OK is true once a write succeeded and the last attempt did not fail.
+	OK        bool      `json:"ok"`
+	Writes    int       `json:"writes"`
+	LastWrite time.Time `json:"lastWrite,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+	// Failures counts failed writes since the last successful one.
+	Failures int `json:"failures,omitempty"`
+	// PodResourcesError is the last failure to list the kubelet's
+	// allocations (the status keeps the last good list meanwhile).
+	PodResourcesError string `json:"podResourcesError,omitempty"`
+}
+
+// Publisher keeps node's RDMANodeState current.
+type Publisher struct {
+	cfg Config
+	log *slog.Logger
+
+	// Owned by Run.
+	containers []podres.ContainerDevices
+	written    *v1alpha1.RDMANodeStateStatus
+
+	mu     sync.Mutex
+	report Report
+}
+
+// New fills in Config's defaults.
+func New(cfg Config) *Publisher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.PodPoll <= 0 {
+		cfg.PodPoll = DefaultPodPoll
+	}
+	if cfg.MaxBackoff < cfg.Interval {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.Interval)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Publisher{cfg: cfg, log: cfg.Logger.With("rdmanodestate", cfg.NodeName),
+		report: Report{Enabled: true, Object: cfg.NodeName}}
+}
+
+// Report returns the publisher's health.
+func (p *Publisher) Report() Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.report
+}
+
+// Run publishes until ctx ends. It returns nil then; failures are retried,
+// logged and reported, never returned.
+func (p *Publisher) Run(ctx context.Context) error {
+	_, changed := p.cfg.Source.View()
+	p.listPods(ctx)
+	pods := time.NewTicker(p.cfg.PodPoll)
+	defer pods.Stop()
+	wake := time.NewTimer(0) // the first write: at once
+	defer wake.Stop()
+	dirty, waiting := true, true
+	var next time.Time // no write before this
+	backoff := p.cfg.Interval
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			_, changed = p.cfg.Source.View()
+			dirty = true
+		case <-pods.C:
+			p.listPods(ctx)
+			dirty = true
+		case <-wake.C:
+			waiting = false
+		}
+		if !dirty || waiting {
+			continue
+		}
+		if now := p.cfg.Now(); now.Before(next) {
+			wake.Reset(next.Sub(now))
+			waiting = true
+			continue
+		}
+		wrote, err := p.publish(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.failed(err, backoff)
+			wake.Reset(backoff)
+			waiting = true
+			backoff = min(2*backoff, p.cfg.MaxBackoff)
+			continue
+		}
+		dirty, backoff = false, p.cfg.Interval
+		if wrote {
+			next = p.cfg.Now().Add(p.cfg.Interval)
+		}
+	}
+}
+
+// publish builds the status and writes it when its content changed.
+func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
+	view, _ := p.cfg.Source.View()
+	st := Build(Input{View: view, Containers: p.containers, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+	if sameContent(&st, p.written) {
+		return false, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if err := p.cfg.Writer.Apply(cctx, p.cfg.NodeName, &st); err != nil {
+		return false, err
+	}
+	p.written = &st
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.report.Failures > 0 {
+		p.log.Info("rdmanodestate written again", "after", p.report.Failures)
+	}
+	p.report.OK, p.report.Writes, p.report.LastWrite = true, p.report.Writes+1, st.LastUpdate.Time
+	p.report.LastError, p.report.Failures = "", 0
+	return true, nil
+}
+
+func (p *Publisher) failed(err error, retry time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.report.OK, p.report.LastError = false, err.Error()
+	p.report.Failures++
+	// One warning per outage, then debug: an API server down for an hour
+	// must not fill the log.
+	if p.report.Failures == 1 {
+		p.log.Warn("write rdmanodestate failed; retrying with backoff", "err", err, "retry", retry)
+	} else {
+		p.log.Debug("write rdmanodestate failed", "err", err, "retry", retry, "failures", p.report.Failures)
+	}
+}
+
+// listPods refreshes the kubelet's allocations; on failure the last good
+// list stays.
+func (p *Publisher) listPods(ctx context.Context) {
+	if p.cfg.Pods == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	ctrs, err := p.cfg.Pods.List(cctx)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else {
+		p.containers = ctrs
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if msg != "" && p.report.PodResourcesError == "" {
+		p.log.Warn("list pod resources failed; allocations keep the last good list", "err", err)
+	}
+	p.report.PodResourcesError = msg
+}

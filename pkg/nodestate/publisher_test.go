@@ -1,0 +1,194 @@
+package nodestate
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+)
+
+// fakeSource is a daemon view the test changes.
+type fakeSource struct {
+	mu      sync.Mutex
+	view    deviceplugin.View
+	changed chan struct{}
+}
+
+func newFakeSource(v deviceplugin.View) *fakeSource {
+	return &fakeSource{view: v, changed: make(chan struct{})}
+}
+
+func (f *fakeSource) View() (deviceplugin.View, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.view, f.changed
+}
+
+// set replaces the view through fn (which must not modify the old one in
+// place) and signals the change.
+func (f *fakeSource) set(fn func(deviceplugin.View) deviceplugin.View) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.view = fn(f.view)
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// setHealth returns a view in which device dev has the given health.
+func setHealth(dev string, ok bool) func(deviceplugin.View) deviceplugin.View {
+	return func(v deviceplugin.View) deviceplugin.View {
+		s := *v.Snapshot
+		s.Healthy = map[string]bool{}
+		for k, h := range v.Snapshot.Healthy {
+			s.Healthy[k] = h
+		}
+		s.Healthy[dev] = ok
+		v.Snapshot = &s
+		return v
+	}
+}
+
+// fakeWriter records writes; fail makes them fail.
+type fakeWriter struct {
+	mu     sync.Mutex
+	writes []v1alpha1.RDMANodeStateStatus
+	at     []time.Time
+	fail   error
+}
+
+func (w *fakeWriter) Apply(_ context.Context, _ string, st *v1alpha1.RDMANodeStateStatus) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fail != nil {
+		return w.fail
+	}
+	w.writes, w.at = append(w.writes, *st), append(w.at, time.Now())
+	return nil
+}
+
+func (w *fakeWriter) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.writes)
+}
+
+func (w *fakeWriter) setFail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fail = err
+}
+
+func (w *fakeWriter) last() v1alpha1.RDMANodeStateStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes[len(w.writes)-1]
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func startPublisher(t *testing.T, cfg Config) *Publisher {
+	t.Helper()
+	p := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return p
+}
+
+func TestPublisherCoalescesAndSkipsUnchanged(t *testing.T) {
+	src, w := newFakeSource(testView()), &fakeWriter{}
+	interval := 300 * time.Millisecond
+	p := startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, Interval: interval, PodPoll: time.Hour})
+	eventually(t, "the first write", 5*time.Second, func() bool { return w.count() == 1 })
+	// Three changes within one interval: one more write, with the last.
+	src.set(setHealth("mlx5_10", true))
+	src.set(setHealth("mlx5_2", false))
+	src.set(setHealth("mlx5_30", false))
+	eventually(t, "the coalesced write", 5*time.Second, func() bool { return w.count() == 2 })
+	got := w.last()
+	if got.Summary.Unhealthy != 2 {
+		t.Errorf("coalesced write: %d unhealthy devices, want 2 (mlx5_2, mlx5_30)", got.Summary.Unhealthy)
+	}
+	if gap := w.at[1].Sub(w.at[0]); gap < interval-20*time.Millisecond {
+		t.Errorf("two writes %s apart, want at least %s", gap, interval)
+	}
+	// A change back and forth within an interval, and a new view with the
+	// same content: nothing to write.
+	src.set(setHealth("mlx5_10", false))
+	src.set(setHealth("mlx5_10", true))
+	src.set(func(v deviceplugin.View) deviceplugin.View { return v })
+	time.Sleep(3 * interval) // nothing to poll for: the absence of a write
+	if n := w.count(); n != 2 {
+		t.Errorf("%d writes after changes that change nothing, want 2", n)
+	}
+	if r := p.Report(); !r.OK || r.Writes != 2 {
+		t.Errorf("report %+v, want ok with 2 writes", r)
+	}
+}
+
+func TestPublisherRetriesWithBackoff(t *testing.T) {
+	src, w := newFakeSource(testView()), &fakeWriter{}
+	w.setFail(errors.New("connection refused"))
+	p := startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, Interval: 20 * time.Millisecond,
+		MaxBackoff: 100 * time.Millisecond, PodPoll: time.Hour})
+	eventually(t, "failures reported", 5*time.Second, func() bool { return p.Report().Failures >= 3 })
+	if r := p.Report(); r.OK || r.LastError == "" {
+		t.Errorf("report while failing: %+v", r)
+	}
+	w.setFail(nil)
+	eventually(t, "the write after the outage", 5*time.Second, func() bool { return w.count() == 1 })
+	if r := p.Report(); !r.OK || r.Failures != 0 || r.LastError != "" {
+		t.Errorf("report after the outage: %+v", r)
+	}
+}
+
+// TestPublisherFollowsAllocations: allocations come from a real PodResources
+// gRPC server, polled; a pod that goes away leaves the status at the next poll.
+func TestPublisherFollowsAllocations(t *testing.T) {
+	srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p", Container: "nccl",
+		Devices: map[string][]string{"rdma.kube-rdma.io/ib": {"0000:19:00.0"}, "nvidia.com/gpu": {"GPU-1"}}})
+	pods, err := podres.Dial(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, w := newFakeSource(testView()), &fakeWriter{}
+	startPublisher(t, Config{NodeName: "n1", Source: src, Pods: pods, Writer: w, Interval: 20 * time.Millisecond,
+		PodPoll: 50 * time.Millisecond})
+	eventually(t, "the allocation published", 5*time.Second, func() bool { return w.count() > 0 })
+	want := []v1alpha1.Allocation{{Namespace: "ns", Pod: "p", Container: "nccl", Resource: "rdma.kube-rdma.io/ib",
+		DeviceIDs: []string{"0000:19:00.0"}, RDMADevices: []string{"mlx5_2"}, Netdevs: []string{"ib2"}}}
+	if diff := cmp.Diff(want, w.last().Allocations); diff != "" {
+		t.Errorf("allocations (-want +got):\n%s", diff)
+	}
+	if got := w.last().Pools[0].Allocated; got != 1 {
+		t.Errorf("pool ib allocated %d, want 1", got)
+	}
+	srv.SetPods()
+	eventually(t, "the pod gone from the status", 5*time.Second, func() bool {
+		return w.count() > 1 && len(w.last().Allocations) == 0 && w.last().Summary.Pods == 0
+	})
+}
