@@ -53,21 +53,28 @@ func TestPodWithDevices(t *testing.T) {
 	}
 }
 
+// runDevicePod starts a pod asking for n devices of p, waits for its first
+// log line and logs what it got.
+func (e *env) runDevicePod(t *testing.T, ns string, p pool, n int) (string, podLog) {
+	name := fmt.Sprintf("%s-%d", dnsName(p.name), n)
+	e.createPod(t, e.devicePod(ns, name, p.name, int64(n)))
+	e.waitRunning(t, ns, name)
+	l := e.waitLog(t, ns, name, 1)
+	key := "KUBE_RDMA_" + envName(p.name) + "_RDMA_DEVICES"
+	t.Logf("pod %s: %s=%s, /dev/infiniband %v, links %v", name, key, l.env[key], l.ticks[0].dev, l.ticks[0].links)
+	return name, l
+}
+
 // checkSharedPod runs a pod with one slot of shared pool p: it gets the
 // pool's whole device set, so the device count comes from what it sees.
 func (e *env) checkSharedPod(t *testing.T, ns string, p pool) {
-	name := dnsName(p.name) + "-1"
-	e.createPod(t, e.devicePod(ns, name, p.name, 1))
-	e.waitRunning(t, ns, name)
-	l := e.waitLog(t, ns, name, 1)
+	name, l := e.runDevicePod(t, ns, p, 1)
 	uverbs := 0
 	for _, d := range l.ticks[0].dev {
 		if strings.HasPrefix(d, "uverbs") {
 			uverbs++
 		}
 	}
-	t.Logf("pod %s: %s=%s, /dev/infiniband %v", name, "KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES",
-		l.env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"], l.ticks[0].dev)
 	problems := deviceProblems(l.ticks[0].dev, max(uverbs, 1))
 	problems = append(problems, envProblems(l.env, p.name, max(uverbs, 1))...)
 	for _, s := range problems {
@@ -91,12 +98,7 @@ func (e *env) checkDevicePod(t *testing.T, ns string, p pool, n int) {
 			t.Fatal(err)
 		}
 	}
-	name := fmt.Sprintf("%s-%d", dnsName(p.name), n)
-	e.createPod(t, e.devicePod(ns, name, p.name, int64(n)))
-	e.waitRunning(t, ns, name)
-	l := e.waitLog(t, ns, name, 1)
-	t.Logf("pod %s: %s=%s, /dev/infiniband %v, links %v", name, "KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES",
-		l.env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"], l.ticks[0].dev, l.ticks[0].links)
+	name, l := e.runDevicePod(t, ns, p, n)
 	problems := deviceProblems(l.ticks[0].dev, n)
 	problems = append(problems, envProblems(l.env, p.name, n)...)
 	if chained {
