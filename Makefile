@@ -110,8 +110,8 @@ test-apiserver:
 e2e-local:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
 
-# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned); CI fails
-# when the committed files differ.
+# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned). Run it
+# after changing pkg/apis and commit the result (CI does not regenerate them).
 CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 generate:
 	$(GO) run $(CONTROLLER_GEN) object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/helm/kube-rdma/crds
