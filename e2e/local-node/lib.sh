@@ -47,11 +47,39 @@ record_pid() { echo "$1 $2" >>"$NODE_RUN/host/pids"; }
 pid_of() { awk -v n="$1" '$1 == n {print $2}' "$NODE_RUN/host/pids" 2>/dev/null | tail -1; }
 alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
 
+# node_in_use: a process a previous up.sh recorded still runs (its PID alive with the recorded
+# program in its command line: a PID reused by something else does not count).
+node_in_use() {
+  local name pid
+  [[ -f $NODE_RUN/host/pids ]] || return 1
+  while read -r name pid; do
+    alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name" && return 0
+  done <"$NODE_RUN/host/pids"
+  return 1
+}
+
+# node_lock: hold the machine-wide lock of local-node runs (flock on $NODE_LOCK, fd 9) until the
+# calling script exits, waiting up to E2E_LOCK_WAIT seconds (default 1800) for another run to
+# finish first. One node per machine: its ports, /var/lib/kubelet and $NODE_RUN are shared.
+# The processes the node starts do not inherit the lock (start closes fd 9). A script run by one
+# that holds it (run.sh -> up.sh) does not take it again (E2E_NODE_LOCKED=1).
+NODE_LOCK=${NODE_LOCK:-/run/lock/kube-rdma-e2e-node.lock}
+node_lock() {
+  [[ ${E2E_NODE_LOCKED:-0} != 1 ]] || return 0
+  mkdir -p "$(dirname "$NODE_LOCK")"
+  exec 9>>"$NODE_LOCK"
+  if ! flock -n 9; then
+    log "another local-node run holds $NODE_LOCK; waiting up to ${E2E_LOCK_WAIT:-1800} s for it"
+    flock -w "${E2E_LOCK_WAIT:-1800}" 9 || die "$NODE_LOCK still held after ${E2E_LOCK_WAIT:-1800} s"
+  fi
+  export E2E_NODE_LOCKED=1
+}
+
 # start NAME CMD...: run CMD in the background in a session of its own (a caller's signals and
 # pipes do not reach it), logging to logs/NAME.log, and record its PID.
 start() {
   local name=$1; shift
-  setsid "$@" </dev/null >>"$NODE_RUN/logs/$name.log" 2>&1 &
+  setsid "$@" </dev/null >>"$NODE_RUN/logs/$name.log" 2>&1 9>&- &
   record_pid "$name" $!
 }
 

@@ -9,6 +9,9 @@
 #   bash e2e/local-node/run.sh [go test flags, e.g. -run TestParallelPods]
 #
 # Needs root. E2E_KEEP_NODE=1 leaves the node running after the suite (down.sh stops it).
+# Runs on one machine take turns (node_lock in lib.sh: a second run waits for the first);
+# a node whose processes are gone (a killed run) is cleaned up first, a running one is refused
+# and left alone.
 set -Eeuo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 REPO=$(cd "$HERE/../.." && pwd)
@@ -19,6 +22,9 @@ METRICS_PORT=${METRICS_PORT:-39478}
 T0=$(date +%s)
 
 [[ $(id -u) == 0 ]] || die "needs root (it starts a kubelet and containerd)"
+node_lock
+# Before the trap below: a node someone else runs is theirs to stop, not this run's.
+! node_in_use || die "a local node is running ($NODE_RUN; started by up.sh without run.sh?): down.sh stops it"
 bash "$HERE/build.sh" >/dev/null
 bash "$HERE/images.sh" >/dev/null
 T_BUILD=$(($(date +%s) - T0))

@@ -23,7 +23,12 @@ IMAGES=${E2E_IMAGES:-$E2E_CACHE/images}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 
 [[ $(id -u) == 0 ]] || die "needs root"
-[[ ! -e $NODE_RUN/host/pids ]] || die "$NODE_RUN is in use (run down.sh first)"
+node_lock
+if [[ -e $NODE_RUN/host/pids ]]; then
+  node_in_use && die "$NODE_RUN is in use: a node is running (down.sh stops it)"
+  log "$NODE_RUN is left from a node whose processes are gone: cleaning it up (down.sh)"
+  bash "$HERE/down.sh"
+fi
 # The kubelet serves the device plugin API in /var/lib/kubelet/device-plugins whatever its
 # --root-dir (a constant of k8s.io/kubelet): another kubelet on this host would share it.
 [[ ! -e /var/lib/kubelet ]] || die "/var/lib/kubelet exists: another kubelet on this host?"
