@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/version"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
@@ -23,6 +24,7 @@ type nodeStateFlags struct {
 	kubeconfig string
 	interval   time.Duration
 	podSocket  string
+	cniState   string
 }
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
@@ -30,6 +32,7 @@ func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state outside a cluster; empty: the in-cluster config")
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState)")
+	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices); empty: not read")
 }
 
 // restConfig returns the API server to publish to, or nil when the daemon
@@ -83,7 +86,15 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	if err != nil {
 		return nil, err
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Writer: client,
+	var records nodestate.RecordLister
+	if dir := cfg.nodeState.cniState; dir != "" {
+		boot, err := state.ReadBootID("/proc")
+		if err != nil {
+			return nil, fmt.Errorf("run: --cni-state-dir: %w", err)
+		}
+		records = state.Store{Dir: dir, BootID: boot}
+	}
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
 	done := make(chan struct{})

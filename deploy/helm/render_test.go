@@ -59,7 +59,8 @@ func TestDefaults(t *testing.T) {
 	checkUnprivileged(t, spec.Containers)
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
-		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478"} {
+		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478",
+		"--cni-state-dir=" /* no CNI plugin installed: no records to read */} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
 		}
@@ -163,9 +164,17 @@ func TestMultus(t *testing.T) {
 	if c.Name != "rdma-ib" || c.Standalone() {
 		t.Errorf("netconf name %q standalone %v", c.Name, c.Standalone())
 	}
-	spec2 := daemonSet(t, objs).Template.Spec
+	ds := daemonSet(t, objs)
+	spec2 := ds.Template.Spec
 	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec2.Containers)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+	// The node state reads the plugin's records (the pods' netdev names), read-only.
+	if ro, ok := hostPaths(ds)["/var/lib/cni/kube-rdma"]; !ok || !ro {
+		t.Errorf("state dir mounted %v, read-only %v; want read-only", ok, ro)
+	}
+	if args := spec2.Containers[0].Args; !slices.Contains(args, "--cni-state-dir=/var/lib/cni/kube-rdma") {
+		t.Errorf("device plugin args %q lack --cni-state-dir", args)
 	}
 }
 

@@ -64,7 +64,8 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	defer podNS.Close()
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}
-	ids, err := p.selectDevices(ctx, conf, parseCNIArgs(args.Args), res, log)
+	pod := parseCNIArgs(args.Args)
+	ids, err := p.selectDevices(ctx, conf, pod, res, log)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
-	rec := newRecord(conf, args, key, cands)
+	rec := newRecord(conf, args, key, pod, cands)
 	// The record goes first: a crash from here on leaves DEL and GC what
 	// they need to put the host back.
 	if err := store.Save(rec); err != nil {
@@ -157,8 +158,11 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key st
 }
 
 // newRecord builds the attachment record for the candidates, before any move.
-func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key state.Key, cands []candidate) state.Attachment {
+func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key state.Key, pod podRef, cands []candidate) state.Attachment {
 	rec := state.Attachment{Key: key, Netns: args.Netns, CNIVersion: conf.CNIVersion, Network: conf.Name}
+	if pod.known() {
+		rec.Pod = &state.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	}
 	if conf.IPAMType != "" {
 		rec.IPAMConf = args.StdinData
 	}

@@ -24,11 +24,11 @@ import (
 const podResourcesTimeout = 5 * time.Second
 
 // podRef is the pod named in CNI_ARGS.
-type podRef struct{ Namespace, Name string }
+type podRef struct{ Namespace, Name, UID string }
 
 func (p podRef) known() bool { return p.Namespace != "" && p.Name != "" }
 
-// parseCNIArgs reads K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS
+// parseCNIArgs reads K8S_POD_NAMESPACE, K8S_POD_NAME and K8S_POD_UID from CNI_ARGS
 // ("K=V;K=V"); other keys are ignored.
 func parseCNIArgs(s string) podRef {
 	var p podRef
@@ -39,6 +39,8 @@ func parseCNIArgs(s string) podRef {
 			p.Namespace = v
 		case "K8S_POD_NAME":
 			p.Name = v
+		case "K8S_POD_UID":
+			p.UID = v
 		}
 	}
 	return p

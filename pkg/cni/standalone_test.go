@@ -39,7 +39,7 @@ func TestStandalone(t *testing.T) {
 			before := e.snapshot(pod)
 			conf := e.conf("1.0.0", `"resourceName":"rdma/hca",`+e.ipam("10.12.0.0/24")+`,`+prev)
 			a := args("c1", pod, "eth0", conf)
-			a.Args = podArgs
+			a.Args = podArgs + ";K8S_POD_UID=uid-1"
 			res := mustAdd(t, e, a)
 			var names []string
 			for _, i := range res.Interfaces {
@@ -67,6 +67,10 @@ func TestStandalone(t *testing.T) {
 			}
 			if diff := cmp.Diff([]string{"mlx5_0=net1", "mlx5_2=net2"}, got); diff != "" {
 				t.Errorf("devices (-want +got):\n%s", diff)
+			}
+			// The daemon's node state joins records to pods by this.
+			if diff := cmp.Diff(&state.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}, rec.Pod); diff != "" {
+				t.Errorf("record's pod (-want +got):\n%s", diff)
 			}
 			if err := e.p.Check(context.Background(), a); err != nil {
 				t.Errorf("CHECK: %v", err)

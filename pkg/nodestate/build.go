@@ -2,6 +2,7 @@ package nodestate
 
 import (
 	"cmp"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -21,7 +23,10 @@ type Input struct {
 	View deviceplugin.View
 	// Containers are the kubelet's allocations (PodResources List), of
 	// every resource: Build keeps those of the view's pools.
-	Containers    []podres.ContainerDevices
+	Containers []podres.ContainerDevices
+	// Attachments are the CNI plugin's records (state.Store.Records): the
+	// names the pods' devices have in the pods.
+	Attachments   []state.Attachment
 	DaemonVersion string
 	Now           time.Time
 }
@@ -59,7 +64,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 		}
 		st.Affinity = append(st.Affinity, row)
 	}
-	st.Allocations = allocations(in.Containers, in.View.Pools, devs)
+	st.Allocations = allocations(in.Containers, in.View.Pools, devs, in.Attachments)
 	st.Pools = pools(in.View.Pools, st.Allocations)
 	pods := map[[2]string]bool{}
 	for _, a := range st.Allocations {
@@ -90,7 +95,7 @@ func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView)
 
 // allocations keeps the containers' devices of the pools' resources and
 // names the RDMA devices and netdevs behind each device ID.
-func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice) []v1alpha1.Allocation {
+func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []state.Attachment) []v1alpha1.Allocation {
 	byResource := map[string]deviceplugin.PoolView{}
 	for _, p := range pools {
 		byResource[p.Resource] = p
@@ -116,12 +121,44 @@ func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, 
 				}
 			}
 		}
+		a.Attached = attached(recs, a.Namespace, a.Pod, a.RDMADevices)
 		out = append(out, a)
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.Allocation) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod),
 			strings.Compare(a.Container, b.Container), strings.Compare(a.Resource, b.Resource))
 	})
+	return out
+}
+
+// attached is what the complete attachment records of pod ns/name say about
+// the devices names, sorted by device. Two complete records naming one
+// device should not exist (a record is the device's claim), but a record
+// outlives its sandbox until DEL or GC: should two name it for the pod, the
+// greater container ID wins, so that the result does not depend on the
+// order the records were read in.
+func attached(recs []state.Attachment, ns, name string, names []string) []v1alpha1.AttachedDevice {
+	by := map[string]v1alpha1.AttachedDevice{}
+	from := map[string]string{}
+	for _, r := range recs {
+		if !r.Complete || r.Pod == nil || r.Pod.Namespace != ns || r.Pod.Name != name {
+			continue
+		}
+		for _, d := range r.Devices {
+			if !slices.Contains(names, d.RDMA) || from[d.RDMA] > r.ContainerID {
+				continue
+			}
+			from[d.RDMA] = r.ContainerID
+			by[d.RDMA] = v1alpha1.AttachedDevice{RDMADevice: d.RDMA, PodRDMADevice: d.PodRDMA, Netdev: d.Host.Name,
+				PodNetdev: d.PodIfName, Network: r.Network}
+		}
+	}
+	var out []v1alpha1.AttachedDevice
+	keys := slices.Collect(maps.Keys(by))
+	natsort.Sort(keys)
+	for _, n := range keys {
+		out = append(out, by[n])
+	}
 	return out
 }
 

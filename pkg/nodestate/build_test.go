@@ -9,6 +9,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
@@ -84,6 +85,7 @@ func TestBuild(t *testing.T) {
 		name  string
 		view  deviceplugin.View
 		ctrs  []podres.ContainerDevices
+		recs  []state.Attachment
 		patch func(*v1alpha1.RDMANodeStateStatus)
 	}{
 		{name: "no pods", view: testView(), patch: func(s *v1alpha1.RDMANodeStateStatus) {
@@ -110,6 +112,38 @@ func TestBuild(t *testing.T) {
 						RDMADevices: []string{"mlx5_30"}, Netdevs: []string{"eth30"}},
 				}
 			}},
+		{name: "attachment records name the devices in the pod", view: testView(),
+			ctrs: []podres.ContainerDevices{
+				{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:1b:00.0", "0000:19:00.0"}},
+				{Namespace: "a", Pod: "p1", Container: "d", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-0"}},
+			},
+			recs: []state.Attachment{
+				// two records name mlx5_2 for the pod: the greater container ID wins
+				{Key: state.Key{ContainerID: "s2", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &state.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []state.Device{{RDMA: "mlx5_2", PodIfName: "net1", Host: state.HostLink{Name: "ib2"}}}},
+				{Key: state.Key{ContainerID: "s1", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &state.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []state.Device{{RDMA: "mlx5_2", PodIfName: "old1", Host: state.HostLink{Name: "ib2"}},
+						{RDMA: "mlx5_10", PodIfName: "net2", PodRDMA: "rxe_p", Host: state.HostLink{Name: "ib10"}}}},
+				// not complete, another pod, no pod, a device not in the allocation
+				{Key: state.Key{ContainerID: "s3", IfName: "net9"}, Pod: &state.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "net9"}}},
+				{Key: state.Key{ContainerID: "s4", IfName: "net1"}, Complete: true, Pod: &state.PodRef{Namespace: "b", Name: "p1"},
+					Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "x"}}},
+				{Key: state.Key{ContainerID: "s5", IfName: "net1"}, Complete: true, Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "y"}}},
+			},
+			patch: func(s *v1alpha1.RDMANodeStateStatus) {
+				s.Pools = pools(2, 1)
+				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 1}
+				s.Allocations = []v1alpha1.Allocation{
+					{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:19:00.0", "0000:1b:00.0"},
+						RDMADevices: []string{"mlx5_2", "mlx5_10"}, Netdevs: []string{"ib2", "ib10"},
+						Attached: []v1alpha1.AttachedDevice{
+							{RDMADevice: "mlx5_2", Netdev: "ib2", PodNetdev: "net1", Network: "ib-net"},
+							{RDMADevice: "mlx5_10", PodRDMADevice: "rxe_p", Netdev: "ib10", PodNetdev: "net2", Network: "ib-net"}}},
+					{Namespace: "a", Pod: "p1", Container: "d", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-0"},
+						RDMADevices: []string{"mlx5_30"}, Netdevs: []string{"eth30"}},
+				}
+			}},
 		{name: "no snapshot yet", view: deviceplugin.View{NetnsMode: "unknown"}, patch: func(s *v1alpha1.RDMANodeStateStatus) {
 			*s = v1alpha1.RDMANodeStateStatus{StateVersion: v1alpha1.StateVersion, DaemonVersion: "v1.2.3", RDMANetnsMode: "unknown",
 				LastUpdate: s.LastUpdate}
@@ -119,7 +153,7 @@ func TestBuild(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			want := base
 			tt.patch(&want)
-			got := Build(Input{View: tt.view, Containers: tt.ctrs, DaemonVersion: "v1.2.3", Now: now})
+			got := Build(Input{View: tt.view, Containers: tt.ctrs, Attachments: tt.recs, DaemonVersion: "v1.2.3", Now: now})
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Build (-want +got):\n%s", diff)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 )
 
@@ -29,6 +30,12 @@ type PodLister interface {
 	List(ctx context.Context) ([]podres.ContainerDevices, error)
 }
 
+// RecordLister lists the CNI plugin's attachment records
+// (state.Store.Records).
+type RecordLister interface {
+	Records() ([]state.Attachment, error)
+}
+
 // Writer writes the status of node's object, creating it when needed
 // (Client).
 type Writer interface {
@@ -40,8 +47,11 @@ type Config struct {
 	NodeName string
 	Source   Source
 	// Pods may be nil: no allocations are published.
-	Pods   PodLister
-	Writer Writer
+	Pods PodLister
+	// Records may be nil: allocations then name no pod-side devices
+	// (AttachedDevice). Listed with Pods.
+	Records RecordLister
+	Writer  Writer
 	// DaemonVersion goes into status.daemonVersion.
 	DaemonVersion string
 	// Interval is the least time between two writes (DefaultInterval).
@@ -81,6 +91,7 @@ type Publisher struct {
 
 	// Owned by Run.
 	containers []podres.ContainerDevices
+	records    []state.Attachment
 	written    *v1alpha1.RDMANodeStateStatus
 
 	mu     sync.Mutex
@@ -169,7 +180,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 // publish builds the status and writes it when its content changed.
 func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	view, _ := p.cfg.Source.View()
-	st := Build(Input{View: view, Containers: p.containers, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
 	if sameContent(&st, p.written) {
 		return false, nil
 	}
@@ -206,6 +217,13 @@ func (p *Publisher) failed(err error, retry time.Duration) {
 // listPods refreshes the kubelet's allocations; on failure the last good
 // list stays.
 func (p *Publisher) listPods(ctx context.Context) {
+	if p.cfg.Records != nil {
+		// Records only fails to read the directory itself: keep the last
+		// good list then, as for the kubelet's.
+		if recs, err := p.cfg.Records.Records(); err == nil {
+			p.records = recs
+		}
+	}
 	if p.cfg.Pods == nil {
 		return
 	}

@@ -176,6 +176,28 @@ type Allocation struct {
 	RDMADevices []string `json:"rdmaDevices,omitempty"`
 	// +listType=atomic
 	Netdevs []string `json:"netdevs,omitempty"`
+	// Attached are those of the devices the kube-rdma CNI plugin attached to
+	// the pod's network namespace, with their names there (from the
+	// plugin's attachment records). Empty for a device no CNI attachment
+	// names (a shared pool's, or without the plugin).
+	// +listType=atomic
+	Attached []AttachedDevice `json:"attached,omitempty"`
+}
+
+// AttachedDevice is one device the CNI plugin attached to a pod.
+type AttachedDevice struct {
+	// RDMADevice is the device's name on the node.
+	RDMADevice string `json:"rdmaDevice"`
+	// PodRDMADevice is its name in the pod when that differs (a software
+	// RDMA device, re-created on the netdev in the pod).
+	PodRDMADevice string `json:"podRDMADevice,omitempty"`
+	// Netdev is the netdev's name on the node before it moved.
+	Netdev string `json:"netdev,omitempty"`
+	// PodNetdev is the netdev's name in the pod (the attachment's ifName).
+	PodNetdev string `json:"podNetdev"`
+	// Network is the CNI network (the NetworkAttachmentDefinition's name
+	// with Multus).
+	Network string `json:"network,omitempty"`
 }
 
 // RDMANodeStateList is a list of RDMANodeState.

@@ -87,11 +87,22 @@ type Device struct {
 	IPAM bool `json:"ipam,omitempty"`
 }
 
+// PodRef is the pod an attachment is for, from the runtime's CNI_ARGS
+// (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID).
+type PodRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
+}
+
 // Attachment is one ADD's record.
 type Attachment struct {
 	Schema int    `json:"schema"`
 	BootID string `json:"bootID,omitempty"`
 	Key
+	// Pod is nil when the runtime named no pod (and in records written
+	// before the field existed).
+	Pod        *PodRef  `json:"pod,omitempty"`
 	Netns      string   `json:"netns"`
 	CNIVersion string   `json:"cniVersion"`
 	Network    string   `json:"network"`
@@ -243,6 +254,31 @@ func (s Store) List() ([]Attachment, error) {
 		out = append(out, a)
 	}
 	return out, errors.Join(errs...)
+}
+
+// Records returns every readable record of this boot without the lock and
+// without removing anything (the directory may be mounted read-only): for
+// readers outside the plugin, such as the daemon's node state. Records are
+// replaced by rename, so each one read is whole; the set may be a moment
+// old. Records of another boot, torn ones and unreadable ones are skipped.
+func (s Store) Records() ([]Attachment, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list state dir: %w", err)
+	}
+	var out []Attachment
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), recordExt) || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if a, err := s.read(filepath.Join(s.Dir, e.Name())); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // HasRecords reports whether the directory holds a record of this boot,

@@ -141,3 +141,28 @@ func TestHasRecords(t *testing.T) {
 	}
 	check("a record of this boot", true)
 }
+
+func TestRecords(t *testing.T) {
+	dir := t.TempDir()
+	cur := Store{Dir: dir, BootID: "boot-2"}
+	if got, err := (Store{Dir: filepath.Join(dir, "missing")}).Records(); err != nil || len(got) != 0 {
+		t.Errorf("missing dir: Records = %v, %v; want none", got, err)
+	}
+	if err := (Store{Dir: dir, BootID: "boot-1"}).Save(Attachment{Key: Key{"c1", "net1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "c2_net1.json"), []byte(`{"schema":1,"dev`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pod := &PodRef{Namespace: "ns", Name: "p", UID: "u"}
+	if err := cur.Save(Attachment{Key: Key{"c3", "net1"}, Pod: pod, Devices: []Device{{RDMA: "mlx5_0", PodIfName: "net1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cur.Records()
+	if err != nil || len(got) != 1 || got[0].Key != (Key{"c3", "net1"}) || *got[0].Pod != *pod {
+		t.Errorf("Records = %+v, %v; want only c3/net1 of pod ns/p", got, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("Records changed the directory: %v", ents)
+	}
+}
