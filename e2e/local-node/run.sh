@@ -105,7 +105,7 @@ echo "chart installed, DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE=$NODE_NAME E2E_NODE_HOOK=$HERE/hook.sh E2E_IMAGE=localhost/rdma-test:e2e
 export E2E_IMAGE_PULL_POLICY=Never E2E_RESOURCE_PREFIX=rdma.kube-rdma.io
 export E2E_POOLS="ib:exclusive:2,vf:exclusive:$FIXTURE_VFS,roce-shared:shared:8"
-export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1
+export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1 E2E_FIXTURE_DEVICES=1
 export E2E_HELM=$BIN/helm E2E_HELM_RELEASE=kube-rdma E2E_HELM_NAMESPACE=kube-rdma
 export E2E_CHART=$REPO/deploy/helm/kube-rdma E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.before
 export E2E_UNINSTALL=1 E2E_PARALLEL_PODS=${E2E_PARALLEL_PODS:-20} E2E_REPORT=$REPORT

@@ -15,6 +15,9 @@ package suite
 //	E2E_POOLS              name:mode:count,... count = expected allocatable
 //	E2E_CHAINED_POOL       pool whose netdevs the chained CNI moves into pods
 //	E2E_PORT_DEVICE        RDMA device of an exclusive pool the port-down test toggles (port 1)
+//	E2E_FIXTURE_DEVICES=1  the node's RDMA devices are fixtures (device nodes with no driver behind
+//	                       them, no RDMA device in the kernel): doctor's in-container checks of
+//	                       them must fail, and say why
 //	E2E_HELM, E2E_HELM_RELEASE, E2E_HELM_NAMESPACE, E2E_CHART   helm binary, release, chart
 //	E2E_NODE_STATE_BEFORE  file with `hook node-state` taken before helm install
 //	E2E_UNINSTALL=1        run the final uninstall test
@@ -59,6 +62,7 @@ type config struct {
 	pools        []pool
 	chainedPool  string
 	portDevice   string
+	fixtureDevs  bool
 	helm         helmConfig
 	stateBefore  string
 	uninstall    bool
@@ -178,6 +182,7 @@ func parseConfig(getenv func(string) string) (config, error) {
 		prefix:      or("E2E_RESOURCE_PREFIX", "rdma.kube-rdma.io"),
 		chainedPool: getenv("E2E_CHAINED_POOL"),
 		portDevice:  getenv("E2E_PORT_DEVICE"),
+		fixtureDevs: getenv("E2E_FIXTURE_DEVICES") == "1",
 		helm: helmConfig{bin: getenv("E2E_HELM"), release: getenv("E2E_HELM_RELEASE"),
 			namespace: getenv("E2E_HELM_NAMESPACE"), chart: getenv("E2E_CHART")},
 		stateBefore: getenv("E2E_NODE_STATE_BEFORE"),

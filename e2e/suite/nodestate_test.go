@@ -52,7 +52,7 @@ func TestNodeState(t *testing.T) {
 	e.waitRunning(t, ns, name)
 	devs := e.waitLog(t, ns, name, 1).env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"]
 	took := time.Now()
-	e.waitNodeState(t, "the pod's allocation", func(s *v1alpha1.RDMANodeState) error {
+	withPod := e.waitNodeState(t, "the pod's allocation", func(s *v1alpha1.RDMANodeState) error {
 		for _, a := range s.Status.Allocations {
 			if a.Namespace == ns && a.Pod == name && strings.Join(a.RDMADevices, ",") == devs {
 				return nil
@@ -70,14 +70,69 @@ func TestNodeState(t *testing.T) {
 	if code != 0 || !strings.Contains(out, name) || !strings.Contains(out, devs) {
 		t.Errorf("kubectl rdma pods -n %s: exit %d, want %s with %s:\n%s", ns, code, name, devs, out)
 	}
-	// The API checks must pass; the in-container ones cannot all here (no RDMA driver opens
-	// the fixture's device nodes), so they are not run.
-	out, code = e.kubectlRDMA(t, "doctor", "-n", ns, name, "--no-exec")
-	if code != 0 || slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "FAIL") }) {
-		t.Errorf("kubectl rdma doctor -n %s %s --no-exec: exit %d, want no failed check:\n%s", ns, name, code, out)
+	if !e.fixtureDevs {
+		out, code = e.kubectlRDMA(t, "doctor", "-n", ns, name)
+		if code != 0 {
+			t.Errorf("kubectl rdma doctor -n %s %s: exit %d, want every check to pass:\n%s", ns, name, code, out)
+		}
+		t.Logf("kubectl rdma doctor -n %s %s:\n%s", ns, name, out)
+		e.deletePod(t, ns, name)
+		return
 	}
-	t.Logf("kubectl rdma doctor -n %s %s --no-exec:\n%s", ns, name, out)
+	// Fixture devices: the API checks and those of the netdev and the environment pass; the
+	// device nodes have no driver behind them and the kernel no RDMA device, which the
+	// in-container checks must find and explain.
+	out, code = e.kubectlRDMA(t, "doctor", "-n", ns, name)
+	t.Logf("kubectl rdma doctor -n %s %s (fixture devices):\n%s", ns, name, out)
+	want := map[string]string{
+		"/dev/infiniband device nodes openable":   "FAIL No such device or address",
+		"NCCL environment matches the allocation": "PASS NCCL_IB_HCA=",
+	}
+	if p.name == e.chainedPool {
+		// Found by its name in the pod (the CNI renamed it), from the state's attached devices.
+		want["netdev up with an address"] = "PASS net1 up inet "
+	}
+	if slices.ContainsFunc(withPod.Status.Devices, func(d v1alpha1.Device) bool {
+		return slices.Contains(strings.Split(devs, ","), d.Name) && d.LinkLayer == "Ethernet"
+	}) {
+		want["RoCE v2 GID"] = "FAIL the container does not see"
+	}
+	checks := doctorLines(out)
+	for check, w := range want {
+		verdict, detail, _ := strings.Cut(w, " ")
+		got, ok := checks["in container: "+check]
+		if !ok || !strings.HasPrefix(got, verdict+" ") || !strings.Contains(got, detail) {
+			t.Errorf("doctor's %q: %q, want %s with %q", check, got, verdict, detail)
+		}
+	}
+	for check, got := range checks {
+		if !strings.HasPrefix(check, "in container") && strings.HasPrefix(got, "FAIL") {
+			t.Errorf("doctor's %q failed: %s", check, got)
+		}
+	}
+	if code != 1 {
+		t.Errorf("doctor exit %d, want 1 (checks failed)", code)
+	}
 	e.deletePod(t, ns, name)
+}
+
+// doctorLines maps each check of doctor's table output to "VERDICT detail".
+func doctorLines(out string) map[string]string {
+	m := map[string]string{}
+	for line := range strings.Lines(out) {
+		verdict, rest, ok := strings.Cut(strings.TrimSpace(line), "  ")
+		if !ok || strings.ToUpper(verdict) != verdict || strings.HasPrefix(verdict, "fix") {
+			continue
+		}
+		name, detail, _ := strings.Cut(rest, ": ")
+		if strings.HasPrefix(name, "in container ") {
+			// "in container CONTAINER: NAME: detail" -> "in container: NAME"
+			n2, d2, _ := strings.Cut(detail, ": ")
+			name, detail = "in container: "+n2, d2
+		}
+		m[name] = verdict + " " + detail
+	}
+	return m
 }
 
 // waitNodeState polls the node's RDMANodeState until check passes (60 s).

@@ -84,6 +84,11 @@ func allocated(pod *corev1.Pod, s *v1alpha1.RDMANodeState) ([]NIC, []PodGPU) {
 			if i < len(al.Netdevs) && al.Netdevs[i] != "" {
 				nic.Netdev = al.Netdevs[i]
 			}
+			for _, at := range al.Attached {
+				if at.RDMADevice == name {
+					nic.PodNetdev, nic.PodName = at.PodNetdev, at.PodRDMADevice
+				}
+			}
 			nics = append(nics, nic)
 		}
 	}

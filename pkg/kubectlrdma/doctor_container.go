@@ -1,8 +1,10 @@
 package kubectlrdma
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +29,32 @@ func skipContainer(why string) []Check {
 type containerAlloc struct {
 	container string
 	devices   []v1alpha1.Device
-	netdevs   []string
+	// netdevs are the devices' netdevs on the node.
+	netdevs []string
+	// attached are those the CNI plugin attached to the pod, with their
+	// names in the pod.
+	attached []v1alpha1.AttachedDevice
+}
+
+// podNetdevs are the netdevs the CNI plugin moved into the pod, by their
+// names there.
+func (a containerAlloc) podNetdevs() []string {
+	var out []string
+	for _, d := range a.attached {
+		out = append(out, d.PodNetdev)
+	}
+	return out
+}
+
+// podName is dev's name in the pod: a soft-RoCE device the CNI plugin
+// re-created there has another.
+func (a containerAlloc) podName(dev string) string {
+	for _, d := range a.attached {
+		if d.RDMADevice == dev && d.PodRDMADevice != "" {
+			return d.PodRDMADevice
+		}
+	}
+	return dev
 }
 
 func containerAllocs(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []containerAlloc {
@@ -46,6 +73,7 @@ func containerAllocs(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []containerAllo
 			}
 		}
 		out[i].netdevs = append(out[i].netdevs, a.Netdevs...)
+		out[i].attached = append(out[i].attached, a.Attached...)
 	}
 	return out
 }
@@ -71,22 +99,19 @@ func (o *Options) containerChecks(ctx context.Context, pod *corev1.Pod, s *v1alp
 	}
 	var checks []Check
 	for _, a := range allocs {
-		var gids []gidProbe
+		var names []string
 		for _, d := range a.devices {
-			for _, p := range d.Ports {
-				if p.RoCEv2GIDIndex != nil {
-					gids = append(gids, gidProbe{dev: d.Name, port: p.Port, idx: *p.RoCEv2GIDIndex})
-				}
-			}
+			names = append(names, a.podName(d.Name))
 		}
-		out, err := ex.Exec(ctx, pod.Namespace, pod.Name, a.container, []string{"sh", "-c", containerScript(a.netdevs, gids)})
+		out, err := ex.Exec(ctx, pod.Namespace, pod.Name, a.container, []string{"sh", "-c", containerScript(a.podNetdevs(), names)})
 		if err != nil {
 			checks = append(checks, Check{Name: "in container " + a.container + ": exec", Verdict: Fail, Detail: err.Error(),
 				Fix: "the in-container checks need create on pods/exec and /bin/sh in the image; --no-exec skips them"})
 			continue
 		}
 		v := parseContainerView(out)
-		for _, c := range []Check{devNodesCheck(v), netdevCheck(v, a.netdevs), gidCheck(v, a.devices), memlockCheck(v), ncclCheck(v, a.devices)} {
+		for _, c := range []Check{devNodesCheck(v), netdevCheck(v, a.podNetdevs()), gidCheck(v, a, s.Status.RDMANetnsMode),
+			memlockCheck(v), ncclCheck(v, a)} {
 			c.Name = "in container " + a.container + ": " + c.Name
 			checks = append(checks, c)
 		}
@@ -96,15 +121,34 @@ func (o *Options) containerChecks(ctx context.Context, pod *corev1.Pod, s *v1alp
 
 func devNodesCheck(v containerView) Check {
 	c := Check{Name: containerCheckNames[0], Verdict: Pass, Detail: strings.Join(v.devOK, ",") + " open read-write"}
-	switch {
-	case len(v.devDenied) > 0:
-		c.Verdict, c.Detail = Fail, "cannot open "+strings.Join(v.devDenied, ",")
-		c.Fix = "the device cgroup does not allow them: was the pod started before the daemon served its resource? recreate the pod"
-	case len(v.devOK) == 0:
+	if len(v.devErr) > 0 {
+		nodes := slices.Sorted(maps.Keys(v.devErr))
+		var details []string
+		for _, n := range nodes {
+			details = append(details, n+": "+v.devErr[n])
+		}
+		c.Verdict, c.Detail = Fail, "cannot open "+strings.Join(details, "; ")
+		c.Fix = openFix(v.devErr[nodes[0]])
+		return c
+	}
+	if len(v.devOK) == 0 {
 		c.Verdict, c.Detail = Fail, "no /dev/infiniband/uverbs* in the container"
 		c.Fix = "the kubelet mounts them with the allocation: check this container is the one whose limits ask for the resource"
 	}
 	return c
+}
+
+// openFix says what an open(2) error of a device node means here.
+func openFix(msg string) string {
+	switch m := strings.ToLower(msg); {
+	case strings.Contains(m, "not permitted"): // EPERM: the device cgroup
+		return "the device cgroup does not allow them: was the pod started before the daemon served its resource? recreate the pod"
+	case strings.Contains(m, "permission denied"): // EACCES: the node's file mode
+		return "the device node's mode does not let the container's user open it: give the node's /dev/infiniband/uverbs* mode 0666 (udev) or run the container as a user that may"
+	case strings.Contains(m, "no such device"): // ENXIO, ENODEV: nothing behind the node
+		return "the device node is there but no driver answers behind it on the node (ib_uverbs not loaded, the device removed or reset?): kubectl rdma doctor node/NODE, and the node's dmesg"
+	}
+	return "see the node's dmesg and the device plugin's log"
 }
 
 func netdevCheck(v containerView, netdevs []string) Check {
@@ -135,30 +179,48 @@ func netdevCheck(v containerView, netdevs []string) Check {
 	return c
 }
 
-func gidCheck(v containerView, devices []v1alpha1.Device) Check {
+func gidCheck(v containerView, a containerAlloc, netnsMode string) Check {
 	c := Check{Name: containerCheckNames[2], Verdict: Skip, Detail: "no Ethernet (RoCE) device allocated"}
 	var ok []string
-	for _, d := range devices {
+	for _, d := range a.devices {
 		if d.LinkLayer != "Ethernet" {
 			continue
 		}
-		t, probed := v.gidType[d.Name]
+		name := a.podName(d.Name)
+		idx := v.roceV2(name)
 		switch {
-		case !probed:
-			c.Verdict, c.Detail = Fail, d.Name+" has no RoCE v2 GID on the node"
-			c.Fix = "a RoCE v2 GID needs an IP address on the device's netdev"
+		case !v.rdma[name]:
+			c.Verdict, c.Detail = Fail, fmt.Sprintf("the container does not see %s (/sys/class/infiniband/%s missing)", name, name)
+			exclusive := "in exclusive RDMA netns mode a device is seen only in the netns it was moved to, which the kube-rdma CNI plugin does: is the pod attached to a network of the plugin? see the plugin's log on the node"
+			shared := "in shared RDMA netns mode every netns sees the node's devices: the node's kernel has no " + name + " now (driver unloaded, device removed?): kubectl rdma doctor node/NODE"
+			switch netnsMode {
+			case "exclusive":
+				c.Fix = exclusive
+			case "shared":
+				c.Fix = shared
+			default:
+				c.Fix = "the node's RDMA netns mode is " + cmp.Or(netnsMode, "not in its state") + "; " + exclusive + "; " + shared
+			}
 			return c
-		case t != "RoCE v2":
-			c.Verdict, c.Detail = Fail, fmt.Sprintf("%s's RoCE v2 GID reads %q in the container", d.Name, t)
-			c.Fix = "the RDMA device is not in the pod's netns, or its GID table changed: see the CNI plugin's log"
+		case len(idx) == 0:
+			c.Verdict, c.Detail = Fail, name+" has no RoCE v2 GID in the container"
+			c.Fix = "a RoCE v2 GID appears when the device's netdev has an IP address: see the netdev check"
 			return c
 		}
-		ok = append(ok, d.Name)
+		ok = append(ok, fmt.Sprintf("%s: RoCE v2 at index %s", name, joinInts(idx)))
 	}
 	if len(ok) > 0 {
-		c.Verdict, c.Detail = Pass, strings.Join(ok, ",")+": RoCE v2"
+		c.Verdict, c.Detail = Pass, strings.Join(ok, "; ")
 	}
 	return c
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 func memlockCheck(v containerView) Check {
@@ -170,21 +232,31 @@ func memlockCheck(v containerView) Check {
 	return c
 }
 
-func ncclCheck(v containerView, devices []v1alpha1.Device) Check {
+// ncclCheck compares NCCL_IB_HCA with the allocated devices (by their
+// names in the pod) and NCCL_IB_GID_INDEX with the RoCE v2 GIDs the
+// container sees (the state's index when it sees none).
+func ncclCheck(v containerView, a containerAlloc) Check {
 	c := Check{Name: containerCheckNames[4], Verdict: Pass}
 	var names []string
-	gidIdx := -1
-	for _, d := range devices {
-		names = append(names, d.Name)
-		for _, p := range d.Ports {
-			if p.RoCEv2GIDIndex != nil {
-				gidIdx = *p.RoCEv2GIDIndex
+	valid := map[int]bool{}
+	for _, d := range a.devices {
+		name := a.podName(d.Name)
+		names = append(names, name)
+		for _, i := range v.roceV2(name) {
+			valid[i] = true
+		}
+		if len(v.roceV2(name)) == 0 {
+			for _, p := range d.Ports {
+				if p.RoCEv2GIDIndex != nil {
+					valid[*p.RoCEv2GIDIndex] = true
+				}
 			}
 		}
 	}
 	hca := strings.Split(strings.TrimPrefix(v.hca, "="), ",")
 	slices.Sort(hca)
 	slices.Sort(names)
+	gid, gidErr := strconv.Atoi(v.gidIndex)
 	switch {
 	case v.hca == "<unset>":
 		c.Verdict, c.Detail = Warn, "NCCL_IB_HCA is unset: NCCL may use any HCA it sees"
@@ -192,11 +264,14 @@ func ncclCheck(v containerView, devices []v1alpha1.Device) Check {
 	case !slices.Equal(hca, names):
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_HCA=%s, allocated %s", v.hca, strings.Join(names, ","))
 		c.Fix = "remove NCCL_IB_HCA from the pod spec: the device plugin sets it to the allocation"
-	case gidIdx >= 0 && v.gidIndex != strconv.Itoa(gidIdx):
-		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_GID_INDEX=%s, the allocated port's RoCE v2 GID is %d", v.gidIndex, gidIdx)
+	case v.gidIndex != "<unset>" && len(valid) > 0 && (gidErr != nil || !valid[gid]):
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_GID_INDEX=%s, the allocated ports' RoCE v2 GIDs are at %s", v.gidIndex, joinInts(slices.Sorted(maps.Keys(valid))))
 		c.Fix = "remove NCCL_IB_GID_INDEX from the pod spec: the device plugin sets it"
 	default:
 		c.Detail = "NCCL_IB_HCA=" + v.hca
+		if v.gidIndex != "<unset>" {
+			c.Detail += ", NCCL_IB_GID_INDEX=" + v.gidIndex
+		}
 	}
 	return c
 }

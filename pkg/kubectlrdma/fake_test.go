@@ -115,9 +115,16 @@ const perftestClient = ` #bytes     #iterations    BW peak[Gb/sec]    BW average
 // containers is what the world's running pods print.
 var containers = fakeExecer{
 	probe: map[string]string{
-		"train/worker-0":     "dev /dev/infiniband/uverbs0 ok\ndev /dev/infiniband/uverbs1 ok\nmemlock unlimited\nhca =mlx5_0,mlx5_1\ngidindex <unset>\n",
-		"train/worker-1":     "dev /dev/infiniband/uverbs1 ok\nmemlock 64\nhca =mlx5_0\ngidindex <unset>\nnetdev net1 up\naddr net1 inet 10.77.0.5/24\n",
-		"default/rxe-client": "dev /dev/infiniband/uverbs0 denied\nmemlock unlimited\nhca =rxe0\ngidindex 3\nnoip\ngid rxe0 1 RoCE v2\n",
+		"train/worker-0": "dev /dev/infiniband/uverbs0 ok\ndev /dev/infiniband/uverbs1 ok\nmemlock unlimited\nhca =mlx5_0,mlx5_1\ngidindex <unset>\n" +
+			"rdma mlx5_0 present\nrdma mlx5_1 present\n",
+		"train/worker-1": "dev /dev/infiniband/uverbs1 ok\nmemlock 64\nhca =mlx5_0\ngidindex <unset>\nnetdev net1 up\naddr net1 inet 10.77.0.5/24\n" +
+			"rdma mlx5_1 present\n",
+		// A node's device nodes with no driver behind them, and a device the
+		// container does not see (exclusive mode, not moved in).
+		"train/vf-0": "dev /dev/infiniband/uverbs3 err No such device or address\nmemlock 8192\nhca =mlx5_3\ngidindex 1\n" +
+			"netdev net1 up\naddr net1 inet 192.168.77.2/24\nrdma mlx5_3 missing\n",
+		"default/rxe-client": "dev /dev/infiniband/uverbs0 err Operation not permitted\nmemlock unlimited\nhca =rxe0\ngidindex 3\nnoip\n" +
+			"rdma rxe0 present\ngid rxe0 1 0 IB/RoCE v1\ngid rxe0 1 1 RoCE v2\n",
 	},
 	perftest: map[string]bool{"train/worker-0": true, "train/worker-1": true},
 }

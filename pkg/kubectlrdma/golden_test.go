@@ -43,6 +43,7 @@ var goldenCases = []goldenCase{
 	{"doctor-worker-0-no-exec", []string{"doctor", "-n", "train", "worker-0", "--no-exec"}},
 	{"doctor-worker-2-no-exec-permission", []string{"doctor", "-n", "train", "worker-2"}},
 	{"doctor-rxe-client", []string{"doctor", "-n", "default", "rxe-client"}},
+	{"doctor-vf-0", []string{"doctor", "-n", "train", "vf-0"}},
 	{"doctor-pending", []string{"doctor", "-n", "train", "pending-0"}},
 	{"doctor-lost", []string{"doctor", "-n", "default", "lost"}},
 	{"doctor-web", []string{"doctor", "-n", "default", "web"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -40,8 +41,12 @@ type PodAllocation struct {
 
 // NIC is one allocated RDMA device.
 type NIC struct {
-	Name       string `json:"name"`
-	Netdev     string `json:"netdev,omitempty"`
+	Name   string `json:"name"`
+	Netdev string `json:"netdev,omitempty"`
+	// PodNetdev is the netdev's name in the pod when the CNI plugin moved
+	// it there; PodName the RDMA device's when it differs (soft-RoCE).
+	PodNetdev  string `json:"podNetdev,omitempty"`
+	PodName    string `json:"podName,omitempty"`
 	PCIAddress string `json:"pciAddress,omitempty"`
 	NUMANode   int    `json:"numaNode"`
 	Resource   string `json:"resource"`
@@ -131,14 +136,14 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if wide {
-		header = append(header, "NUMA", "RESOURCES", "STATUS")
+		header = append(header, "NUMA", "POD NETDEVS", "RESOURCES", "STATUS")
 	}
 	row(tw, header...)
 	for _, a := range items {
-		var names, netdevs, pcis, numas, gpus []string
+		var names, netdevs, pcis, numas, gpus, podNetdevs []string
 		for _, n := range a.NICs {
 			names, netdevs, pcis = append(names, n.Name), append(netdevs, dashed(n.Netdev)), append(pcis, dashed(n.PCIAddress))
-			numas = append(numas, numaString(n.NUMANode))
+			numas, podNetdevs = append(numas, numaString(n.NUMANode)), append(podNetdevs, dashed(n.PodNetdev))
 		}
 		for _, g := range a.GPUs {
 			gpus = append(gpus, fmt.Sprintf("GPU%d", g.Index))
@@ -152,7 +157,11 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 			cells = append([]string{a.Namespace}, cells...)
 		}
 		if wide {
-			cells = append(cells, strings.Join(numas, ","), strings.Join(a.Resources, ","), a.Status)
+			inPod := "-" // no netdev moved: one dash, not one per NIC
+			if slices.ContainsFunc(a.NICs, func(n NIC) bool { return n.PodNetdev != "" }) {
+				inPod = strings.Join(podNetdevs, ",")
+			}
+			cells = append(cells, strings.Join(numas, ","), inPod, strings.Join(a.Resources, ","), a.Status)
 		}
 		row(tw, cells...)
 	}

@@ -60,8 +60,9 @@ func TestSchema(t *testing.T) {
 			out, _, code = run(f, "pods", "-A", "-o", format)
 			var pods PodAllocationList
 			decodeStrict(t, format, out, &pods)
-			if code != 0 || len(pods.Items) != 6 || pods.Items[3].Pod != "worker-0" || pods.Items[3].WorstLevel != string(discovery.NODE) ||
-				len(pods.Items[3].GPUs) != 2 || pods.Items[3].NICs[0] != (NIC{Name: "mlx5_0", Netdev: "ibp24s0", PCIAddress: "0000:18:00.0", Resource: ibRes}) {
+			if code != 0 || len(pods.Items) != 7 || pods.Items[4].Pod != "worker-0" || pods.Items[4].WorstLevel != string(discovery.NODE) ||
+				len(pods.Items[4].GPUs) != 2 || pods.Items[4].NICs[0] != (NIC{Name: "mlx5_0", Netdev: "ibp24s0", PCIAddress: "0000:18:00.0", Resource: ibRes}) ||
+				pods.Items[3].Pod != "vf-0" || pods.Items[3].NICs[0].PodNetdev != "net1" {
 				t.Errorf("pods -o %s: exit %d, %+v", format, code, pods.Items)
 			}
 			out, _, code = run(f, "doctor", "node/hgx-1", "-o", format)

@@ -39,8 +39,12 @@ func newWorld(t *testing.T) *world {
 	local.Status.DaemonVersion = "v0.3.1"
 	local.Status.Pools = append(local.Status.Pools, pool("ib", "exclusive", 0, "mlx5_0", "mlx5_1"),
 		pool("roce-vf", "exclusive", 0, "mlx5_3", "mlx5_4"))
-	local.Status.Allocations = append(local.Status.Allocations,
-		alloc("train", "worker-1", ibRes, []string{local.Status.Devices[1].PCIAddress}, []string{"mlx5_1"}, []string{"net1"}))
+	w1 := alloc("train", "worker-1", ibRes, []string{local.Status.Devices[1].PCIAddress}, []string{"mlx5_1"}, local.Status.Devices[1].Netdevs)
+	// The CNI plugin moved mlx5_1's netdev into the pod as net1.
+	w1.Attached = []v1alpha1.AttachedDevice{{RDMADevice: "mlx5_1", Netdev: local.Status.Devices[1].Netdevs[0], PodNetdev: "net1", Network: "ib-net"}}
+	vf := alloc("train", "vf-0", "rdma.kube-rdma.io/roce-vf", []string{local.Status.Devices[3].PCIAddress}, []string{"mlx5_3"}, local.Status.Devices[3].Netdevs)
+	vf.Attached = []v1alpha1.AttachedDevice{{RDMADevice: "mlx5_3", Netdev: local.Status.Devices[3].Netdevs[0], PodNetdev: "net1", Network: "roce-net"}}
+	local.Status.Allocations = append(local.Status.Allocations, w1, vf)
 	finish(&local)
 
 	soft := stateOfScan("soft-1", scan(t, nodesim.SoftRoCE()), "shared", 2*time.Hour)
@@ -62,6 +66,7 @@ func newWorld(t *testing.T) *world {
 		pods: []corev1.Pod{
 			pod("train", "worker-0", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
 			pod("train", "worker-1", "gpu-a", corev1.PodRunning, map[string]int64{ibRes: 1}),
+			pod("train", "vf-0", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
 			pod("train", "worker-2", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
 			pod("train", "pending-0", "", corev1.PodPending, map[string]int64{ibRes: 1}),
 			pod("default", "rxe-client", "soft-1", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/rxe": 1}),
