@@ -79,12 +79,26 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 
 	store := p.store(conf)
+	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	// The attachment's own lock, held to the end: a DEL of it waits, a GC
+	// leaves it alone while it is in flight.
+	release, _, err := store.Hold(key, true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// The node-wide lock guards the claims: it is held from reading them to
+	// the moves of the devices claimed, not through IPAM, which may hang.
 	unlock, err := store.Lock()
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	cands, err := p.prepareCandidates(conf, store, key, plan, res, podNS)
 	if err != nil {
 		return nil, err
@@ -97,13 +111,22 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	u := &undo{}
 	defer func() {
-		// rec is read when the rollback runs, so it sees what apply recorded.
+		// rec is read when the rollback runs, so it sees what apply
+		// recorded. The devices stay claimed by the record until the
+		// rollback put them back, so it needs no node-wide lock.
 		err = settleFailedAdd(err, u, store, rec, key, log)
 	}()
 	mtus, err := p.attachAll(podNS, &rec, cands, conf, u, log)
 	if err != nil {
 		return nil, err
 	}
+	// What the moves recorded (pod names, soft devices) is on disk before
+	// the lock goes.
+	if err := store.Save(rec); err != nil {
+		return nil, err
+	}
+	unlock()
+	locked = false
 	result, err := p.buildResult(ctx, conf, args, podNS, &rec, mtus, u)
 	if err != nil {
 		return nil, err

@@ -166,26 +166,61 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	recs, lerr := store.List()
 	var errs []error
 	if lerr != nil {
 		errs = append(errs, lerr)
 	}
+	// Under the node-wide lock: return the devices of each collected
+	// attachment and record that. Then, without it: IPAM, which may hang.
+	type collected struct {
+		rec     state.Attachment
+		release func()
+		err     error
+	}
+	var done []collected
+	defer func() {
+		for _, c := range done {
+			c.release()
+		}
+	}()
 	for _, rec := range recs {
 		if valid[rec.Key] || rec.Network != conf.Name {
 			continue
 		}
-		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
-		podNS := openPodNS(log, rec.Netns)
-		ipamType, ipamConf := recordedIPAM(rec)
-		err := p.release(ctx, podNS, rec, ipamType, ipamConf, "", args.Path, log)
-		podNS.Close()
+		release, ok, err := store.Hold(rec.Key, false)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("gc %s: %w", rec.Key, err))
 			continue
 		}
-		if err := store.Delete(rec.Key); err != nil {
+		if !ok {
+			log.Info("attachment in flight (an ADD or DEL holds it); not collected", "containerID", rec.ContainerID, "ifName", rec.IfName)
+			continue
+		}
+		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
+		podNS := openPodNS(log, rec.Netns)
+		rerr := p.returnDevices(podNS, &rec, log)
+		podNS.Close()
+		if err := store.Save(rec); err != nil {
+			rerr = errors.Join(rerr, err)
+		}
+		done = append(done, collected{rec: rec, release: release, err: rerr})
+	}
+	unlock()
+	locked = false
+	for _, c := range done {
+		ipamType, ipamConf := recordedIPAM(c.rec)
+		if err := errors.Join(c.err, p.releaseIPAM(ctx, c.rec, ipamType, ipamConf, "", args.Path)); err != nil {
+			errs = append(errs, fmt.Errorf("gc %s: %w", c.rec.Key, err))
+			continue
+		}
+		if err := store.Delete(c.rec.Key); err != nil {
 			errs = append(errs, err)
 		}
 	}

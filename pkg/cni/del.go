@@ -35,14 +35,27 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	store := p.store(conf)
+	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	// An ADD of the same attachment still in flight finishes first.
+	release, _, err := store.Hold(key, true)
+	if err != nil {
+		return err
+	}
+	defer release()
 	unlock, err := store.Lock()
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	rec, err := store.Load(key)
 	if errors.Is(err, state.ErrNotFound) {
+		unlock()
+		locked = false
 		// Nothing attached; release what IPAM may hold for the interface (a
 		// standalone attachment has no IPAM under CNI_IFNAME).
 		if conf.IPAMType != "" && !conf.Standalone() {
@@ -62,8 +75,19 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if ipamType == "" {
 		ipamType, ipamConf = recordedIPAM(rec)
 	}
-	if err := p.release(ctx, podNS, rec, ipamType, ipamConf, args.Args, args.Path, log); err != nil {
-		return err
+	rerr := p.returnDevices(podNS, &rec, log)
+	if ipamType != "" {
+		// The devices returned are no longer claimed from here on, while
+		// IPAM (which may hang) runs without the node-wide lock.
+		if err := store.Save(rec); err != nil {
+			rerr = errors.Join(rerr, err)
+		}
+	}
+	unlock()
+	locked = false
+	ierr := p.releaseIPAM(ctx, rec, ipamType, ipamConf, args.Args, args.Path)
+	if err := errors.Join(rerr, ierr); err != nil {
+		return err // the record stays for the next DEL or GC
 	}
 	if err := store.Delete(key); err != nil {
 		return err
@@ -103,35 +127,53 @@ func recordedIPAM(rec state.Attachment) (string, []byte) {
 	return c.IPAM.Type, rec.IPAMConf
 }
 
-// release returns every device of rec to the host and releases IPAM, best
-// effort: it goes on after an error and returns them all.
-func (p *Plugin) release(ctx context.Context, podNS netns.NsHandle, rec state.Attachment, ipamType string, ipamConf []byte,
-	cniArgs, cniPath string, log *slog.Logger) error {
+// returnDevices returns every device of rec not yet returned to the host
+// and marks it Returned, best effort: it goes on after an error and
+// returns them all.
+func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *state.Attachment, log *slog.Logger) error {
 	var errs []error
-	for _, d := range slices.Backward(rec.Devices) {
+	for i := len(rec.Devices) - 1; i >= 0; i-- {
+		d := &rec.Devices[i]
+		if d.Returned {
+			continue
+		}
+		var derrs []error
 		if d.RDMAExclusive && podNS.IsOpen() {
 			names, err := p.RDMA.List(podNS)
 			if err != nil {
-				errs = append(errs, err)
+				derrs = append(derrs, err)
 			} else if slices.Contains(names, d.RDMA) {
 				if err := p.RDMA.Move(podNS, d.RDMA, p.HostNS); err != nil {
-					errs = append(errs, fmt.Errorf("return rdma device %s: %w", d.RDMA, err))
+					derrs = append(derrs, fmt.Errorf("return rdma device %s: %w", d.RDMA, err))
 				}
 			}
 			// Otherwise it is home already, or the kernel returned it with
 			// the netns.
 		}
-		name, err := p.returnNetdev(podNS, d, log)
+		name, err := p.returnNetdev(podNS, *d, log)
 		if err != nil {
-			errs = append(errs, err)
+			derrs = append(derrs, err)
 		} else if name != "" && name != d.Host.Name {
 			log.Warn("host name of the netdev was taken; returned under a temporary name", "want", d.Host.Name, "got", name)
 		}
-		if ipamType != "" {
-			ia := IPAMArgs{ContainerID: rec.ContainerID, Netns: rec.Netns, IfName: d.PodIfName, Args: cniArgs, Path: cniPath}
-			if err := p.IPAM.Del(ctx, ipamType, ipamConf, ia); err != nil {
-				errs = append(errs, fmt.Errorf("ipam %s del for %s: %w", ipamType, d.PodIfName, err))
-			}
+		d.Returned = len(derrs) == 0
+		errs = append(errs, derrs...)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseIPAM releases what IPAM holds for each pod interface of rec, best
+// effort. IPAM DEL of an address it does not hold succeeds (the CNI spec),
+// so a release repeated after a crash is harmless.
+func (p *Plugin) releaseIPAM(ctx context.Context, rec state.Attachment, ipamType string, ipamConf []byte, cniArgs, cniPath string) error {
+	if ipamType == "" {
+		return nil
+	}
+	var errs []error
+	for _, d := range slices.Backward(rec.Devices) {
+		ia := IPAMArgs{ContainerID: rec.ContainerID, Netns: rec.Netns, IfName: d.PodIfName, Args: cniArgs, Path: cniPath}
+		if err := p.IPAM.Del(ctx, ipamType, ipamConf, ia); err != nil {
+			errs = append(errs, fmt.Errorf("ipam %s del for %s: %w", ipamType, d.PodIfName, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -36,6 +36,7 @@ var ErrNotFound = errors.New("attachment record not found")
 const (
 	lockFile   = "lock"
 	recordExt  = ".json"
+	holdExt    = ".lock"
 	schemaV1   = 1
 	tmpPattern = ".tmp-*"
 )
@@ -85,6 +86,9 @@ type Device struct {
 	RDMAExclusive bool `json:"rdmaExclusive,omitempty"`
 	// IPAM is set once the IPAM plugin allocated for PodIfName.
 	IPAM bool `json:"ipam,omitempty"`
+	// Returned is set once DEL or GC gave the device back to the host:
+	// only its IPAM release is left, and it is no longer claimed.
+	Returned bool `json:"returned,omitempty"`
 }
 
 // PodRef is the pod an attachment is for, from the runtime's CNI_ARGS
@@ -247,6 +251,9 @@ func (s Store) List() ([]Attachment, error) {
 			os.Remove(filepath.Join(s.Dir, e.Name()))
 			continue
 		}
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since ReadDir (a DEL finishing without the lock)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -312,10 +319,65 @@ func (s Store) Claimed() (map[string]Key, error) {
 	claims := map[string]Key{}
 	for _, a := range recs {
 		for _, d := range a.Devices {
-			claims[d.RDMA] = a.Key
+			if !d.Returned {
+				claims[d.RDMA] = a.Key
+			}
 		}
 	}
 	return claims, err
+}
+
+// Hold takes the attachment's own lock (flock on <Dir>/<key>.lock): ADD
+// holds it from before its record exists until it returns, DEL and GC while
+// they undo the attachment. With wait it blocks until the lock is free;
+// without, it returns ok=false when another process holds it (GC skips an
+// attachment in flight). Call release to drop it; the last holder removes
+// the file. Unlike Lock it is held through IPAM, which may hang: only the
+// same attachment waits for it.
+func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
+	name, err := k.file()
+	if err != nil {
+		return nil, false, err
+	}
+	path := filepath.Join(s.Dir, strings.TrimSuffix(name, recordExt)+holdExt)
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("create state dir: %w", err)
+	}
+	how := unix.LOCK_EX
+	if !wait {
+		how |= unix.LOCK_NB
+	}
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, false, fmt.Errorf("open hold file: %w", err)
+		}
+		for {
+			err = unix.Flock(int(f.Fd()), how)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if err == unix.EWOULDBLOCK {
+			f.Close()
+			return nil, false, nil
+		}
+		if err != nil {
+			f.Close()
+			return nil, false, fmt.Errorf("hold %s: %w", path, err)
+		}
+		// The holder before us removes the file when it is done: a lock on
+		// a file no longer at path guards nothing, so take the new one.
+		var held, now unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return func() {
+				os.Remove(path)
+				unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				f.Close()
+			}, true, nil
+		}
+		f.Close()
+	}
 }
 
 // Writable checks that records can be written in the state directory.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -164,5 +165,58 @@ func TestRecords(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
 		t.Errorf("Records changed the directory: %v", ents)
+	}
+}
+
+func TestHold(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	k := Key{"c1", "net1"}
+	release, ok, err := s.Hold(k, false)
+	if err != nil || !ok {
+		t.Fatalf("first Hold = %v, %v", ok, err)
+	}
+	if _, ok, err := s.Hold(k, false); err != nil || ok {
+		t.Fatalf("second Hold without wait = %v, %v; want not ok", ok, err)
+	}
+	if r, ok, err := s.Hold(Key{"c2", "net1"}, false); err != nil || !ok {
+		t.Fatalf("Hold of another attachment = %v, %v", ok, err)
+	} else {
+		r()
+	}
+	got := make(chan func(), 1)
+	go func() {
+		r, _, _ := s.Hold(k, true)
+		got <- r
+	}()
+	select {
+	case <-got:
+		t.Fatal("a waiting Hold returned while held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	select {
+	case r := <-got:
+		// The waiter holds a lock on the file at the path, not on the one the
+		// first holder removed: a third holder is refused.
+		if _, ok, _ := s.Hold(k, false); ok {
+			t.Error("Hold succeeded while the waiter holds it")
+		}
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting Hold did not get it after release")
+	}
+	if ents, _ := os.ReadDir(s.Dir); len(ents) != 0 {
+		t.Errorf("hold files left: %v", ents)
+	}
+}
+
+func TestReturnedDevicesAreNotClaimed(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	if err := s.Save(Attachment{Key: Key{"c1", "net1"}, Devices: []Device{{RDMA: "mlx5_0", Returned: true}, {RDMA: "mlx5_1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.Claimed()
+	if err != nil || len(claims) != 1 || claims["mlx5_1"] != (Key{"c1", "net1"}) {
+		t.Errorf("Claimed = %v, %v; want only mlx5_1", claims, err)
 	}
 }
