@@ -93,7 +93,7 @@ func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, e
 }
 
 // problem is a request resolved to indexes into a sorted device list, with
-// the pairwise PCIe distance ranks.
+// the pairwise PCIe distance ranks once fillRanks has run.
 type problem struct {
 	devs  []Device
 	numa  int
@@ -143,6 +143,12 @@ func resolve(t Topology, r Request) (*problem, error) {
 	case len(p.must) > r.Size:
 		return nil, fmt.Errorf("%w: %d must-include devices for size %d", ErrBadRequest, len(p.must), r.Size)
 	}
+	return p, nil
+}
+
+// fillRanks computes the pairwise distance ranks (Closest needs them,
+// AlignToGPUs does not).
+func (p *problem) fillRanks() {
 	n := len(p.devs)
 	p.rank = make([]int8, n*n)
 	for i := range n {
@@ -151,7 +157,6 @@ func resolve(t Topology, r Request) (*problem, error) {
 			p.rank[i*n+j], p.rank[j*n+i] = r, r
 		}
 	}
-	return p, nil
 }
 
 // policy is what a selection strategy decides.
@@ -198,6 +203,7 @@ func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	p.fillRanks()
 	groups, err := candidates(p)
 	if err != nil {
 		return nil, err

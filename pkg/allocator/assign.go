@@ -157,6 +157,10 @@ func (a *assignment) canonical() {
 		if state[j] == in {
 			continue
 		}
+		if !anyTight(tight, j, n, m) {
+			state[j] = out // no optimal assignment can use it
+			continue
+		}
 		state[j] = in
 		if !feasible() {
 			state[j] = out
@@ -181,6 +185,16 @@ func (a *assignment) canonical() {
 		}
 	}
 	a.col = fixed
+}
+
+// anyTight says whether column j has a tight edge.
+func anyTight(tight []bool, j, n, m int) bool {
+	for i := range n {
+		if tight[i*m+j] {
+			return true
+		}
+	}
+	return false
 }
 
 // total is the cost of the current assignment.
