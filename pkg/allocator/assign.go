@@ -116,10 +116,10 @@ func solve(n, m int, c []cost) *assignment {
 // potentials of solve satisfy these for its own answer, and any optimal
 // dual certifies every optimal primal). So the optimal assignments are the
 // row-perfect matchings of the tight graph that cover the required
-// columns, and the choices below are feasibility checks on that graph. A
-// matching covering all rows and one covering a set of columns imply one
-// covering both (Mendelsohn-Dulmage), so each check is two bipartite
-// matchings.
+// columns. Both passes keep such a matching and move it along alternating
+// paths of tight edges; the symmetric difference with any other such
+// matching shows that when no path exists, no optimal assignment has the
+// property sought.
 func (a *assignment) canonical() {
 	n, m := a.n, a.m
 	tight := make([]bool, n*m)
@@ -128,73 +128,115 @@ func (a *assignment) canonical() {
 			tight[i*m+j] = a.u[i].add(a.v[j]) == a.c[i*m+j]
 		}
 	}
-	const (
-		open = iota
-		in
-		out
-	)
-	state := make([]int, m)
+	owner := make([]int, m) // column -> row, -1 when free
+	for j := range owner {
+		owner[j] = -1
+	}
+	for i, j := range a.col {
+		owner[j] = i
+	}
+	move := func(r, j int) {
+		if owner[a.col[r]] == r { // else a row moved in already
+			owner[a.col[r]] = -1
+		}
+		owner[j], a.col[r] = r, j
+	}
+
+	// Pass 1: columns in order join the set when some optimal assignment
+	// holds them together with those that joined before. in[j] marks the
+	// columns decided in (and the required ones); the matching always
+	// covers them.
+	in := make([]bool, m)
 	var zero cost
 	for j := range m {
-		if a.v[j].less(zero) {
-			state[j] = in
-		}
+		in[j] = a.v[j].less(zero)
 	}
-	mt := newMatcher(n, m)
-	feasible := func() bool {
-		if mt.rows(func(i, j int) bool { return state[j] != out && tight[i*m+j] }, nil) < n {
-			return false
-		}
-		var need []int
-		for j, s := range state {
-			if s == in {
-				need = append(need, j)
-			}
-		}
-		return mt.cols(need, func(i, j int) bool { return tight[i*m+j] }) == len(need)
-	}
-	for j := range m {
-		if state[j] == in {
-			continue
-		}
-		if !anyTight(tight, j, n, m) {
-			state[j] = out // no optimal assignment can use it
-			continue
-		}
-		state[j] = in
-		if !feasible() {
-			state[j] = out
-		}
-	}
-	// The column set is fixed (exactly n columns are in); now rows in order
-	// take their smallest column that leaves a perfect matching of the rest.
-	fixed := make([]int, n)
-	taken := make([]bool, m)
-	for i := range n {
-		for j := range m {
-			if state[j] != in || taken[j] || !tight[i*m+j] {
+	seen := make([]int, m)
+	stamp := 0
+	// free finds a row that can move into column j such that the column it
+	// leaves is either not in the set or refilled the same way, and moves
+	// the rows along that path.
+	var free func(j int) bool
+	free = func(j int) bool {
+		for r := range n {
+			c := a.col[r]
+			if !tight[r*m+j] || seen[c] == stamp {
 				continue
 			}
-			taken[j] = true
-			rest := mt.rows(func(r, c int) bool { return r > i && state[c] == in && !taken[c] && tight[r*m+c] }, nil)
-			if rest == n-1-i {
-				fixed[i] = j
+			seen[c] = stamp
+			if !in[c] || free(c) {
+				move(r, j)
+				return true
+			}
+		}
+		return false
+	}
+	for j := range m {
+		if in[j] {
+			continue
+		}
+		if owner[j] >= 0 {
+			in[j] = true
+			continue
+		}
+		stamp++
+		seen[j] = stamp
+		in[j] = free(j)
+	}
+	// Now the matched columns are exactly the set. Pass 2: row i takes the
+	// smallest column it can while rows before it keep theirs. Row i can
+	// take column j (matched to row r > i) when r can move on, along tight
+	// edges of rows after i, to the column i leaves.
+	next := make([]int, n) // row -> the column it would move to
+	reach := make([]bool, n)
+	for i := range n {
+		c := a.col[i]
+		for r := range n {
+			reach[r] = false
+		}
+		queue := []int{}
+		for r := i + 1; r < n; r++ {
+			if tight[r*m+c] {
+				reach[r], next[r] = true, c
+				queue = append(queue, r)
+			}
+		}
+		for len(queue) > 0 {
+			q := queue[0]
+			queue = queue[1:]
+			for r := i + 1; r < n; r++ {
+				if !reach[r] && tight[r*m+a.col[q]] {
+					reach[r], next[r] = true, a.col[q]
+					queue = append(queue, r)
+				}
+			}
+		}
+		for j := range m {
+			if j == c {
 				break
 			}
-			taken[j] = false
+			if r := owner[j]; r > i && tight[i*m+j] && reach[r] {
+				// Shift the chain: i takes j, r takes next[r], and so on
+				// until a row takes c.
+				var chain []int
+				for x := r; ; x = owner[next[x]] {
+					chain = append(chain, x)
+					if next[x] == c {
+						break
+					}
+				}
+				targets := make([]int, len(chain))
+				for k, x := range chain {
+					targets[k] = next[x]
+				}
+				a.col[i], owner[j] = j, i
+				for k, x := range chain {
+					a.col[x], owner[targets[k]] = targets[k], x
+				}
+				break
+			}
 		}
 	}
-	a.col = fixed
-}
-
-// anyTight says whether column j has a tight edge.
-func anyTight(tight []bool, j, n, m int) bool {
-	for i := range n {
-		if tight[i*m+j] {
-			return true
-		}
-	}
-	return false
 }
 
 // total is the cost of the current assignment.
@@ -204,65 +246,4 @@ func (a *assignment) total() cost {
 		t = t.add(a.c[i*a.m+j])
 	}
 	return t
-}
-
-// matcher finds maximum bipartite matchings (Kuhn's augmenting paths) on
-// n rows and m columns, reusing its buffers.
-type matcher struct {
-	n, m        int
-	owner, seen []int // owner: column -> row (or row -> column), -1 free
-	stamp       int
-}
-
-func newMatcher(n, m int) *matcher {
-	k := max(n, m)
-	return &matcher{n: n, m: m, owner: make([]int, k), seen: make([]int, k)}
-}
-
-// rows returns the size of a maximum matching from every row (or the rows
-// listed) to columns along edges adj allows.
-func (mt *matcher) rows(adj func(i, j int) bool, only []int) int {
-	for j := range mt.m {
-		mt.owner[j] = -1
-	}
-	var try func(i int) bool
-	try = func(i int) bool {
-		for j := range mt.m {
-			if mt.seen[j] == mt.stamp || !adj(i, j) {
-				continue
-			}
-			mt.seen[j] = mt.stamp
-			if mt.owner[j] < 0 || try(mt.owner[j]) {
-				mt.owner[j] = i
-				return true
-			}
-		}
-		return false
-	}
-	count := 0
-	visit := func(i int) {
-		mt.stamp++
-		if try(i) {
-			count++
-		}
-	}
-	if only != nil {
-		for _, i := range only {
-			visit(i)
-		}
-	} else {
-		for i := range mt.n {
-			visit(i)
-		}
-	}
-	return count
-}
-
-// cols returns the size of a maximum matching from the listed columns to
-// rows along edges adj allows.
-func (mt *matcher) cols(need []int, adj func(i, j int) bool) int {
-	t := &matcher{n: mt.m, m: mt.n, owner: mt.owner, seen: mt.seen, stamp: mt.stamp}
-	count := t.rows(func(j, i int) bool { return adj(i, j) }, need)
-	mt.stamp = t.stamp
-	return count
 }
