@@ -41,8 +41,9 @@ func (a Alignment) Within(l discovery.Level) int {
 }
 
 // maxAlign bounds the GPUs and the Size of one AlignToGPUs call, so that
-// the packed cost components cannot overflow (see alignCosts); nodes have
-// a few dozen at most.
+// the packed cost components cannot overflow (see alignCosts) and the
+// worst case (256 GPUs, 256 NICs, all at one level) stays under a second;
+// nodes have a few dozen at most.
 const maxAlign = 256
 
 // AlignToGPUs picks r.Size NICs out of r.Available for a pod with the
@@ -53,8 +54,9 @@ const maxAlign = 256
 // exact, ranking them by, in order:
 //
 //  1. the pairs' levels, lexicographically: the most pairs at PIX, then
-//     the most at PXB or better, then PHB, NODE, SYS (a PIX pair and a
-//     SYS pair beat two PXB pairs);
+//     the most at PXB or better, then PHB, NODE, SYS. So a PXB pair and a
+//     SYS pair beat two PHB pairs: NCCL uses GPUDirect RDMA only at PXB
+//     or better, and one pair that can is worth more than two that cannot;
 //  2. the NICs that serve no GPU (Size > len(gpus)): the most whose
 //     nearest GPU is at PIX, then at PXB or better, and so on, then the
 //     smallest sum of their levels' ranks to all GPUs;
