@@ -2,12 +2,13 @@
 // topology and a request go in, a choice comes out; it does no I/O, reads no
 // clock and logs nothing, so every policy is tested on golden topologies.
 //
-// A policy is one comparator over candidate picks plus one over finished
-// sets (see policy). Closest, the device plugin's GetPreferredAllocation,
-// packs devices close to each other; NearestTo, for binding NICs to the GPUs
-// of a pod, picks free devices close to given locations.
+// Closest, the device plugin's GetPreferredAllocation, packs devices close
+// to each other: one comparator over candidate picks plus one over finished
+// sets (see policy) feeding one greedy loop. AlignToGPUs, for binding NICs
+// to the GPUs of a pod, pairs free NICs with the pod's GPUs by an exact
+// minimum-cost assignment (see align.go and assign.go).
 //
-// Both policies first narrow the candidates (see candidates):
+// Both first narrow the candidates (see candidates):
 //
 //   - An unhealthy device is never picked unless it is in MustInclude (the
 //     kubelet may force it). If fewer than Size healthy devices (plus the
@@ -78,20 +79,21 @@ func Closest(t Topology, r Request) ([]string, error) {
 	return choose(t, r, closeness{})
 }
 
-// NearestTo picks Size devices from Available closest to the targets (GPU
-// locations), serving the targets in turn (one NIC per GPU first): pick k is
-// the device closest to target k mod len(targets), then closest to all of
-// them, then to the devices already picked. Unhealthy devices and other link
-// layers are left out as the package doc says. The result is sorted.
+// NearestTo is AlignToGPUs's NIC list, for callers that need no pairing;
+// targets are the GPUs' locations and must not be empty.
 func NearestTo(t Topology, r Request, targets []discovery.Location) ([]string, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: no targets", ErrBadRequest)
 	}
-	return choose(t, r, &nearest{targets: targets})
+	a, err := AlignToGPUs(t, r, targets)
+	if err != nil {
+		return nil, err
+	}
+	return a.NICs, nil
 }
 
 // problem is a request resolved to indexes into a sorted device list, with
-// the pairwise PCIe distance ranks.
+// the pairwise PCIe distance ranks once fillRanks has run.
 type problem struct {
 	devs  []Device
 	numa  int
@@ -141,6 +143,12 @@ func resolve(t Topology, r Request) (*problem, error) {
 	case len(p.must) > r.Size:
 		return nil, fmt.Errorf("%w: %d must-include devices for size %d", ErrBadRequest, len(p.must), r.Size)
 	}
+	return p, nil
+}
+
+// fillRanks computes the pairwise distance ranks (Closest needs them,
+// AlignToGPUs does not).
+func (p *problem) fillRanks() {
 	n := len(p.devs)
 	p.rank = make([]int8, n*n)
 	for i := range n {
@@ -149,7 +157,6 @@ func resolve(t Topology, r Request) (*problem, error) {
 			p.rank[i*n+j], p.rank[j*n+i] = r, r
 		}
 	}
-	return p, nil
 }
 
 // policy is what a selection strategy decides.
@@ -196,6 +203,7 @@ func chooseSeeds(t Topology, r Request, pol policy, prune bool) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	p.fillRanks()
 	groups, err := candidates(p)
 	if err != nil {
 		return nil, err
