@@ -4,8 +4,8 @@
 // conventions (genericclioptions flags, -o table|wide|json|yaml, exit 0 ok,
 // 1 error, 2 usage).
 //
-// It only reads the cluster: it never creates, patches or deletes an object;
-// doctor's exec into a container runs a probe script that only reads.
+// It never creates, patches or deletes an object. doctor execs a probe
+// script that only reads into containers; bw execs ib_write_bw in two pods.
 // It talks to the API server through the Cluster interface it declares; the
 // binary's main only wires streams and the process exit code.
 package kubectlrdma

@@ -74,7 +74,9 @@ func NewRootCommand(o *Options) *cobra.Command {
 		Long: `kubectl rdma reads the RDMANodeState objects the kube-rdma device plugin daemons
 publish (one per node), with Nodes and Pods, and shows them: pools and health per
 node, the GPU x NIC PCIe matrix of a node, the NICs and GPUs of each pod, and a
-checklist of what stands between a pod and working RDMA. It only reads the cluster.`,
+checklist of what stands between a pod and working RDMA, and the RDMA bandwidth
+between two pods. It creates, patches or deletes no object; doctor and bw exec
+into pods (pods/exec).`,
 		Example: `  kubectl rdma nodes
   kubectl rdma topo gpu-node-1
   kubectl rdma pods -A
