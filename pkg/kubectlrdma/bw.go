@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
 
@@ -19,9 +21,10 @@ var ErrNoPerftest = errors.New("ib_write_bw not found (the perftest package): us
 
 // bwFlags are bw's flags.
 type bwFlags struct {
-	size     int
-	duration int
-	port     int
+	size      int
+	duration  int
+	port      int
+	qpTimeout int
 }
 
 func newBWCommand(o *Options) *cobra.Command {
@@ -30,38 +33,63 @@ func newBWCommand(o *Options) *cobra.Command {
 		Use:   "bw POD_A POD_B",
 		Short: "Measure RDMA write bandwidth between two pods on their allocated NICs",
 		Long: `Runs ib_write_bw (perftest) as the server in POD_A and as the client in POD_B,
-each on the first RDMA device kube-rdma allocated to it, with the port's RoCE v2
-GID index on Ethernet, the client connecting to POD_A's IP; prints the pair's
+each on the first RDMA device kube-rdma allocated to it, under the device's and
+netdev's names in the pod (a soft-RoCE device the CNI plugin re-created there
+may have another name), the client connecting to POD_A's IP; prints the pair's
 devices and the average and peak bandwidth. Both images need ib_write_bw;
-both pods must be Running with a kube-rdma allocation.`,
+both pods must be Running with a kube-rdma allocation.
+
+On Ethernet (RoCE) each side uses a RoCE v2 GID index read in its own pod: the
+GID of an IPv4 address of the pod's netdev, else the pod's first RoCE v2 IPv4
+GID, else the node state's index (read on the host); the output says which.
+
+--qp-timeout N sets the QP's retransmit timeout to 4.096 us * 2^N (ib_write_bw
+-u; perftest's default is 14, 67 ms). Soft-RoCE under software emulation (qemu
+without KVM) can take longer than that to ack, and spurious retransmits then
+make runs report 0; 18 (about 1 s) avoids that.`,
 		Example: `  kubectl rdma bw -n training worker-0 worker-1
-  kubectl rdma bw worker-0 worker-1 --duration 10 --size 1048576`,
+  kubectl rdma bw worker-0 worker-1 --duration 10 --size 1048576
+  kubectl rdma bw rxe-a rxe-b --qp-timeout 18   # soft-RoCE on emulated nodes`,
 		Args: exactArgs(2, "two pods: POD_A (server) and POD_B (client)"),
-		RunE: func(c *cobra.Command, args []string) error { return o.runBW(c.Context(), args[0], args[1], f) },
+		RunE: func(c *cobra.Command, args []string) error {
+			if f.qpTimeout < 0 || f.qpTimeout > 31 {
+				return cli.Usagef("--qp-timeout %d: want 0 (perftest's default) to 31", f.qpTimeout)
+			}
+			return o.runBW(c.Context(), args[0], args[1], f)
+		},
 	}
 	c.Flags().IntVar(&f.size, "size", f.size, "message size in bytes (ib_write_bw -s)")
 	c.Flags().IntVar(&f.duration, "duration", f.duration, "seconds to run (ib_write_bw -D)")
 	c.Flags().IntVar(&f.port, "port", f.port, "TCP port of the out-of-band exchange (ib_write_bw -p)")
+	c.Flags().IntVar(&f.qpTimeout, "qp-timeout", f.qpTimeout, "QP retransmit timeout exponent, 4.096 us * 2^N (ib_write_bw -u); 0: perftest's default (14); 18 under software emulation")
 	return c
 }
 
-// bwEnd is one side: its pod, container, device and the device's netdev
-// (its name in the pod when the CNI plugin renamed it).
+// bwEnd is one side: its pod and container, the device as the node state
+// describes it, the device's and netdev's names in the pod, and the GID
+// index perftest uses there.
 type bwEnd struct {
 	pod       *corev1.Pod
 	container string
 	dev       v1alpha1.Device
-	netdev    string
+	podDev    string // the device's name in the pod (-d)
+	netdev    string // its netdev's name in the pod
+	port      int
+	stateGID  *int // the node state's RoCE v2 GID index (the host's table)
 	gidIndex  *int
+	gidFrom   string // how gidIndex was chosen
 }
 
 func (e bwEnd) String() string {
-	s := fmt.Sprintf("%s/%s (node %s, %s", e.pod.Namespace, e.pod.Name, e.pod.Spec.NodeName, e.dev.Name)
+	s := fmt.Sprintf("%s/%s (node %s, %s", e.pod.Namespace, e.pod.Name, e.pod.Spec.NodeName, e.podDev)
+	if e.podDev != e.dev.Name {
+		s += " (" + e.dev.Name + " on the node)"
+	}
 	if e.netdev != "" {
 		s += " " + e.netdev
 	}
 	if e.gidIndex != nil {
-		s += fmt.Sprintf(", GID index %d", *e.gidIndex)
+		s += fmt.Sprintf(", GID index %d (%s)", *e.gidIndex, e.gidFrom)
 	}
 	return s + ")"
 }
@@ -90,13 +118,9 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range []bwEnd{server, client} {
-		_, err := ex.Exec(ctx, e.pod.Namespace, e.pod.Name, e.container, []string{"sh", "-c", "command -v ib_write_bw"})
-		if errors.Is(err, ErrForbidden) {
+	for _, e := range []*bwEnd{&server, &client} {
+		if err := probeEnd(ctx, ex, e); err != nil {
 			return err
-		}
-		if err != nil {
-			return fmt.Errorf("pod %s/%s: %w (%v)", e.pod.Namespace, e.pod.Name, ErrNoPerftest, err)
 		}
 	}
 	out, err := runPerftest(ctx, ex, server, client, f)
@@ -115,7 +139,8 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	return nil
 }
 
-// bwEndOf is pod's first allocated kube-rdma device.
+// bwEndOf is pod's first allocated kube-rdma device, named as the pod sees
+// it when the CNI plugin attached it (Allocation.Attached).
 func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 	pod, err := cl.GetPod(ctx, ns, name)
 	if err != nil {
@@ -131,30 +156,44 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 	if err != nil {
 		return bwEnd{}, err
 	}
-	for _, a := range containerAllocs(pod, s) {
-		if len(a.devices) > 0 {
-			e := bwEnd{pod: pod, container: a.container, dev: a.devices[0]}
-			if len(a.netdevs) > 0 && a.netdevs[0] != "" {
-				e.netdev = a.netdevs[0]
-			} else if len(e.dev.Netdevs) > 0 {
-				e.netdev = e.dev.Netdevs[0]
-			}
-			if len(e.dev.Ports) > 0 && e.dev.LinkLayer == "Ethernet" {
-				if e.gidIndex = e.dev.Ports[0].RoCEv2GIDIndex; e.gidIndex == nil {
-					return bwEnd{}, fmt.Errorf("pod %s/%s: %s has no RoCE v2 GID (no IP address on its netdev?)", ns, name, e.dev.Name)
-				}
-			}
-			return e, nil
+	for _, a := range s.Status.Allocations {
+		if a.Namespace != pod.Namespace || a.Pod != pod.Name || !strings.HasPrefix(a.Resource, resourcePrefix) || len(a.RDMADevices) == 0 {
+			continue
 		}
+		dev := a.RDMADevices[0]
+		e := bwEnd{pod: pod, container: a.Container, dev: v1alpha1.Device{Name: dev}, podDev: dev, port: 1}
+		if d := device(s, dev); d != nil {
+			e.dev = *d
+		}
+		if len(a.Netdevs) > 0 && a.Netdevs[0] != "" {
+			e.netdev = a.Netdevs[0]
+		} else if len(e.dev.Netdevs) > 0 {
+			e.netdev = e.dev.Netdevs[0]
+		}
+		if i := slices.IndexFunc(a.Attached, func(at v1alpha1.AttachedDevice) bool { return at.RDMADevice == dev }); i >= 0 {
+			if at := a.Attached[i]; at.PodRDMADevice != "" {
+				e.podDev = at.PodRDMADevice
+			}
+			if at := a.Attached[i]; at.PodNetdev != "" {
+				e.netdev = at.PodNetdev
+			}
+		}
+		if len(e.dev.Ports) > 0 {
+			e.port, e.stateGID = e.dev.Ports[0].Port, e.dev.Ports[0].RoCEv2GIDIndex
+		}
+		return e, nil
 	}
 	return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device from kube-rdma (no allocation in node %s's state)", ns, name, pod.Spec.NodeName)
 }
 
 func perftestArgs(e bwEnd, f bwFlags) []string {
-	args := []string{"ib_write_bw", "-d", e.dev.Name, "-s", strconv.Itoa(f.size), "-D", strconv.Itoa(f.duration),
+	args := []string{"ib_write_bw", "-d", e.podDev, "-s", strconv.Itoa(f.size), "-D", strconv.Itoa(f.duration),
 		"-p", strconv.Itoa(f.port), "-F", "--report_gbits"}
 	if e.gidIndex != nil {
 		args = append(args, "-x", strconv.Itoa(*e.gidIndex))
+	}
+	if f.qpTimeout > 0 {
+		args = append(args, "-u", strconv.Itoa(f.qpTimeout))
 	}
 	return args
 }

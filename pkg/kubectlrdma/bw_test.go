@@ -1,15 +1,21 @@
 package kubectlrdma
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
 
@@ -67,7 +73,7 @@ func TestRunPerftestRoCE(t *testing.T) {
 	end := func(name, ip string) bwEnd {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
 		pod.Status.PodIP = ip
-		return bwEnd{pod: pod, container: "main", gidIndex: &idx,
+		return bwEnd{pod: pod, container: "main", gidIndex: &idx, podDev: "mlx5_3",
 			dev: v1alpha1.Device{Name: "mlx5_3", LinkLayer: "Ethernet"}}
 	}
 	ex := &retryExecer{connected: make(chan struct{})}
@@ -86,5 +92,191 @@ func TestRunPerftestRoCE(t *testing.T) {
 	}
 	if clients < 2 {
 		t.Errorf("client ran %d times, want a retry after Couldn't connect", clients)
+	}
+}
+
+// recordingExecer is a fakeExecer that records the ib_write_bw commands.
+type recordingExecer struct {
+	fakeExecer
+	mu    sync.Mutex
+	perft map[string][]string // pod -> its ib_write_bw command
+}
+
+func (r *recordingExecer) Exec(ctx context.Context, ns, pod, container string, cmd []string) (string, error) {
+	if cmd[0] == "ib_write_bw" {
+		r.mu.Lock()
+		r.perft[pod] = cmd
+		r.mu.Unlock()
+	}
+	return r.fakeExecer.Exec(ctx, ns, pod, container, cmd)
+}
+
+// rxeWorld: pods a and b on nodes rxe-a and rxe-b, each with the node's
+// rxe0 on eth1, which the CNI plugin attached to the pod as net1 and
+// re-created there as podDev; the node state's RoCE v2 GID index (the
+// host's table) is 1.
+func rxeWorld(podDevA, podDevB string) *world {
+	const res = "rdma.kube-rdma.io/rxe"
+	w := &world{}
+	for _, e := range []struct{ pod, node, podDev string }{{"a", "rxe-a", podDevA}, {"b", "rxe-b", podDevB}} {
+		idx := 1
+		s := v1alpha1.RDMANodeState{ObjectMeta: metav1.ObjectMeta{Name: e.node}, Spec: v1alpha1.RDMANodeStateSpec{NodeName: e.node}}
+		s.Status.StateVersion, s.Status.RDMANetnsMode = v1alpha1.StateVersion, "shared"
+		s.Status.Devices = []v1alpha1.Device{{Name: "rxe0", Kind: "rxe", LinkLayer: "Ethernet", Netdevs: []string{"eth1"}, Healthy: true,
+			Ports: []v1alpha1.Port{{Port: 1, State: "ACTIVE", LinkLayer: "Ethernet", Netdev: "eth1", RoCEv2GIDIndex: &idx}}}}
+		s.Status.Pools = []v1alpha1.Pool{pool("rxe", "exclusive", 0, "rxe0")}
+		al := alloc("e2e", e.pod, res, []string{"rxe0"}, []string{"rxe0"}, []string{"eth1"})
+		al.Attached = []v1alpha1.AttachedDevice{{RDMADevice: "rxe0", PodRDMADevice: e.podDev, Netdev: "eth1", PodNetdev: "net1"}}
+		s.Status.Allocations = []v1alpha1.Allocation{al}
+		finish(&s)
+		w.states = append(w.states, s)
+		w.nodes = append(w.nodes, node(e.node, map[string]int64{res: 1}))
+		w.pods = append(w.pods, pod("e2e", e.pod, e.node, corev1.PodRunning, map[string]int64{res: 1}))
+	}
+	return w
+}
+
+// GID tables as bwProbeScript prints them: rxe's link-local GIDs, then the
+// IPv4 address's RoCE v1 and v2 GIDs.
+const (
+	gidsLinkLocal = "linklayer Ethernet\n" +
+		"gid 0 fe80:0000:0000:0000:0250:56ff:fe00:0001 IB/RoCE v1\n" +
+		"gid 1 fe80:0000:0000:0000:0250:56ff:fe00:0001 RoCE v2\n"
+	gidsA = gidsLinkLocal +
+		"gid 2 0000:0000:0000:0000:0000:ffff:c000:0215 IB/RoCE v1\n" +
+		"gid 3 0000:0000:0000:0000:0000:ffff:c000:0215 RoCE v2\n" +
+		"addr inet 192.0.2.21/24\naddr inet6 fe80::250:56ff:fe00:1/64\n"
+	// gidsB's RoCE v2 IPv4 GIDs are for addresses net1 no longer has.
+	gidsB = gidsLinkLocal +
+		"gid 5 0000:0000:0000:0000:0000:ffff:c000:0216 RoCE v2\n" +
+		"gid 7 0000:0000:0000:0000:0000:ffff:c000:0217 RoCE v2\n" +
+		"addr inet 10.0.0.9/24\n"
+)
+
+// bw runs each side on the device's and netdev's names in the pod, with the
+// RoCE v2 GID index the pod's own table gives (the node state's only when
+// the pod lists none), and passes --qp-timeout as -u.
+func TestBWUsesPodSideDeviceAndGID(t *testing.T) {
+	tests := []struct {
+		name             string
+		gids             map[string]string
+		args             []string
+		wantX            map[string]string // pod -> -x
+		wantU            string            // "" for no -u
+		wantOut          []string
+		podDevA, podDevB string
+	}{
+		{
+			name:    "pod GIDs differ from the state's",
+			gids:    map[string]string{"e2e/a": gidsA, "e2e/b": gidsB},
+			podDevA: "rxe0_net1", podDevB: "rxe0",
+			wantX: map[string]string{"a": "3", "b": "5"},
+			wantOut: []string{
+				"server e2e/a (node rxe-a, rxe0_net1 (rxe0 on the node) net1, GID index 3 (in the pod: RoCE v2, 192.0.2.21 on net1))\n",
+				"client e2e/b (node rxe-b, rxe0 net1, GID index 5 (in the pod: first RoCE v2 IPv4 GID, 192.0.2.22))\n",
+			},
+		},
+		{
+			name:    "pod lists no IPv4 RoCE v2 GID: the state's, and -u",
+			gids:    map[string]string{"e2e/a": gidsLinkLocal, "e2e/b": gidsA},
+			podDevA: "rxe0", podDevB: "rxe0",
+			args:  []string{"--qp-timeout", "18"},
+			wantX: map[string]string{"a": "1", "b": "3"},
+			wantU: "18",
+			wantOut: []string{
+				"server e2e/a (node rxe-a, rxe0 net1, GID index 1 (the node state's: the pod lists no RoCE v2 IPv4 GID))\n",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeCluster{w: rxeWorld(tc.podDevA, tc.podDevB)}
+			ex := &recordingExecer{perft: map[string][]string{}, fakeExecer: fakeExecer{
+				probe:    map[string]string{"e2e/a": "", "e2e/b": ""},
+				perftest: map[string]bool{"e2e/a": true, "e2e/b": true},
+				gids:     tc.gids,
+			}}
+			var out, errOut bytes.Buffer
+			code := Execute(context.Background(), append([]string{"bw", "-n", "e2e", "a", "b"}, tc.args...), Options{
+				Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+				NewCluster: f.newCluster,
+				NewExecer:  func(genericclioptions.RESTClientGetter) (Execer, error) { return ex, nil },
+			})
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			podDev := map[string]string{"a": tc.podDevA, "b": tc.podDevB}
+			for p, x := range tc.wantX {
+				cmd := ex.perft[p]
+				got := map[string]string{}
+				for _, flag := range []string{"-d", "-x", "-u"} {
+					if i := slices.Index(cmd, flag); i >= 0 && i+1 < len(cmd) {
+						got[flag] = cmd[i+1]
+					}
+				}
+				want := map[string]string{"-d": podDev[p], "-x": x}
+				if tc.wantU != "" {
+					want["-u"] = tc.wantU
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("pod %s: ib_write_bw %q (-want +got):\n%s", p, cmd, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestBWErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		gids map[string]string
+		args []string
+		want error
+	}{
+		{"device not in the pod", map[string]string{"e2e/a": gidsA, "e2e/b": "nodev\n"}, nil, ErrDeviceNotInPod},
+		{"no perftest", map[string]string{"e2e/a": gidsA, "e2e/b": gidsA}, nil, ErrNoPerftest},
+		{"qp timeout out of range", nil, []string{"--qp-timeout", "32"}, cli.ErrUsage},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeCluster{w: rxeWorld("rxe0", "rxe0")}
+			ex := fakeExecer{probe: map[string]string{"e2e/a": "", "e2e/b": ""},
+				perftest: map[string]bool{"e2e/a": true, "e2e/b": tc.want != ErrNoPerftest}, gids: tc.gids}
+			o := Options{Streams: genericiooptions.NewTestIOStreamsDiscard(), NewCluster: f.newCluster, NewExecer: ex.newExecer}
+			root := NewRootCommand(&o)
+			root.SetArgs(append([]string{"bw", "-n", "e2e", "a", "b"}, tc.args...))
+			if err := root.ExecuteContext(context.Background()); !errors.Is(err, tc.want) {
+				t.Errorf("bw: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPickGID(t *testing.T) {
+	tests := []struct {
+		name    string
+		probe   string
+		wantIdx int
+		wantOK  bool
+	}{
+		{"address of the netdev", gidsA, 3, true},
+		{"no address matches: first IPv4 RoCE v2", gidsB, 5, true},
+		{"addresses unknown (no ip in the image)", strings.ReplaceAll(gidsA, "addr ", "x "), 3, true},
+		{"link-local only", gidsLinkLocal, 0, false},
+		{"RoCE v1 only", "gid 2 0000:0000:0000:0000:0000:ffff:c000:0215 IB/RoCE v1\naddr inet 192.0.2.21/24\n", 0, false},
+		{"malformed GID", "gid 3 zz RoCE v2\n", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			idx, why, ok := pickGID(parseBWProbe(tc.probe), "net1")
+			if idx != tc.wantIdx || ok != tc.wantOK {
+				t.Errorf("pickGID = %d, %q, %v; want %d, %v", idx, why, ok, tc.wantIdx, tc.wantOK)
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package kubectlrdma
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -79,11 +78,14 @@ func (f *fakeCluster) GetPod(_ context.Context, ns, name string) (*corev1.Pod, e
 }
 
 // fakeExecer answers doctor's probe script with what a container of each
-// pod would print, and bw's commands as perftest would where the pod has
-// it; a pod it does not know fails like a missing pods/exec permission.
+// pod would print, bw's probe with whether the pod has perftest and what
+// gids holds for it (its GID table and addresses, as bwProbeScript prints
+// them), and bw's commands as perftest would; a pod it does not know fails
+// like a missing pods/exec permission.
 type fakeExecer struct {
 	probe    map[string]string
 	perftest map[string]bool
+	gids     map[string]string
 }
 
 func (f fakeExecer) newExecer(genericclioptions.RESTClientGetter) (Execer, error) { return f, nil }
@@ -94,10 +96,10 @@ func (f fakeExecer) Exec(_ context.Context, ns, pod, container string, cmd []str
 		return "", fmt.Errorf("%w: exec in pod %s/%s container %s: pods %q is forbidden: User \"dev\" cannot create resource \"pods/exec\"", ErrForbidden, ns, pod, container, pod)
 	}
 	switch {
-	case len(cmd) == 3 && cmd[2] == "command -v ib_write_bw" && f.perftest[ns+"/"+pod]:
-		return "/usr/bin/ib_write_bw\n", nil
-	case len(cmd) == 3 && cmd[2] == "command -v ib_write_bw":
-		return "", errors.New("command terminated with exit code 1")
+	case len(cmd) == 3 && strings.HasPrefix(cmd[2], bwProbeMark) && f.perftest[ns+"/"+pod]:
+		return "perftest yes\n" + f.gids[ns+"/"+pod], nil
+	case len(cmd) == 3 && strings.HasPrefix(cmd[2], bwProbeMark):
+		return "perftest no\n" + f.gids[ns+"/"+pod], nil
 	case cmd[0] == "ib_write_bw" && strings.Contains(cmd[len(cmd)-1], "."): // the client names the server's IP
 		return perftestClient, nil
 	case cmd[0] == "ib_write_bw":
