@@ -518,7 +518,7 @@ save_logs() {
 }
 
 report() {
-  local out=$SHARE/out rc passed failed skipped bw ratio status
+  local out=$SHARE/out rc passed failed skipped bw ratio kbw kgbps status
   save_logs
   if [[ ! -f $out/exit-code || ! -f $out/guest-test.log ]]; then
     log "the guest did not report a result; console tail ($RXE_LOG_DIR/console.log):"
@@ -534,6 +534,10 @@ report() {
   bw=$(grep -o 'RXE_BW .*' "$out/guest-test.log" | tail -1 || true)
   [[ -n $bw ]] && log "$bw"
   ratio=$(sed -nE 's/.*ratio=([0-9.]+).*/\1/p' <<<"$bw")
+  # TestKubectlBWBetweenCNIPods: kubectl rdma bw's figure line
+  kbw=$(cat "$out/kubectl-bw.txt" 2>/dev/null || true)
+  [[ -n $kbw ]] && log "kubectl rdma bw: $kbw"
+  kgbps=$(sed -nE 's/.*: ([0-9.]+) Gb\/sec average.*/\1/p' <<<"$kbw")
   status=PASS
   if [[ $rc != 0 || $failed != 0 || $passed == 0 ]]; then
     status=FAIL
@@ -542,7 +546,7 @@ report() {
   fi
   # A plain count line that CI reads, then the summary.
   echo "rxe-e2e: $passed passed, $failed failed, $skipped skipped"
-  echo "rxe-e2e: $status ($passed passed, $failed failed, $skipped skipped) in $(elapsed)s, kernel $KVER, pod/host ib_write_bw ratio ${ratio:-n/a}"
+  echo "rxe-e2e: $status ($passed passed, $failed failed, $skipped skipped) in $(elapsed)s, kernel $KVER, pod/host ib_write_bw ratio ${ratio:-n/a}, kubectl rdma bw ${kgbps:-n/a} Gb/sec"
   if [[ $status == PASS ]]; then return 0; fi
   return 1
 }

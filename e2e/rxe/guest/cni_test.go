@@ -23,6 +23,13 @@ import (
 // but its result to stdout.
 func cniExec(t *testing.T, bin, command, containerID, netns, ifname string, netconf []byte) (stdout, stderr string, err error) {
 	t.Helper()
+	return cniExecArgs(t, bin, command, containerID, netns, ifname, "", netconf)
+}
+
+// cniExecArgs is cniExec with CNI_ARGS ("K=V;K=V"), where a runtime names the pod
+// (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID).
+func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs string, netconf []byte) (stdout, stderr string, err error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
@@ -32,6 +39,7 @@ func cniExec(t *testing.T, bin, command, containerID, netns, ifname string, netc
 		"CNI_NETNS="+netns,
 		"CNI_IFNAME="+ifname,
 		"CNI_PATH="+os.Getenv("KUBE_RDMA_CNI_PLUGINS_DIR"),
+		"CNI_ARGS="+cniArgs,
 	)
 	cmd.Stdin = bytes.NewReader(netconf)
 	var o, e bytes.Buffer
