@@ -194,8 +194,9 @@ func pickNUMARandom(rng *rand.Rand, node replayNode, free []string, gpus []disco
 }
 
 // pickRootComplex gives each GPU in turn a random free NIC with its PCIe
-// root, while NICs are still wanted, then fills up with random free NICs.
-// Its pairing is its own: GPU i with the NIC picked for it.
+// root, while NICs are still wanted, then the GPUs left without one random
+// free NICs. It is credited with the best pairing of the NICs it got, not
+// with this one, which can only flatter it.
 func pickRootComplex(rng *rand.Rand, node replayNode, free []string, gpus []discovery.Location, n int) ([]string, []Pair, error) {
 	free = slices.Clone(free)
 	take := func(k int) string {
@@ -204,38 +205,25 @@ func pickRootComplex(rng *rand.Rand, node replayNode, free []string, gpus []disc
 		return id
 	}
 	var nics []string
-	pairs := make([]Pair, len(gpus))
+	served := make([]bool, len(gpus))
 	for i, g := range gpus {
-		pairs[i] = Pair{GPU: i}
-		if len(nics) == n {
-			continue
-		}
 		var same []int
 		for k, id := range free {
 			if nicLocation(node.topo, id).PCIeRoot == g.PCIeRoot {
 				same = append(same, k)
 			}
 		}
-		if len(same) > 0 {
-			id := take(same[rng.IntN(len(same))])
-			nics = append(nics, id)
-			pairs[i] = Pair{GPU: i, NIC: id, Level: discovery.Distance(g, nicLocation(node.topo, id), node.topo.NUMANodes)}
+		if len(nics) < n && len(same) > 0 {
+			nics = append(nics, take(same[rng.IntN(len(same))]))
+			served[i] = true
 		}
 	}
-	for i, g := range gpus {
-		if len(nics) == n {
-			break
-		}
-		if pairs[i].NIC == "" {
-			id := take(rng.IntN(len(free)))
-			nics = append(nics, id)
-			pairs[i] = Pair{GPU: i, NIC: id, Level: discovery.Distance(g, nicLocation(node.topo, id), node.topo.NUMANodes)}
+	for i := range gpus {
+		if len(nics) < n && !served[i] {
+			nics = append(nics, take(rng.IntN(len(free))))
 		}
 	}
-	for len(nics) < n { // more NICs than GPUs: not in this model, kept total
-		nics = append(nics, take(rng.IntN(len(free))))
-	}
-	return nics, nil, nil // credited with the best pairing of its NICs, which flatters it
+	return nics, nil, nil
 }
 
 func nicLocation(t Topology, id string) discovery.Location {

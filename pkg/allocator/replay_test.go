@@ -116,7 +116,10 @@ func TestMaxPairs(t *testing.T) {
 
 // BenchmarkPolicyReplay replays 20000 steps on each golden node and prints,
 // per policy, the GPU<->NIC pairs, the share at PIX and at PXB or closer,
-// and the share of the best achievable; the same figures go out as metrics.
+// and the share of the best achievable (each policy against the NICs free
+// for it at each pod, so a policy that strands NICs is not blamed twice);
+// the same figures go out as metrics, computed in this run. Run with
+// go test -run XXX -bench PolicyReplay -benchtime 1x ./pkg/allocator/
 func BenchmarkPolicyReplay(b *testing.B) {
 	for _, node := range replayNodes() {
 		b.Run(node.name, func(b *testing.B) {
