@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate krew-dist
 
 all: build
 
@@ -103,6 +103,11 @@ local-node-build:
 
 # The node-state publisher and kubectl-rdma against a real kube-apiserver and etcd (envtest)
 # from local-node-build's cache (make test runs them too, when that cache exists).
+# kubectl-rdma's krew archives and manifest in dist/krew (every platform of deploy/krew/rdma.yaml),
+# installed and uninstalled by krew (built from the module proxy) as a check. CI: linux/amd64 only.
+krew-dist:
+	bash hack/krew-dist.sh
+
 test-apiserver:
 	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/
 

@@ -1,0 +1,80 @@
+package discovery
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// RDMAList answers "has the set of names in class/infiniband changed?"
+// without allocating: it keeps the directory open and sums a hash of each
+// name read with getdents into a reused buffer. An idle watcher asks twice
+// a second on a node with a thousand devices; ListRDMA would allocate a
+// thousand strings each time.
+type RDMAList struct {
+	path string
+	fd   int
+	buf  []byte
+}
+
+// OpenRDMAList prepares to list <sysRoot>/class/infiniband; Close releases it.
+func OpenRDMAList(sysRoot string) *RDMAList {
+	return &RDMAList{path: filepath.Join(sysRoot, "class/infiniband"), fd: -1, buf: make([]byte, 16<<10)}
+}
+
+// Sum returns the number of entries and an order-independent hash of their
+// names; a missing directory is 0, 0.
+func (l *RDMAList) Sum() (n int, sum uint64, err error) {
+	if l.fd < 0 {
+		fd, err := unix.Open(l.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return 0, 0, nil
+		}
+		if err != nil {
+			return 0, 0, &fs.PathError{Op: "open", Path: l.path, Err: err}
+		}
+		l.fd = fd
+	}
+	if _, err := unix.Seek(l.fd, 0, 0); err != nil {
+		l.Close() // the directory was removed: open it again next time
+		return 0, 0, nil
+	}
+	for {
+		m, err := unix.Getdents(l.fd, l.buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, 0, &fs.PathError{Op: "getdents", Path: l.path, Err: err}
+		}
+		if m <= 0 {
+			return n, sum, nil
+		}
+		for b := l.buf[:m]; len(b) > 0; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(b[16]) | int(b[17])<<8
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			n++
+			sum += fnv64(name)
+		}
+	}
+}
+
+// Close closes the directory.
+func (l *RDMAList) Close() {
+	if l != nil && l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+}
+
