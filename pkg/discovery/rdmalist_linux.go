@@ -77,4 +77,3 @@ func (l *RDMAList) Close() {
 		l.fd = -1
 	}
 }
-
