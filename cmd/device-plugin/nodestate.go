@@ -25,6 +25,7 @@ type nodeStateFlags struct {
 	interval   time.Duration
 	podSocket  string
 	cniState   string
+	cniMode    string
 }
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
@@ -32,6 +33,7 @@ func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state outside a cluster; empty: the in-cluster config")
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState)")
+	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
 	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices); empty: not read")
 }
 
@@ -75,6 +77,11 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	if !cfg.nodeNameSet {
 		return nil, errors.New("run: publishing RDMANodeState needs the node's name: --node-name or NODE_NAME (the chart sets it from spec.nodeName)")
 	}
+	switch cfg.nodeState.cniMode {
+	case "", "chained", "multus", "none", "not-installed":
+	default:
+		return nil, fmt.Errorf("run: --cni-mode %q: want chained, multus, none or not-installed", cfg.nodeState.cniMode)
+	}
 	if cfg.nodeState.interval <= 0 {
 		return nil, fmt.Errorf("run: --node-state-interval %s must be positive", cfg.nodeState.interval)
 	}
@@ -94,7 +101,7 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 		}
 		records = state.Store{Dir: dir, BootID: boot}
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, Writer: client,
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
 	done := make(chan struct{})

@@ -41,6 +41,7 @@ func TestNodeStateFlags(t *testing.T) {
 		{name: "no node name", args: []string{"--kubeconfig", kc}, err: "--node-name or NODE_NAME"},
 		{name: "bad kubeconfig", args: []string{"--kubeconfig", kc + ".missing", "--node-name", "n1"}, err: "--kubeconfig"},
 		{name: "bad interval", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--node-state-interval", "0s"}, err: "--node-state-interval"},
+		{name: "bad cni mode", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--cni-mode", "weird"}, err: "--cni-mode \"weird\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
 		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478",
-		"--cni-state-dir=" /* no CNI plugin installed: no records to read */} {
+		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed"} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
 		}
@@ -132,6 +132,9 @@ func TestChained(t *testing.T) {
 	}
 	if got := spec.InitContainers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/kube-rdma", "install"}) {
 		t.Errorf("install-cni command %q", got)
+	}
+	if !slices.Contains(spec.Containers[0].Args, "--cni-mode=chained") {
+		t.Errorf("device plugin args %q lack --cni-mode=chained", spec.Containers[0].Args)
 	}
 	if !slices.Contains(spec.Containers[1].Args, "--remove-on-exit") {
 		t.Errorf("cni-chain args %q: the entry would stay after uninstall", spec.Containers[1].Args)

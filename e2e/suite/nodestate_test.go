@@ -105,6 +105,13 @@ func TestNodeState(t *testing.T) {
 			t.Errorf("doctor's %q: %q, want %s with %q", check, got, verdict, detail)
 		}
 	}
+	if p.name == e.chainedPool {
+		for check, w := range map[string]string{"CNI plugin": "PASS installed by the chart (chained)", "CNI attachment": "PASS "} {
+			if got := checks[check]; !strings.HasPrefix(got, w) || (check == "CNI attachment" && !strings.Contains(got, " as net1")) {
+				t.Errorf("doctor's %q: %q, want %q", check, got, w)
+			}
+		}
+	}
 	for check, got := range checks {
 		if !strings.HasPrefix(check, "in container") && strings.HasPrefix(got, "FAIL") {
 			t.Errorf("doctor's %q failed: %s", check, got)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
 // allocationChecks: each requested resource is a pool on the node, each
@@ -38,6 +39,10 @@ func allocationChecks(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []Check {
 			h.Name = "allocated " + h.Name
 			checks = append(checks, h)
 		}
+		checks = append(checks, gpuLevelCheck(pod, s))
+		if c, ok := cniAttachmentCheck(pod, s); ok {
+			checks = append(checks, c)
+		}
 	}
 	return checks
 }
@@ -65,4 +70,36 @@ func containerAllocation(pod *corev1.Pod, container, res string, want int64, s *
 		c.Fix = "the daemon's view of the kubelet lags: wait and retry, else see the daemon's logs"
 	}
 	return c, a.RDMADevices
+}
+
+// gpuLevelCheck: each of the pod's GPUs has an allocated NIC at PXB or
+// closer, the paths on which NCCL uses GPUDirect RDMA by default
+// (NCCL_NET_GDR_LEVEL); NCCL picks the closest NIC for each GPU, so the
+// check is per GPU. Skip when the state has none of the pod's GPUs.
+func gpuLevelCheck(pod *corev1.Pod, s *v1alpha1.RDMANodeState) Check {
+	c := Check{Name: "GPU<->NIC PCIe level", Verdict: Skip, Detail: "no GPU of the pod in the node's state (" + GPUResource + ")"}
+	nics, gpus := allocated(pod, s)
+	if len(gpus) == 0 || len(nics) == 0 {
+		return c
+	}
+	var parts, far []string
+	for _, g := range gpus {
+		best, nic := discovery.Level("?"), ""
+		for _, n := range nics {
+			if l := worstLevel(s, []NIC{n}, []PodGPU{g}); nic == "" || l.Rank() < best.Rank() {
+				best, nic = l, n.Name
+			}
+		}
+		part := fmt.Sprintf("GPU%d->%s %s", g.Index, nic, best)
+		parts = append(parts, part)
+		if best == "?" || best.Rank() > discovery.PXB.Rank() {
+			far = append(far, part)
+		}
+	}
+	c.Verdict, c.Detail = Pass, strings.Join(parts, ", ")
+	if len(far) > 0 {
+		c.Verdict, c.Detail = Warn, strings.Join(parts, ", ")+": farther than PXB, where NCCL turns GPUDirect RDMA off by default"
+		c.Fix = "use NICs under the GPUs' PCIe switches: a pool with binding: gpuAligned binds them (docs/gpu-aligned.md); kubectl rdma topo " + s.Name + " shows the matrix"
+	}
+	return c
 }

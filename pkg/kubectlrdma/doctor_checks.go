@@ -50,7 +50,7 @@ func nodeChecks(node *corev1.Node, s *v1alpha1.RDMANodeState, stateErr error, no
 	for _, p := range st.Pools {
 		checks = append(checks, netnsCheck(st.RDMANetnsMode, p))
 	}
-	return checks, nil
+	return append(checks, cniCheck(st)), nil
 }
 
 // advertised compares a pool with the node's allocatable.
@@ -123,4 +123,81 @@ func podPreChecks(pod *corev1.Pod) []Check {
 			Fix: "add resources.limits: {" + resourcePrefix + "POOL: 1} to the container that uses RDMA"})
 	}
 	return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: strings.Join(res, ", ")})
+}
+
+// cniCheck says how the chart set up the kube-rdma CNI plugin on the node,
+// and whether that suits the node: without it, the netdevs of exclusive
+// pools' devices stay on the host, and in exclusive RDMA netns mode the
+// devices themselves are unusable in pods.
+func cniCheck(st *v1alpha1.RDMANodeStateStatus) Check {
+	c := Check{Name: "CNI plugin", Verdict: Pass}
+	if st.CNI == nil {
+		c.Verdict, c.Detail = Skip, "the daemon does not report it (an older daemon, or not run by the chart)"
+		return c
+	}
+	exclusive := slices.ContainsFunc(st.Pools, func(p v1alpha1.Pool) bool { return p.Mode == "exclusive" })
+	switch st.CNI.Mode {
+	case "chained", "multus":
+		c.Detail = fmt.Sprintf("installed by the chart (%s), %d attachment(s) on the node", st.CNI.Mode, st.CNI.Attachments)
+	case "none":
+		c.Verdict, c.Detail = Warn, "the binary is installed, no network configured (cni.mode none)"
+		c.Fix = "pods get netdevs only through networks you configure: cni.mode chained or multus (docs/cni.md)"
+	default:
+		c.Detail = "not installed by the chart"
+		switch {
+		case exclusive && st.RDMANetnsMode == "exclusive":
+			c.Verdict = Fail
+			c.Detail += ": in exclusive RDMA netns mode an exclusive pool's device is usable only in the netns the plugin moves it to"
+			c.Fix = "set cni.install=true with cni.mode chained or multus and upgrade the release"
+		case exclusive:
+			c.Verdict = Warn
+			c.Detail += ": the netdevs of exclusive pools' devices stay on the host"
+			c.Fix = "set cni.install=true with cni.mode chained or multus, so that pods get their NICs' netdevs"
+		}
+	}
+	return c
+}
+
+// cniAttachmentCheck: each of the pod's allocations of an exclusive pool
+// whose devices have netdevs was attached to the pod by the CNI plugin (the
+// state's attached devices).
+func cniAttachmentCheck(pod *corev1.Pod, s *v1alpha1.RDMANodeState) (Check, bool) {
+	c := Check{Name: "CNI attachment", Verdict: Pass}
+	st := &s.Status
+	var done, missing []string
+	for _, a := range st.Allocations {
+		if a.Namespace != pod.Namespace || a.Pod != pod.Name || len(a.Netdevs) == 0 {
+			continue
+		}
+		i := slices.IndexFunc(st.Pools, func(p v1alpha1.Pool) bool { return p.Resource == a.Resource })
+		if i < 0 || st.Pools[i].Mode != "exclusive" {
+			continue
+		}
+		if len(a.Attached) == 0 {
+			missing = append(missing, a.Resource)
+		}
+		for _, d := range a.Attached {
+			done = append(done, d.RDMADevice+" as "+d.PodNetdev)
+		}
+	}
+	if len(done)+len(missing) == 0 || st.CNI == nil {
+		return c, false
+	}
+	c.Detail = strings.Join(done, ", ")
+	if len(missing) == 0 {
+		return c, true
+	}
+	c.Verdict, c.Detail = Fail, "the kube-rdma CNI plugin attached none of the pod's "+strings.Join(missing, ", ")+" devices"
+	switch st.CNI.Mode {
+	case "multus":
+		c.Fix = "name a NetworkAttachmentDefinition of that pool in the pod's k8s.v1.cni.cncf.io/networks annotation"
+	case "chained":
+		c.Fix = "chained mode attaches the devices of cni.chained.pool only: is the pod's pool that one? a pod started before the plugin was chained keeps none (recreate it)"
+	default:
+		c.Fix = "the chart does not configure the plugin (cni.mode " + st.CNI.Mode + "): set cni.install=true with cni.mode chained or multus"
+		if st.RDMANetnsMode != "exclusive" {
+			c.Verdict = Warn
+		}
+	}
+	return c, true
 }

@@ -45,12 +45,14 @@ func newWorld(t *testing.T) *world {
 	vf := alloc("train", "vf-0", "rdma.kube-rdma.io/roce-vf", []string{local.Status.Devices[3].PCIAddress}, []string{"mlx5_3"}, local.Status.Devices[3].Netdevs)
 	vf.Attached = []v1alpha1.AttachedDevice{{RDMADevice: "mlx5_3", Netdev: local.Status.Devices[3].Netdevs[0], PodNetdev: "net1", Network: "roce-net"}}
 	local.Status.Allocations = append(local.Status.Allocations, w1, vf)
+	local.Status.CNI = &v1alpha1.CNIStatus{Mode: "chained", Attachments: 2}
 	finish(&local)
 
 	soft := stateOfScan("soft-1", scan(t, nodesim.SoftRoCE()), "shared", 2*time.Hour)
 	soft.Status.DaemonVersion = "v0.2.0"
 	soft.Status.Pools = append(soft.Status.Pools, pool("rxe", "shared", 4, "rxe0"))
 	soft.Status.ConfigErrors = []string{`pool "ib": selector matches no RDMA device`}
+	soft.Status.CNI = &v1alpha1.CNIStatus{Mode: "not-installed"}
 	soft.Status.Allocations = append(soft.Status.Allocations,
 		alloc("default", "rxe-client", "rdma.kube-rdma.io/rxe", []string{"rxe0-slot-1"}, []string{"rxe0"}, nil))
 	finish(&soft)

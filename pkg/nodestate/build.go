@@ -26,7 +26,9 @@ type Input struct {
 	Containers []podres.ContainerDevices
 	// Attachments are the CNI plugin's records (state.Store.Records): the
 	// names the pods' devices have in the pods.
-	Attachments   []state.Attachment
+	Attachments []state.Attachment
+	// CNIMode is the chart's CNI mode (--cni-mode); "" leaves status.cni out.
+	CNIMode       string
 	DaemonVersion string
 	Now           time.Time
 }
@@ -65,6 +67,14 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 		st.Affinity = append(st.Affinity, row)
 	}
 	st.Allocations = allocations(in.Containers, in.View.Pools, devs, in.Attachments)
+	if in.CNIMode != "" {
+		st.CNI = &v1alpha1.CNIStatus{Mode: in.CNIMode}
+		for _, a := range in.Attachments {
+			if a.Complete {
+				st.CNI.Attachments++
+			}
+		}
+	}
 	st.Pools = pools(in.View.Pools, st.Allocations)
 	pods := map[[2]string]bool{}
 	for _, a := range st.Allocations {

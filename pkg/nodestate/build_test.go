@@ -86,6 +86,7 @@ func TestBuild(t *testing.T) {
 		view  deviceplugin.View
 		ctrs  []podres.ContainerDevices
 		recs  []state.Attachment
+		cni   string
 		patch func(*v1alpha1.RDMANodeStateStatus)
 	}{
 		{name: "no pods", view: testView(), patch: func(s *v1alpha1.RDMANodeStateStatus) {
@@ -112,7 +113,7 @@ func TestBuild(t *testing.T) {
 						RDMADevices: []string{"mlx5_30"}, Netdevs: []string{"eth30"}},
 				}
 			}},
-		{name: "attachment records name the devices in the pod", view: testView(),
+		{name: "attachment records name the devices in the pod", view: testView(), cni: "chained",
 			ctrs: []podres.ContainerDevices{
 				{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:1b:00.0", "0000:19:00.0"}},
 				{Namespace: "a", Pod: "p1", Container: "d", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-0"}},
@@ -134,6 +135,7 @@ func TestBuild(t *testing.T) {
 			patch: func(s *v1alpha1.RDMANodeStateStatus) {
 				s.Pools = pools(2, 1)
 				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 1}
+				s.CNI = &v1alpha1.CNIStatus{Mode: "chained", Attachments: 4} // the complete records
 				s.Allocations = []v1alpha1.Allocation{
 					{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:19:00.0", "0000:1b:00.0"},
 						RDMADevices: []string{"mlx5_2", "mlx5_10"}, Netdevs: []string{"ib2", "ib10"},
@@ -153,7 +155,7 @@ func TestBuild(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			want := base
 			tt.patch(&want)
-			got := Build(Input{View: tt.view, Containers: tt.ctrs, Attachments: tt.recs, DaemonVersion: "v1.2.3", Now: now})
+			got := Build(Input{View: tt.view, Containers: tt.ctrs, Attachments: tt.recs, CNIMode: tt.cni, DaemonVersion: "v1.2.3", Now: now})
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Build (-want +got):\n%s", diff)
 			}

@@ -52,6 +52,8 @@ type Config struct {
 	// (AttachedDevice). Listed with Pods.
 	Records RecordLister
 	Writer  Writer
+	// CNIMode goes into status.cni.mode ("" leaves status.cni out).
+	CNIMode string
 	// DaemonVersion goes into status.daemonVersion.
 	DaemonVersion string
 	// Interval is the least time between two writes (DefaultInterval).
@@ -180,7 +182,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 // publish builds the status and writes it when its content changed.
 func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	view, _ := p.cfg.Source.View()
-	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
 	if sameContent(&st, p.written) {
 		return false, nil
 	}

@@ -73,6 +73,20 @@ type RDMANodeStateStatus struct {
 	// (overlaps, a shared pool in exclusive netns mode, a file it ignored).
 	// +listType=atomic
 	ConfigErrors []string `json:"configErrors,omitempty"`
+	// CNI is the kube-rdma CNI plugin on the node as the chart installed
+	// it; nil when the daemon was not told (an older daemon, or not run by
+	// the chart).
+	CNI *CNIStatus `json:"cni,omitempty"`
+}
+
+// CNIStatus says how the kube-rdma CNI plugin is set up on the node.
+type CNIStatus struct {
+	// Mode is the chart's cni.mode when it installs the plugin ("chained",
+	// "multus", "none": the binary only), "not-installed" when it does not.
+	Mode string `json:"mode"`
+	// Attachments counts the plugin's complete attachment records (pods'
+	// network attachments it holds on the node now).
+	Attachments int `json:"attachments"`
 }
 
 // Summary is a few counts over the status.
