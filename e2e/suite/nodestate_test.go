@@ -70,6 +70,12 @@ func TestNodeState(t *testing.T) {
 	if code != 0 || !strings.Contains(out, name) || !strings.Contains(out, devs) {
 		t.Errorf("kubectl rdma pods -n %s: exit %d, want %s with %s:\n%s", ns, code, name, devs, out)
 	}
+	// bw's exec path through the API server and kubelet: the test image has no perftest,
+	// which its probe (run in the pod) must find and say.
+	out, code = e.kubectlRDMA(t, "bw", "-n", ns, name, name)
+	if code != 1 || !strings.Contains(out, "ib_write_bw not found") {
+		t.Errorf("kubectl rdma bw -n %s %s %s in an image without perftest: exit %d, want 1 and ib_write_bw not found:\n%s", ns, name, name, code, out)
+	}
 	if !e.fixtureDevs {
 		out, code = e.kubectlRDMA(t, "doctor", "-n", ns, name)
 		if code != 0 {
