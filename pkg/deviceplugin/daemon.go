@@ -55,6 +55,11 @@ type Config struct {
 	DevRoot string
 	// CDIDir is where CDI specs are written; "" disables CDI.
 	CDIDir string
+	// AllocDir is the host directory of gpuAligned pools (pool files and
+	// allocation directories, docs/gpu-aligned.md). The daemon must see it
+	// at the same path as the host: Allocate's mounts name it. "" refuses
+	// gpuAligned pools.
+	AllocDir string
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
 	NodeName    string
