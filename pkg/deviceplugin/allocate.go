@@ -120,6 +120,9 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 	if err := mkdirMode(host, 0o755); err != nil {
 		return nil, fmt.Errorf("allocation directory: %w", err)
 	}
+	if err := emptyDir(host); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
 	r := &pluginapi.ContainerAllocateResponse{
 		Envs: map[string]string{
 			"NCCL_CONF_FILE": allocdir.ContainerNCCLConf(pool.Name),
@@ -135,6 +138,23 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
 	}
 	return r, nil
+}
+
+// emptyDir removes what dir holds. An allocation directory is named after
+// its slots, so an earlier pod that had the same slots left its files there;
+// the kubelet calls Allocate for every container of a pod at admission,
+// before the sandbox exists and the CNI writes this pod's files.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // deviceNodes lists the /dev/infiniband nodes of the devices, in order, once.

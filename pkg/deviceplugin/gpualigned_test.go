@@ -184,14 +184,15 @@ func TestAlignedAllocate(t *testing.T) {
 			t.Errorf("allocation dir %s holds %d entries, want none", dir, len(entries))
 		}
 	}
-	// Allocate again (a kubelet retry): the directory and what the CNI put there stay.
+	// The same slots again (a later pod): the directory is emptied of the
+	// earlier pod's files before the CNI writes the new ones.
 	dir := filepath.Join(e.cfg.AllocDir, "gpu-nics", allocIDs[0])
 	writeFile(t, filepath.Join(dir, "nccl.conf"), "NCCL_IB_HCA==mlx5_0,mlx5_1\n")
 	if _, err := e.kubelet.Allocate(context.Background(), aligned, ctr1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "nccl.conf")); err != nil {
-		t.Errorf("second Allocate lost the CNI's file: %v", err)
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("after a second Allocate %s holds %d entries, want none", dir, len(entries))
 	}
 	for _, c := range resp.ContainerResponses {
 		if _, ok := c.Envs["NCCL_IB_HCA"]; ok || len(c.CdiDevices) > 0 || len(c.Annotations) > 0 {
