@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 )
@@ -21,6 +22,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg, err := parseRunFlags(args, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.nodeState.podSocket != "" {
+		// Also the sweeper of gpuAligned allocation directories.
+		c, err := podres.Dial(cfg.nodeState.podSocket)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cfg.Allocations = c
 	}
 	d, err := deviceplugin.New(cfg.Config)
 	if err != nil {

@@ -46,3 +46,22 @@ func TestGPUAligned(t *testing.T) {
 	}
 	checkUnprivileged(t, ds.Template.Spec.Containers)
 }
+
+// TestGPUAlignedWithoutNodeState: the daemon still reads PodResources (read-only), to remove the
+// allocation directories no container holds.
+func TestGPUAlignedWithoutNodeState(t *testing.T) {
+	objs := render(t, "--set", "nodeState.enabled=false", "--set-json",
+		`config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}}]`)
+	ds := daemonSet(t, objs)
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+		"/var/lib/kubelet/pod-resources": true, "/var/run/kube-rdma/alloc": false}
+	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
+		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
+	}
+	args := ds.Template.Spec.Containers[0].Args
+	for _, a := range []string{"--node-state=false", "--alloc-dir=/var/run/kube-rdma/alloc", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("device plugin args %q lack %s", args, a)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -121,6 +122,12 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 		return nil, fmt.Errorf("allocation directory: %w", err)
 	}
 	if err := emptyDir(host); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
+	// Young again: the sweeper keeps a directory no container holds yet
+	// for a grace period after this.
+	now := time.Now()
+	if err := os.Chtimes(host, now, now); err != nil {
 		return nil, fmt.Errorf("allocation directory: %w", err)
 	}
 	r := &pluginapi.ContainerAllocateResponse{

@@ -19,6 +19,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -285,5 +287,55 @@ func TestAlignedPoolFileRemovedWithBinding(t *testing.T) {
 	e.waitFor(t, 5*time.Second, "NICs listed by PCI address", hasHealth(aligned, "0000:18:00.0", pluginapi.Healthy))
 	if _, err := os.Stat(allocdir.PoolFilePath(e.cfg.AllocDir, "gpu-nics")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pool.json after the binding was removed: %v, want none", err)
+	}
+}
+
+func TestAlignedAllocDirsRemovedWhenNotHeld(t *testing.T) {
+	pr := podrestest.Start(t)
+	client, err := podres.Dial(pr.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, conf, alignedConfig)
+	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+		c.ConfigFile = conf
+		c.NetnsMode = fakeNetns{mode: rdma.NetnsExclusive}
+		c.AllocDir = t.TempDir()
+		c.Allocations = client
+		c.AllocGCInterval = 10 * time.Millisecond
+		c.AllocGCGrace = time.Nanosecond
+	})
+	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	held, freed := []string{"gpu-nics-slot-3", "gpu-nics-slot-1"}, []string{"gpu-nics-slot-0"}
+	dir := func(ids []string) string {
+		return allocdir.AllocPath(e.cfg.AllocDir, "gpu-nics", allocdir.AllocID(ids))
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+
+	// While List fails nothing is removed, held or not.
+	pr.Fail(errAny)
+	if _, err := e.kubelet.Allocate(context.Background(), aligned, held, freed); err != nil {
+		t.Fatal(err)
+	}
+	calls := pr.ListCalls.Load()
+	poll(t, 5*time.Second, "two failed Lists", func() bool { return pr.ListCalls.Load() >= calls+2 })
+	if !exists(dir(held)) || !exists(dir(freed)) {
+		t.Fatalf("a failed List removed allocation directories: held %v, freed %v", exists(dir(held)), exists(dir(freed)))
+	}
+
+	// Only the held container's directory stays, and what is not an
+	// allocation directory.
+	other := filepath.Join(allocdir.PoolDir(e.cfg.AllocDir, "gpu-nics"), "not-an-alloc")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pr.SetPods(podrestest.Pod{Namespace: "ns", Name: "trainer", Devices: map[string][]string{aligned: held}})
+	pr.Fail(nil)
+	poll(t, 5*time.Second, "the freed slots' directory removed", func() bool { return !exists(dir(freed)) })
+	for _, p := range []string{dir(held), other, allocdir.PoolFilePath(e.cfg.AllocDir, "gpu-nics")} {
+		if !exists(p) {
+			t.Errorf("%s removed", p)
+		}
 	}
 }

@@ -69,6 +69,20 @@ func AllocID(slotIDs []string) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
+// IsAllocID reports whether name has the form of an allocation ID (16
+// lower-case hex digits).
+func IsAllocID(name string) bool {
+	if len(name) != 16 {
+		return false
+	}
+	for _, c := range name {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // PoolDir is <root>/<pool>.
 func PoolDir(root, pool string) string { return filepath.Join(root, pool) }
 

@@ -23,13 +23,25 @@ func TestAllocID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := append([]string(nil), tt.ids...)
-			if got := AllocID(tt.ids); got != tt.want {
+			got := AllocID(tt.ids)
+			if got != tt.want {
 				t.Errorf("AllocID(%q) = %s, want %s", tt.ids, got, tt.want)
+			}
+			if !IsAllocID(got) {
+				t.Errorf("IsAllocID(%q) = false", got)
 			}
 			if diff := cmp.Diff(in, tt.ids); diff != "" {
 				t.Errorf("input modified (-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestIsAllocID(t *testing.T) {
+	for _, name := range []string{"", "pool.json", "b5871414ab800ca", "b5871414ab800ca8a", "B5871414AB800CA8", "b5871414ab800cag"} {
+		if IsAllocID(name) {
+			t.Errorf("IsAllocID(%q) = true", name)
+		}
 	}
 }
 
