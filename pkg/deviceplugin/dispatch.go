@@ -50,7 +50,12 @@ func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewat
 			continue
 		}
 		if d.refusal(pool) != "" {
-			continue // reported by assign
+			// Reported by assign. A pool file of an earlier run (the node
+			// was in exclusive mode then) would have the CNI bind its NICs.
+			if err := removePoolFile(d.cfg.AllocDir, pool.Name); err != nil {
+				d.log.Warn("refused pool", "pool", pool.Name, "err", err)
+			}
+			continue
 		}
 		p := newPoolServer(pool, c.ResourceName(pool), d.cfg.KubeletDir, d.numa,
 			allocContext{devRoot: d.cfg.DevRoot, cdi: d.cdi != nil, allocDir: d.cfg.AllocDir}, d.cdi, d.log, d.m)

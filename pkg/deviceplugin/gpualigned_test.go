@@ -251,6 +251,14 @@ func TestAlignedRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.allocDir == "-" {
+				// A pool file of an earlier run, when the node was in exclusive mode.
+				tt.allocDir = t.TempDir()
+				if err := os.MkdirAll(allocdir.PoolDir(tt.allocDir, "gpu-nics"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, allocdir.PoolFilePath(tt.allocDir, "gpu-nics"), `{"pool": "gpu-nics"}`)
+			}
 			e := startAligned(t, tt.mode, tt.allocDir)
 			v, _ := e.d.View()
 			if !slices.Contains(v.ConfigErrors, tt.want) {
