@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 )
 
 // runCommand parses the `run` flags and runs the device plugin until ctx ends
@@ -20,6 +22,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg, err := parseRunFlags(args, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.nodeState.podSocket != "" {
+		// Also the sweeper of gpuAligned allocation directories.
+		c, err := podres.Dial(cfg.nodeState.podSocket)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cfg.Allocations = c
 	}
 	d, err := deviceplugin.New(cfg.Config)
 	if err != nil {
@@ -52,6 +63,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root")
 	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
+	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9478", "address of /metrics, /state and /healthz; empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")

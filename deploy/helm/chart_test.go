@@ -107,6 +107,7 @@ type daemonSetSpec struct {
 				Name     string `json:"name"`
 				HostPath *struct {
 					Path string `json:"path"`
+					Type string `json:"type"`
 				} `json:"hostPath"`
 			} `json:"volumes"`
 		} `json:"spec"`

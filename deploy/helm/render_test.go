@@ -60,7 +60,8 @@ func TestDefaults(t *testing.T) {
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
 		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478",
-		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed"} {
+		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed",
+		"--alloc-dir=" /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
 		}
@@ -197,6 +198,9 @@ func TestRejected(t *testing.T) {
 		"multus pool not defined":  {"--set", "cni.install=true,cni.mode=multus", "--set-json", `cni.networks=[{"name":"x","pool":"nope"}]`},
 		"bad mode name":            {"--set", "cni.mode=bridge"},
 		"relative kubelet dir":     {"--set", "hostPaths.kubeletDir=var/lib/kubelet"},
+		"gpuAligned on shared":     {"--set", "config.pools[1].binding=gpuAligned"},
+		"unknown binding":          {"--set", "config.pools[0].binding=numa"},
+		"relative alloc dir":       {"--set", "devicePlugin.allocDir=run/alloc"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := helmTemplate(t, args...); err == nil {

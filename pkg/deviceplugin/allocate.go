@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -28,6 +30,9 @@ type allocContext struct {
 	// /dev paths, which is what the kubelet and the runtime open.
 	devRoot string
 	cdi     bool // CDI specs are written: return CDI devices too
+	// allocDir is --alloc-dir, the same path on the host and in this
+	// process: the allocation directories of gpuAligned pools.
+	allocDir string
 }
 
 // present reports whether a /dev path exists on the host, looking under devRoot.
@@ -44,6 +49,9 @@ func (a allocContext) present(p string) bool {
 func (a allocContext) container(pool config.Pool, resource string, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: empty device list", ErrUnknownDevice)
+	}
+	if pool.GPUAligned() {
+		return a.aligned(pool, snap, ids)
 	}
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
@@ -87,6 +95,73 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 		r.Annotations = map[string]string{cdiAnnotationKey(pool.Name): strings.Join(names, ",")}
 	}
 	return r, nil
+}
+
+// aligned answers for slots of a gpuAligned pool (docs/gpu-aligned.md):
+// the device nodes of every member, the allocation directory (created here,
+// empty, filled by the CNI at sandbox creation) mounted read-only, and the
+// environment that points at its files. No NCCL_IB_HCA: an environment
+// variable would override nccl.conf. No CDI device: CDI names fixed devices.
+func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	var members []discovery.RDMADevice
+	for _, id := range ids {
+		ds, ok := snap.byID[id]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is not a slot of pool %s", ErrUnknownDevice, id, pool.Name)
+		}
+		members = ds // every slot stands for the whole pool
+	}
+	if len(members) == 0 {
+		return nil, fmt.Errorf("%w: pool %s has no devices for %v", ErrUnknownDevice, pool.Name, ids)
+	}
+	host := allocdir.AllocPath(a.allocDir, pool.Name, allocdir.AllocID(ids))
+	if err := mkdirMode(allocdir.PoolDir(a.allocDir, pool.Name), 0o755); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
+	if err := mkdirMode(host, 0o755); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
+	if err := emptyDir(host); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
+	// Young again: the sweeper keeps a directory no container holds yet
+	// for a grace period after this.
+	now := time.Now()
+	if err := os.Chtimes(host, now, now); err != nil {
+		return nil, fmt.Errorf("allocation directory: %w", err)
+	}
+	r := &pluginapi.ContainerAllocateResponse{
+		Envs: map[string]string{
+			"NCCL_CONF_FILE": allocdir.ContainerNCCLConf(pool.Name),
+			"KUBE_RDMA_" + config.EnvName(pool.Name) + "_ENV_FILE": allocdir.ContainerEnvFile(pool.Name),
+		},
+		Mounts: []*pluginapi.Mount{{ContainerPath: allocdir.ContainerPath(pool.Name), HostPath: host, ReadOnly: true}},
+	}
+	nodes := deviceNodes(members)
+	if a.present(RDMACM) {
+		nodes = append(nodes, RDMACM)
+	}
+	for _, n := range nodes {
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
+	}
+	return r, nil
+}
+
+// emptyDir removes what dir holds. An allocation directory is named after
+// its slots, so an earlier pod that had the same slots left its files there;
+// the kubelet calls Allocate for every container of a pod at admission,
+// before the sandbox exists and the CNI writes this pod's files.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // deviceNodes lists the /dev/infiniband nodes of the devices, in order, once.

@@ -55,6 +55,17 @@ type Config struct {
 	DevRoot string
 	// CDIDir is where CDI specs are written; "" disables CDI.
 	CDIDir string
+	// AllocDir is the host directory of gpuAligned pools (pool files and
+	// allocation directories, docs/gpu-aligned.md). The daemon must see it
+	// at the same path as the host: Allocate's mounts name it. "" refuses
+	// gpuAligned pools.
+	AllocDir string
+	// Allocations lists the kubelet's allocations, for removing allocation
+	// directories no container holds; nil: they are never removed.
+	Allocations AllocationLister
+	// AllocGCInterval and AllocGCGrace: how often allocation directories
+	// are swept, and how young one is kept anyway; 0 means the defaults.
+	AllocGCInterval, AllocGCGrace time.Duration
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
 	NodeName    string
@@ -119,6 +130,12 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.AllocGCInterval <= 0 {
+		cfg.AllocGCInterval = DefaultAllocGCInterval
+	}
+	if cfg.AllocGCGrace <= 0 {
+		cfg.AllocGCGrace = DefaultAllocGCGrace
 	}
 	if cfg.NetnsMode == nil {
 		cfg.NetnsMode = NetlinkNetnsMode{}
@@ -215,6 +232,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.applyConfig(ctx, d.conf, snap)
 	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
 		"rdmaDevices", len(snap.Node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
+	if d.cfg.Allocations != nil && d.cfg.AllocDir != "" {
+		sw := allocSweeper{root: d.cfg.AllocDir, lister: d.cfg.Allocations, interval: d.cfg.AllocGCInterval,
+			grace: d.cfg.AllocGCGrace, log: d.log, view: func() View { v, _ := d.View(); return v }}
+		swept := make(chan struct{})
+		go func() { defer close(swept); sw.run(ctx) }()
+		defer func() { cancel(); <-swept }()
+	}
 	close(d.ready)
 	// The first scan's garbage (every sysfs string read, a thousand
 	// devices' worth on a big node) would otherwise stay in RSS until the

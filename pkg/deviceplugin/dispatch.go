@@ -37,6 +37,11 @@ func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewat
 		p.close(!ok) // a replaced pool's spec is rewritten by its successor
 		delete(d.pools, name)
 		d.m.forgetPool(name)
+		if p.pool.GPUAligned() && (!ok || !np.GPUAligned() || d.refusal(np) != "") {
+			if err := removePoolFile(d.cfg.AllocDir, name); err != nil {
+				d.log.Warn("pool no longer gpuAligned", "pool", name, "err", err)
+			}
+		}
 	}
 	d.conf = c
 	var started []*poolServer
@@ -44,8 +49,16 @@ func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewat
 		if _, ok := d.pools[pool.Name]; ok {
 			continue
 		}
+		if d.refusal(pool) != "" {
+			// Reported by assign. A pool file of an earlier run (the node
+			// was in exclusive mode then) would have the CNI bind its NICs.
+			if err := removePoolFile(d.cfg.AllocDir, pool.Name); err != nil {
+				d.log.Warn("refused pool", "pool", pool.Name, "err", err)
+			}
+			continue
+		}
 		p := newPoolServer(pool, c.ResourceName(pool), d.cfg.KubeletDir, d.numa,
-			allocContext{devRoot: d.cfg.DevRoot, cdi: d.cdi != nil}, d.cdi, d.log, d.m)
+			allocContext{devRoot: d.cfg.DevRoot, cdi: d.cdi != nil, allocDir: d.cfg.AllocDir}, d.cdi, d.log, d.m)
 		d.pools[pool.Name] = p
 		started = append(started, p)
 	}
@@ -92,6 +105,11 @@ func (d *Daemon) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADev
 			}
 		}
 	}
+	for _, p := range d.conf.Pools {
+		if msg := d.refusal(p); msg != "" {
+			problems = append(problems, msg)
+		}
+	}
 	for _, pr := range problems {
 		d.log.Warn("config problem", "problem", pr)
 	}
@@ -100,6 +118,27 @@ func (d *Daemon) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADev
 	d.state.Problems = problems
 	d.stateMu.Unlock()
 	return assigned
+}
+
+// refusal says why a pool is not served on this node, "" when it is. Only
+// gpuAligned pools are refused: every container gets the device nodes of
+// every NIC of the pool, and only the exclusive netns mode makes an RDMA
+// device unusable outside the network namespace it is in.
+func (d *Daemon) refusal(p config.Pool) string {
+	if !p.GPUAligned() {
+		return ""
+	}
+	if mode := d.stateNetns(); mode != rdma.NetnsExclusive {
+		return fmt.Sprintf("pool %q has binding gpuAligned but the RDMA subsystem's netns mode is %s, not exclusive; the pool is not served: "+
+			"its containers get the device nodes of every NIC of the pool, and only in exclusive mode is an RDMA device usable solely "+
+			"from the network namespace it is in. Fix: rdma system set netns exclusive (before any RDMA device is in use), "+
+			"or the ib_core module parameter netns_mode=0 at boot", p.Name, mode)
+	}
+	if d.cfg.AllocDir == "" {
+		return fmt.Sprintf("pool %q has binding gpuAligned but --alloc-dir is empty; the pool is not served: "+
+			"its containers need an allocation directory (set --alloc-dir, or in the chart give a pool binding gpuAligned in its values)", p.Name)
+	}
+	return ""
 }
 
 func splitErrors(err error) []string {

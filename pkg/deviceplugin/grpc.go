@@ -1,8 +1,11 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -50,6 +53,9 @@ func (s *poolServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamin
 // need not.
 func (s *poolServer) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	snap, health := s.current()
+	if s.pool.GPUAligned() {
+		return preferSlots(snap, req)
+	}
 	topo := allocator.Topology{NUMANodes: s.numa}
 	for id, devs := range snap.byID {
 		var loc discovery.Location
@@ -72,6 +78,40 @@ func (s *poolServer) GetPreferredAllocation(_ context.Context, req *pluginapi.Pr
 	return resp, nil
 }
 
+// preferSlots answers for a gpuAligned pool, whose slots are
+// interchangeable (the CNI chooses the NICs): any slots do; it returns the
+// must-include ones, then healthy available ones, then the rest, each in
+// slot order, so the answer is deterministic.
+func preferSlots(snap snapshot, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	rank := map[string]int{}
+	healthy := map[string]bool{}
+	for i, d := range snap.devices {
+		rank[d.ID] = i
+		healthy[d.ID] = d.Health == pluginapi.Healthy
+	}
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.ContainerRequests {
+		size := int(c.AllocationSize)
+		ids := slices.Clone(c.MustIncludeDeviceIDs)
+		rest := slices.DeleteFunc(slices.Clone(c.AvailableDeviceIDs), func(id string) bool { return slices.Contains(ids, id) })
+		slices.SortStableFunc(rest, func(a, b string) int {
+			if healthy[a] != healthy[b] {
+				if healthy[a] {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(rank[a], rank[b])
+		})
+		ids = append(ids, rest...)
+		if len(ids) < size {
+			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation: %d slots available, %d requested", len(ids), size)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids[:size]})
+	}
+	return resp, nil
+}
+
 // Allocate answers with the device nodes, environment and CDI devices of
 // each container's devices. An ID the pool does not have is an error.
 func (s *poolServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -82,7 +122,11 @@ func (s *poolServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest)
 		if err != nil {
 			s.m.allocation(s.pool.Name, false)
 			s.log.Warn("allocate", "devices", c.DevicesIds, "err", err)
-			return nil, status.Errorf(codes.InvalidArgument, "allocate %s: %v", s.resource, err)
+			code := codes.Internal // the allocation directory could not be made
+			if errors.Is(err, ErrUnknownDevice) {
+				code = codes.InvalidArgument
+			}
+			return nil, status.Errorf(code, "allocate %s: %v", s.resource, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}

@@ -1,12 +1,19 @@
 package deviceplugin
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -25,7 +32,15 @@ func (s *poolServer) setMembers(members []discovery.RDMADevice) {
 	s.mu.Lock()
 	s.members = members
 	s.mu.Unlock()
-	if s.cdi != nil {
+	switch {
+	case s.cdi == nil:
+	case s.pool.GPUAligned():
+		// No CDI device: CDI names fixed devices, and the slots name none.
+		// A spec of the exclusive pool this one replaced goes.
+		if err := s.cdi.remove(s.pool.Name); err != nil {
+			s.log.Warn("remove cdi spec", "err", err)
+		}
+	default:
 		if err := s.cdi.write(s.pool, s.resource, members); err != nil {
 			s.log.Warn("write cdi spec", "err", err)
 		}
@@ -56,7 +71,65 @@ func (s *poolServer) setHealth(health map[string]bool) (healthy, unhealthy int) 
 			unhealthy++
 		}
 	}
+	if s.pool.GPUAligned() {
+		s.writePoolFile(poolFile(s.pool, s.resource, s.members, health))
+	}
 	return healthy, unhealthy
+}
+
+// writePoolFile replaces <alloc-dir>/<pool>/pool.json when its content
+// changes. It runs on the Run goroutine only (setHealth's caller); a failed
+// write is logged and tried again with the next snapshot.
+func (s *poolServer) writePoolFile(f allocdir.PoolFile) {
+	data, err := f.Marshal()
+	if err == nil && bytes.Equal(data, s.lastPoolFile) {
+		return
+	}
+	if err == nil {
+		err = writePoolFile(s.alloc.allocDir, s.pool.Name, data)
+	}
+	if err != nil {
+		s.log.Warn("write pool file", "err", err)
+		return
+	}
+	s.lastPoolFile = data
+}
+
+// writePoolFile writes pool.json atomically, creating the pool directory.
+func writePoolFile(root, pool string, data []byte) error {
+	dir := allocdir.PoolDir(root, pool)
+	if err := mkdirMode(dir, 0o755); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(allocdir.PoolFilePath(root, pool), data, 0o644, ".kube-rdma-*.tmp"); err != nil {
+		return fmt.Errorf("write pool file: %w", err)
+	}
+	return nil
+}
+
+// removePoolFile removes pool.json of a pool that is no longer served as
+// gpuAligned, so the CNI stops binding its NICs. The allocation
+// directories stay: running containers have them mounted.
+func removePoolFile(root, pool string) error {
+	if root == "" {
+		return nil
+	}
+	if err := os.Remove(allocdir.PoolFilePath(root, pool)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove pool file: %w", err)
+	}
+	return nil
+}
+
+// mkdirMode creates dir and its parents and gives dir mode perm whatever
+// the umask.
+func mkdirMode(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
 }
 
 // devices returns the pool's RDMA devices.
@@ -95,6 +168,9 @@ func healthString(ok bool) string {
 
 func buildSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[string]bool) snapshot {
 	snap := snapshot{devices: []*pluginapi.Device{}, byID: map[string][]discovery.RDMADevice{}}
+	if pool.GPUAligned() {
+		return alignedSnapshot(pool, members, health)
+	}
 	if pool.Mode == config.Exclusive {
 		for _, d := range members {
 			id := DeviceID(d)
@@ -130,6 +206,45 @@ func buildSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[
 		snap.devices = append(snap.devices, &pluginapi.Device{ID: id, Health: healthString(ok), Topology: topo})
 	}
 	return snap
+}
+
+// alignedSnapshot advertises a gpuAligned pool as one slot per member,
+// <pool>-slot-<i>, each standing for the whole pool (Allocate gives every
+// member's device nodes; the CNI binds the NICs). Slot i is healthy while
+// more than i members are: the healthy slots are as many as the healthy
+// members, the lowest first. Slots carry no topology: the NICs are chosen by
+// PCIe distance to the pod's GPUs at sandbox creation, and a NUMA node on a
+// slot would only make the Topology Manager constrain a choice it does not
+// make.
+func alignedSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[string]bool) snapshot {
+	snap := snapshot{devices: []*pluginapi.Device{}, byID: map[string][]discovery.RDMADevice{}}
+	healthy := 0
+	for _, d := range members {
+		if health[d.Name] {
+			healthy++
+		}
+	}
+	for i := range members {
+		id := allocdir.SlotID(pool.Name, i)
+		snap.byID[id] = members
+		snap.devices = append(snap.devices, &pluginapi.Device{ID: id, Health: healthString(i < healthy)})
+	}
+	return snap
+}
+
+// poolFile is the pool file of a gpuAligned pool: members and healthy
+// members by name, in natural order.
+func poolFile(pool config.Pool, resource string, members []discovery.RDMADevice, health map[string]bool) allocdir.PoolFile {
+	f := allocdir.PoolFile{Pool: pool.Name, Resource: resource, Binding: string(pool.Binding), Members: []string{}, Healthy: []string{}}
+	for _, d := range members {
+		f.Members = append(f.Members, d.Name)
+		if health[d.Name] {
+			f.Healthy = append(f.Healthy, d.Name)
+		}
+	}
+	natsort.Sort(f.Members)
+	natsort.Sort(f.Healthy)
+	return f
 }
 
 // setHealthy reports whether every device of a set is healthy.

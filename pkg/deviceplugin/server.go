@@ -63,6 +63,8 @@ type poolServer struct {
 	server  *grpc.Server
 	done    chan struct{}
 	gen     int // incremented by every serve
+
+	lastPoolFile []byte // pool.json as last written; Run goroutine only
 }
 
 func newPoolServer(pool config.Pool, resource, dir string, numa int, alloc allocContext, cdi *cdiWriter, log *slog.Logger, m *metrics) *poolServer {

@@ -20,10 +20,11 @@ type State struct {
 
 // PoolState is one pool's advertised devices.
 type PoolState struct {
-	Name     string        `json:"name"`
-	Resource string        `json:"resource"`
-	Mode     config.Mode   `json:"mode"`
-	Devices  []DeviceState `json:"devices"`
+	Name     string         `json:"name"`
+	Resource string         `json:"resource"`
+	Mode     config.Mode    `json:"mode"`
+	Binding  config.Binding `json:"binding,omitempty"`
+	Devices  []DeviceState  `json:"devices"`
 }
 
 // DeviceState is one kubelet device.
@@ -52,7 +53,7 @@ func (d *Daemon) publishState() {
 	for _, name := range sortedKeys(d.pools) {
 		p := d.pools[name]
 		snap, _ := p.current()
-		ps := PoolState{Name: name, Resource: p.resource, Mode: p.pool.Mode, Devices: []DeviceState{}}
+		ps := PoolState{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, Devices: []DeviceState{}}
 		for _, dev := range snap.devices {
 			ds := DeviceState{ID: dev.ID, Health: dev.Health, RDMADevices: []string{}}
 			for _, r := range snap.byID[dev.ID] {

@@ -30,6 +30,7 @@ type View struct {
 type PoolView struct {
 	Name, Resource string
 	Mode           config.Mode
+	Binding        config.Binding
 	// Slots is a shared pool's slot count; 0 for an exclusive pool.
 	Slots int
 	// Members are the pool's RDMA device names.
@@ -64,7 +65,7 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 	for _, name := range sortedKeys(d.pools) {
 		p := d.pools[name]
 		s, _ := p.current()
-		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, ByID: make(map[string][]string, len(s.byID))}
+		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, ByID: make(map[string][]string, len(s.byID))}
 		if p.pool.Mode == config.Shared {
 			pv.Slots = p.pool.SlotCount()
 		}

@@ -28,6 +28,19 @@ const (
 	Shared Mode = "shared"
 )
 
+// Binding says who chooses the RDMA devices behind a pool's kubelet devices.
+type Binding string
+
+const (
+	// KubeletBinding (the default, "") lets the kubelet's device IDs name the
+	// RDMA devices.
+	KubeletBinding Binding = ""
+	// GPUAligned advertises an exclusive pool as interchangeable slots; the
+	// CNI binds the NICs closest to the pod's GPUs at sandbox creation
+	// (docs/gpu-aligned.md).
+	GPUAligned Binding = "gpuAligned"
+)
+
 // DefaultPrefix is the resource prefix of the built-in configuration.
 const DefaultPrefix = "rdma.kube-rdma.io"
 
@@ -48,7 +61,9 @@ type Pool struct {
 	Mode Mode   `json:"mode"`
 	// Slots is the number of kubelet devices a shared pool advertises
 	// (DefaultSlots when 0); it must be 0 for an exclusive pool.
-	Slots     int       `json:"slots,omitempty"`
+	Slots int `json:"slots,omitempty"`
+	// Binding is "" or GPUAligned (exclusive pools only).
+	Binding   Binding   `json:"binding,omitempty"`
 	Selectors Selectors `json:"selectors"`
 }
 
@@ -84,6 +99,9 @@ func (s Selectors) IsEmpty() bool {
 
 // ResourceName returns the kubelet resource name of a pool.
 func (c Config) ResourceName(p Pool) string { return c.ResourcePrefix + "/" + p.Name }
+
+// GPUAligned reports whether the pool has binding gpuAligned.
+func (p Pool) GPUAligned() bool { return p.Binding == GPUAligned }
 
 // SlotCount returns how many kubelet devices a shared pool advertises.
 func (p Pool) SlotCount() int {

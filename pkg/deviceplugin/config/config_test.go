@@ -26,13 +26,21 @@ pools:
   slots: 8
   selectors:
     linkLayers: [Ethernet]
+- name: aligned
+  mode: exclusive
+  binding: gpuAligned
+  selectors:
+    vendors: ["15b3"]
+    linkLayers: [Ethernet]
 `
 	jsonText := `{"resourcePrefix":"rdma.example.com","pools":[
  {"name":"gpu-nics","mode":"exclusive","selectors":{"vendors":["0x15B3"],"linkLayers":["InfiniBand"]}},
- {"name":"roce_shared","mode":"shared","slots":8,"selectors":{"linkLayers":["Ethernet"]}}]}`
+ {"name":"roce_shared","mode":"shared","slots":8,"selectors":{"linkLayers":["Ethernet"]}},
+ {"name":"aligned","mode":"exclusive","binding":"gpuAligned","selectors":{"vendors":["15b3"],"linkLayers":["Ethernet"]}}]}`
 	want := Config{ResourcePrefix: "rdma.example.com", Pools: []Pool{
 		{Name: "gpu-nics", Mode: Exclusive, Selectors: Selectors{Vendors: []string{"0x15B3"}, LinkLayers: []string{"InfiniBand"}}},
 		{Name: "roce_shared", Mode: Shared, Slots: 8, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
+		{Name: "aligned", Mode: Exclusive, Binding: GPUAligned, Selectors: Selectors{Vendors: []string{"15b3"}, LinkLayers: []string{"Ethernet"}}},
 	}}
 	for name, text := range map[string]string{"yaml": yamlText, "json": jsonText} {
 		t.Run(name, func(t *testing.T) {
@@ -102,6 +110,12 @@ func TestParseBad(t *testing.T) {
 			`pools[1].selectors: exclusive pool "all-ib" may select the same devices as exclusive pool "ib" (pools[0]); give both a selector field with no value in common`},
 		{"overlapping exclusive pools, shared value", head + pool("a", "exclusive", "{rdmaDevices: [mlx5_0, mlx5_1]}") + pool("b", "exclusive", "{rdmaDevices: [mlx5_1]}"),
 			`pools[1].selectors: exclusive pool "b" may select the same devices as exclusive pool "a" (pools[0]); give both a selector field with no value in common`},
+		{"gpuAligned on a shared pool", head + "- name: a\n  mode: shared\n  binding: gpuAligned\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].binding: gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind"},
+		{"unknown binding", head + "- name: a\n  mode: exclusive\n  binding: numa\n  selectors: {vendors: [15b3]}\n",
+			`pools[0].binding: "numa" is not gpuAligned (or empty)`},
+		{"binding with wrong case", head + "- name: a\n  mode: exclusive\n  binding: GPUAligned\n  selectors: {vendors: [15b3]}\n",
+			`pools[0].binding: "GPUAligned" is not gpuAligned (or empty)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -84,6 +84,12 @@ func (c Config) Validate() error {
 		default:
 			add(f+".mode", "%q is not exclusive or shared", p.Mode)
 		}
+		switch {
+		case p.Binding != KubeletBinding && p.Binding != GPUAligned:
+			add(f+".binding", "%q is not gpuAligned (or empty)", p.Binding)
+		case p.Binding == GPUAligned && p.Mode == Shared:
+			add(f+".binding", "gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind")
+		}
 		errs = append(errs, p.Selectors.validate(f+".selectors")...)
 	}
 	errs = append(errs, c.overlaps()...)
