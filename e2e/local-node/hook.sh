@@ -21,7 +21,7 @@ source "$HERE/lib.sh"
 
 [[ -f $NODE_RUN/host/pids ]] || die "no node running ($NODE_RUN/host/pids absent; up.sh starts one)"
 
-links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | sort; }
+links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | grep -vxF "$BRIDGE" | sort; }
 
 records() {
   [[ -d $CNI_STATE_DIR ]] || return 0

@@ -75,7 +75,7 @@ cni:
   confDir: "$NODE_RUN/cni/net.d"
   mode: chained
   # This kernel has no RDMA netlink: say the mode instead of asking it.
-  pluginConfig: {rdmaNetnsMode: shared, stateDir: "$CNI_STATE_DIR"}
+  pluginConfig: {rdmaNetnsMode: shared, stateDir: "$CNI_STATE_DIR", logFile: "$NODE_RUN/logs/kube-rdma-cni.log"}
   chained:
     pool: vf
     ipam: {type: host-local, ranges: [[{subnet: 192.168.77.0/24}]], dataDir: "$RDMA_IPAM_DIR"}
