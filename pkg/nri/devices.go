@@ -15,7 +15,7 @@ import (
 // /dev) when the node is there.
 func FromView(v deviceplugin.View, devRoot string) Devices {
 	chars := map[string][]string{}
-	if v.Snapshot != nil {
+	if v.Snapshot != nil && v.Snapshot.Node != nil {
 		for _, d := range v.Snapshot.Node.RDMADevices {
 			chars[d.Name] = d.CharDevices
 		}

@@ -58,7 +58,9 @@ type Report struct {
 	Socket    string `json:"socket,omitempty"`
 	// Reason says why the plugin is not connected.
 	Reason string `json:"reason,omitempty"`
-	// Connections counts successful registrations since the daemon started.
+	// Attempts counts connection attempts, Connections successful
+	// registrations, since the daemon started.
+	Attempts    int `json:"attempts"`
 	Connections int `json:"connections"`
 	// Adjusted counts containers given a memlock limit.
 	Adjusted int64 `json:"adjusted"`
@@ -169,6 +171,9 @@ var errServed = errors.New("nri connection ended")
 
 // session runs one connection: register, serve until it ends or ctx does.
 func (p *Plugin) session(ctx context.Context) error {
+	p.mu.Lock()
+	p.report.Attempts++
+	p.mu.Unlock()
 	s, err := stub.New(&handler{p: p}, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex),
 		stub.WithSocketPath(p.cfg.Socket), stub.WithLogger(nriLogger{p.log}))
 	if err != nil {
@@ -186,8 +191,6 @@ func (p *Plugin) session(ctx context.Context) error {
 		// goroutine ends with the connection.
 		return ctx.Err()
 	}
-	p.setUp()
-	p.log.Info("NRI plugin registered", "socket", p.cfg.Socket, "plugin", PluginIndex+"-"+PluginName)
 	done := make(chan struct{})
 	go func() { s.Wait(); close(done) }()
 	select {
@@ -246,6 +249,16 @@ func (p *Plugin) devices() Devices {
 
 // handler is what the stub calls; only CreateContainer adjusts.
 type handler struct{ p *Plugin }
+
+// Synchronize implements stub.SynchronizeInterface. The runtime sends it
+// once per connection, after registration, before it calls the plugin for
+// containers: the plugin is connected from here on. Running containers keep
+// their limits; nothing is updated.
+func (h *handler) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.setUp()
+	h.p.log.Info("NRI plugin registered", "socket", h.p.cfg.Socket, "plugin", PluginIndex+"-"+PluginName)
+	return nil, nil
+}
 
 // CreateContainer implements stub.CreateContainerInterface.
 func (h *handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
