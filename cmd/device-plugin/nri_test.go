@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/nri"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDaemon runs the daemon of these run flags on an empty node, with
+// /metrics on a free port; it stops at the test's end.
+func startDaemon(t *testing.T, args ...string) (*deviceplugin.Daemon, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	tree, err := nodesim.Build(t.TempDir(), nodesim.DGXH100())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--kubelet-dir", t.TempDir(), "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot, "--dev-root", t.TempDir(),
+		"--metrics-addr", "127.0.0.1:0", "--cdi-dir", "", "--alloc-dir", "", "--node-state=false", "--pod-resources-socket", ""}, args...)
+	cfg, err := parseRunFlags(args, &bytes.Buffer{}, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Events = []deviceplugin.EventSource{}
+	d, err := deviceplugin.New(cfg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait, err := startNRI(ctx, cfg, d)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		wait()
+	})
+	return d, logs
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	rsp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	b, _ := io.ReadAll(rsp.Body)
+	return string(b)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNRIWithoutRuntimeNRI: --nri on a node whose runtime has NRI off (no
+// socket). The daemon serves (/healthz), says so in /state and /metrics and
+// once in its log.
+func TestNRIWithoutRuntimeNRI(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	d, logs := startDaemon(t, "--nri", "--nri-socket", socket)
+	base := "http://" + d.MetricsAddr()
+	waitUntil(t, "the first attempt", func() bool {
+		r, ok := d.State().NRI.(nri.Report)
+		return ok && r.Attempts >= 1 && strings.Contains(r.Reason, "does not exist")
+	})
+	if got := get(t, base+"/healthz"); got != "ok\n" {
+		t.Errorf("/healthz %q: the daemon must keep serving", got)
+	}
+	state := get(t, base+"/state")
+	for _, want := range []string{`"nri": {`, `"enabled": true`, `"connected": false`, `NRI is not enabled in the container runtime`, socket} {
+		if !strings.Contains(state, want) {
+			t.Errorf("/state lacks %q:\n%s", want, state)
+		}
+	}
+	if m := get(t, base+"/metrics"); !strings.Contains(m, "\nkube_rdma_nri_connected 0\n") {
+		t.Errorf("/metrics lacks kube_rdma_nri_connected 0")
+	}
+	if n := strings.Count(logs.String(), "NRI not available"); n != 1 {
+		t.Errorf("%d log lines about NRI not available, want 1:\n%s", n, logs)
+	}
+}
+
+// TestNRIOff: without --nri, /state says why and /metrics has no NRI series.
+func TestNRIOff(t *testing.T) {
+	d, _ := startDaemon(t)
+	waitUntil(t, "ready", func() bool {
+		select {
+		case <-d.Ready():
+			return true
+		default:
+			return false
+		}
+	})
+	base := "http://" + d.MetricsAddr()
+	state := get(t, base+"/state")
+	if !strings.Contains(state, `"enabled": false`) || !strings.Contains(state, `"reason": "--nri not given"`) {
+		t.Errorf("/state without --nri:\n%s", state)
+	}
+	if m := get(t, base+"/metrics"); strings.Contains(m, "kube_rdma_nri_") {
+		t.Errorf("/metrics has NRI series without --nri")
+	}
+}
