@@ -5,11 +5,17 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -139,5 +145,76 @@ func TestNRIOff(t *testing.T) {
 	}
 	if m := get(t, base+"/metrics"); strings.Contains(m, "kube_rdma_nri_") {
 		t.Errorf("/metrics has NRI series without --nri")
+	}
+}
+
+// TestNRIThroughDaemon: the daemon on a DGX H100 fixture with --nri, its
+// pool's memlock 8Gi, CDI on, against the runtime side of NRI
+// (pkg/adaptation, what containerd embeds). A container created with what
+// Allocate hands out for one device (its device nodes, or its CDI
+// annotation) gets RLIMIT_MEMLOCK 8Gi; one without gets nothing.
+func TestNRIThroughDaemon(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "nri.sock")
+	rt, err := adaptation.New("containerd", "v2.2.9",
+		func(ctx context.Context, cb adaptation.SyncCB) error { _, err := cb(ctx, nil, nil); return err },
+		func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+			return nil, nil
+		},
+		adaptation.WithSocketPath(socket), adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	conf := filepath.Join(dir, "pools.yaml")
+	if err := os.WriteFile(conf, []byte("resourcePrefix: rdma.kube-rdma.io\npools:\n- name: hca\n  mode: exclusive\n  memlock: 8Gi\n  selectors: {kinds: [PF]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := startDaemon(t, "--nri", "--nri-socket", socket, "--config", conf, "--cdi-dir", filepath.Join(dir, "cdi"))
+	waitUntil(t, "the NRI plugin to register", func() bool {
+		r, ok := d.State().NRI.(nri.Report)
+		return ok && r.Connected
+	})
+	v, _ := d.View()
+	if len(v.Pools) != 1 || len(v.Pools[0].CDIDevices) == 0 || v.Pools[0].Memlock != 8<<30 {
+		t.Fatalf("view pools %+v: want hca with CDI devices and memlock 8Gi", v.Pools)
+	}
+	member := v.Pools[0].Members[0]
+	var nodes []*api.LinuxDevice
+	for _, rd := range v.Snapshot.Node.RDMADevices {
+		if rd.Name == member {
+			for _, c := range rd.CharDevices {
+				nodes = append(nodes, &api.LinuxDevice{Path: c, Type: "c", Major: 231, Minor: 192})
+			}
+		}
+	}
+	if len(nodes) == 0 {
+		t.Fatalf("%s has no device nodes in the fixture", member)
+	}
+	pod := &api.PodSandbox{Id: "p1", Name: "trainer", Namespace: "ml", Uid: "u1"}
+	create := func(c *api.Container) []*api.POSIXRlimit {
+		t.Helper()
+		c.Id, c.PodSandboxId, c.Name = "c-"+c.Name, "p1", "main"
+		rsp, err := rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rsp.GetAdjust().GetRlimits()
+	}
+	want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: 8 << 30, Soft: 8 << 30}}
+	opt := cmpopts.IgnoreUnexported(api.POSIXRlimit{})
+	if diff := cmp.Diff(want, create(&api.Container{Linux: &api.LinuxContainer{Devices: nodes}}), opt); diff != "" {
+		t.Errorf("container with %s's device nodes (-want +got):\n%s", member, diff)
+	}
+	cdi := &api.Container{Annotations: map[string]string{"cdi.k8s.io/kube-rdma_hca": v.Pools[0].CDIDevices[0]}}
+	if diff := cmp.Diff(want, create(cdi), opt); diff != "" {
+		t.Errorf("container with the CDI annotation (-want +got):\n%s", diff)
+	}
+	if got := create(&api.Container{Linux: &api.LinuxContainer{}}); len(got) != 0 {
+		t.Errorf("container without our devices got %v", got)
 	}
 }
