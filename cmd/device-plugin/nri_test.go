@@ -205,6 +205,23 @@ func TestNRIThroughDaemon(t *testing.T) {
 		}
 		return rsp.GetAdjust().GetRlimits()
 	}
+	// /state is read while containers are created: the report and the
+	// device view must not take the daemon's state lock and the plugin's
+	// in opposite orders.
+	stop := make(chan struct{})
+	readers := make(chan struct{})
+	go func() {
+		defer close(readers)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = d.State()
+			}
+		}
+	}()
+	defer func() { close(stop); <-readers }()
 	want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: 8 << 30, Soft: 8 << 30}}
 	opt := cmpopts.IgnoreUnexported(api.POSIXRlimit{})
 	if diff := cmp.Diff(want, create(&api.Container{Linux: &api.LinuxContainer{Devices: nodes}}), opt); diff != "" {

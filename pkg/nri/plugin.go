@@ -74,12 +74,21 @@ type Plugin struct {
 	connected prometheus.Gauge
 	decisions *prometheus.CounterVec
 
-	mu      sync.Mutex
-	report  Report
-	warned  map[string]bool // pod sandbox IDs whose annotation problem was logged
+	mu     sync.Mutex // report and warned; Report is called under the daemon's state lock
+	report Report
+	warned map[string]bool // pod sandbox IDs whose annotation problem was logged
+
+	// devMu guards the device view cache. It is not mu: building the view
+	// takes the daemon's state lock, which the daemon holds while it calls
+	// Report.
+	devMu   sync.Mutex
 	devs    Devices
 	devsFor <-chan struct{} // the view change that invalidates devs
 }
+
+// maxWarned bounds the pods remembered for logging once: RemovePodSandbox
+// events missed while disconnected would otherwise leave entries forever.
+const maxWarned = 10000
 
 // New returns a plugin that is not connected yet; Run connects.
 func New(cfg Config) *Plugin {
@@ -233,8 +242,8 @@ func explain(socket string, err error) string {
 // devices returns the decision's device view, rebuilt when the daemon's
 // view changed.
 func (p *Plugin) devices() Devices {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.devMu.Lock()
+	defer p.devMu.Unlock()
 	if p.devsFor != nil {
 		select {
 		case <-p.devsFor:
@@ -273,6 +282,9 @@ func (h *handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *a
 	p.report.Adjusted++
 	first := d.AnnotationIgnored != nil && !p.warned[pod.GetId()]
 	if first {
+		if len(p.warned) >= maxWarned {
+			clear(p.warned)
+		}
 		p.warned[pod.GetId()] = true
 	}
 	p.mu.Unlock()
