@@ -43,7 +43,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer wait()
-	defer cancel() // runs first: the publisher stops before wait
+	waitNRI, err := startNRI(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	defer waitNRI()
+	defer cancel() // runs first: the publisher and the NRI plugin stop before the waits
 	return d.Run(ctx)
 }
 
@@ -52,6 +57,7 @@ type runConfig struct {
 	deviceplugin.Config
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
 	nodeState   nodeStateFlags
+	nri         nriFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -68,6 +74,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	cfg.nodeState.register(fs)
+	cfg.nri.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")

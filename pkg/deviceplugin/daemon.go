@@ -109,6 +109,7 @@ type Daemon struct {
 	snap *nodewatch.Snapshot // the last one handed to the pools
 
 	nodeStateReport func() any // set before Run
+	nriReport       func() any // set before Run
 
 	stateMu     sync.Mutex
 	state       State

@@ -16,6 +16,9 @@ type State struct {
 	// NodeState is the RDMANodeState publisher's report; absent when the
 	// daemon does not publish.
 	NodeState any `json:"nodeState,omitempty"`
+	// NRI is the NRI plugin's report (pkg/nri): whether it runs and is
+	// connected to the runtime, and why not.
+	NRI any `json:"nri,omitempty"`
 }
 
 // PoolState is one pool's advertised devices.
@@ -43,6 +46,9 @@ func (d *Daemon) State() State {
 	s.Pools = append([]PoolState(nil), s.Pools...)
 	if d.nodeStateReport != nil {
 		s.NodeState = d.nodeStateReport()
+	}
+	if d.nriReport != nil {
+		s.NRI = d.nriReport()
 	}
 	return s
 }

@@ -1,8 +1,10 @@
 package deviceplugin
 
 import (
+	"fmt"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
@@ -40,6 +42,13 @@ type PoolView struct {
 	Capacity, Allocatable int
 	// ByID maps each advertised kubelet device ID to its RDMA device names.
 	ByID map[string][]string
+	// CDIDevices are the fully qualified CDI device names Allocate hands
+	// out for the pool ("rdma.kube-rdma.io/hca=0000:18:00.0"); none when
+	// CDI is off or for a gpuAligned pool.
+	CDIDevices []string
+	// Memlock is the pool's RLIMIT_MEMLOCK for the NRI plugin
+	// (config.Pool.MemlockLimit).
+	Memlock uint64
 }
 
 // View returns the current view and a channel closed at its next change.
@@ -65,7 +74,8 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 	for _, name := range sortedKeys(d.pools) {
 		p := d.pools[name]
 		s, _ := p.current()
-		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, ByID: make(map[string][]string, len(s.byID))}
+		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, ByID: make(map[string][]string, len(s.byID)),
+			Memlock: p.pool.MemlockLimit()}
 		if p.pool.Mode == config.Shared {
 			pv.Slots = p.pool.SlotCount()
 		}
@@ -82,6 +92,12 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 				names = append(names, r.Name)
 			}
 			pv.ByID[dev.ID] = names
+			if d.cdi != nil && !p.pool.GPUAligned() && p.pool.Mode == config.Exclusive {
+				pv.CDIDevices = append(pv.CDIDevices, cdiName(p.resource, dev.ID))
+			}
+		}
+		if d.cdi != nil && p.pool.Mode == config.Shared && len(pv.Members) > 0 {
+			pv.CDIDevices = []string{cdiName(p.resource, cdiSharedDevice)}
 		}
 		pools = append(pools, pv)
 	}
@@ -92,6 +108,19 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 		close(d.viewChanged)
 	}
 	d.viewChanged = make(chan struct{})
+}
+
+// SetNRIReport makes /state include what report returns under "nri" (the
+// NRI plugin's connection). Call it before Run.
+func (d *Daemon) SetNRIReport(report func() any) { d.nriReport = report }
+
+// RegisterCollector adds a collector to the daemon's /metrics (the NRI
+// plugin's series). Call it before Run.
+func (d *Daemon) RegisterCollector(c prometheus.Collector) error {
+	if err := d.m.reg.Register(c); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	return nil
 }
 
 // SetNodeStateReport makes /state include what report returns under

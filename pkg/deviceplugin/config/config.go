@@ -63,7 +63,11 @@ type Pool struct {
 	// (DefaultSlots when 0); it must be 0 for an exclusive pool.
 	Slots int `json:"slots,omitempty"`
 	// Binding is "" or GPUAligned (exclusive pools only).
-	Binding   Binding   `json:"binding,omitempty"`
+	Binding Binding `json:"binding,omitempty"`
+	// Memlock is the RLIMIT_MEMLOCK (soft = hard) the NRI plugin gives the
+	// containers that got this pool's devices: "unlimited" or a quantity
+	// such as 64Gi; "" is unlimited. Only used with --nri.
+	Memlock   string    `json:"memlock,omitempty"`
 	Selectors Selectors `json:"selectors"`
 }
 

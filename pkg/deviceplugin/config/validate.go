@@ -90,6 +90,11 @@ func (c Config) Validate() error {
 		case p.Binding == GPUAligned && p.Mode == Shared:
 			add(f+".binding", "gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind")
 		}
+		if p.Memlock != "" {
+			if _, err := ParseMemlock(p.Memlock); err != nil {
+				add(f+".memlock", "%v", err)
+			}
+		}
 		errs = append(errs, p.Selectors.validate(f+".selectors")...)
 	}
 	errs = append(errs, c.overlaps()...)

@@ -1,0 +1,179 @@
+// Package nri is the daemon's NRI plugin (github.com/containerd/nri): at
+// container creation it gives every container that got one of our RDMA
+// devices an RLIMIT_MEMLOCK high enough to register memory for RDMA.
+//
+// It owns the decision (Decide: which containers, which limit; pure, no
+// I/O, no logging), the device view it decides on (Devices, built from the
+// daemon's View by FromView), and the plugin's connection to the runtime
+// (Plugin: register, serve, reconnect with backoff, report on /state and
+// /metrics). It never looks at a container's image or name, and it adjusts
+// nothing after creation: NRI adjustments apply when the runtime creates a
+// container, so a restart of the daemon or of the runtime leaves running
+// containers as they are.
+package nri
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+)
+
+// AnnotationKey is the pod annotation that may lower the limit of the pod's
+// containers that got our devices ("8Gi", "unlimited"); a value above the
+// pools' limit, or one that does not parse, is ignored.
+const AnnotationKey = "memlock.kube-rdma.io/limit"
+
+// RlimitMemlock is the rlimit type NRI and the OCI spec name.
+const RlimitMemlock = "RLIMIT_MEMLOCK"
+
+// cdiAnnotationPrefix is the prefix of the container annotations older
+// runtimes read CDI device names from (the device plugin sets
+// cdi.k8s.io/kube-rdma_<pool>).
+const cdiAnnotationPrefix = "cdi.k8s.io/"
+
+var (
+	// ErrAboveLimit: the pod annotation asks for more than the pools allow.
+	ErrAboveLimit = errors.New("above the pool's limit")
+	// ErrBadAnnotation: the pod annotation does not parse.
+	ErrBadAnnotation = errors.New("bad annotation")
+)
+
+// DeviceNode is one character device node of ours. Major and Minor are the
+// host's numbers when known; 0/0 matches by path alone.
+type DeviceNode struct {
+	Path         string
+	Major, Minor int64
+}
+
+// Pool is what the decision needs of one pool: its limit and what a
+// container that got its devices carries.
+type Pool struct {
+	Name string
+	// Limit is the pool's RLIMIT_MEMLOCK (config.MemlockUnlimited for none).
+	Limit uint64
+	// Nodes are the pool's uverbs, umad and issm nodes. rdma_cm is not one:
+	// every RDMA container gets it, it does not name a pool, and alone it
+	// cannot register memory.
+	Nodes []DeviceNode
+	// CDIDevices are the fully qualified CDI names Allocate hands out.
+	CDIDevices []string
+}
+
+// Devices is the daemon's device view as the decision sees it.
+type Devices struct {
+	Pools []Pool
+}
+
+// Decision is what Decide chose for one container.
+type Decision struct {
+	// Pools are the pools whose devices the container has, sorted; none:
+	// the container is left alone.
+	Pools []string
+	// PoolLimit is the highest limit of those pools.
+	PoolLimit uint64
+	// Limit is what the container gets: PoolLimit, or the pod annotation's
+	// value when that is lower.
+	Limit uint64
+	// AnnotationIgnored says why the pod's annotation was not applied
+	// (wraps ErrAboveLimit or ErrBadAnnotation); nil when it was, or when
+	// there is none, or when the container has none of our devices.
+	AnnotationIgnored error
+}
+
+// Adjust reports whether the container gets an adjustment.
+func (d Decision) Adjust() bool { return len(d.Pools) > 0 }
+
+// Adjustment is the NRI adjustment for the decision: RLIMIT_MEMLOCK with
+// soft = hard = Limit, or nil when the container is left alone.
+func (d Decision) Adjustment() *api.ContainerAdjustment {
+	if !d.Adjust() {
+		return nil
+	}
+	a := &api.ContainerAdjustment{}
+	a.AddRlimit(RlimitMemlock, d.Limit, d.Limit)
+	return a
+}
+
+// Decide chooses the memlock limit of a container being created. The
+// container has a pool's device when its Linux device list holds one of the
+// pool's nodes (same path; same major/minor where both are known), or when
+// its CDI devices or its cdi.k8s.io/ annotations name one of the pool's CDI
+// devices. With devices of several pools, the highest pool limit wins. The
+// pod annotation AnnotationKey may lower the limit, never raise it.
+func Decide(pod *api.PodSandbox, ctr *api.Container, devs Devices) Decision {
+	var d Decision
+	for _, p := range devs.Pools {
+		if hasNode(ctr, p.Nodes) || hasCDI(ctr, p.CDIDevices) {
+			d.Pools = append(d.Pools, p.Name)
+			d.PoolLimit = max(d.PoolLimit, p.Limit)
+		}
+	}
+	if len(d.Pools) == 0 {
+		return Decision{}
+	}
+	slices.Sort(d.Pools)
+	d.Pools = slices.Compact(d.Pools)
+	d.Limit = d.PoolLimit
+	v, ok := pod.GetAnnotations()[AnnotationKey]
+	if !ok {
+		return d
+	}
+	want, err := config.ParseMemlock(v)
+	switch {
+	case err != nil:
+		d.AnnotationIgnored = fmt.Errorf("%w: %s %q: %w", ErrBadAnnotation, AnnotationKey, v, err)
+	case want > d.PoolLimit:
+		d.AnnotationIgnored = fmt.Errorf("%s %q is %w (%s)", AnnotationKey, v, ErrAboveLimit, config.FormatMemlock(d.PoolLimit))
+	default:
+		d.Limit = want
+	}
+	return d
+}
+
+func hasNode(ctr *api.Container, nodes []DeviceNode) bool {
+	for _, cd := range ctr.GetLinux().GetDevices() {
+		if cd.GetType() != "" && cd.GetType() != "c" {
+			continue
+		}
+		p := path.Clean(cd.GetPath())
+		for _, n := range nodes {
+			if p != n.Path {
+				continue
+			}
+			known := n.Major != 0 || n.Minor != 0
+			given := cd.GetMajor() != 0 || cd.GetMinor() != 0
+			if !known || !given || (cd.GetMajor() == n.Major && cd.GetMinor() == n.Minor) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasCDI(ctr *api.Container, names []string) bool {
+	if len(names) == 0 {
+		return false
+	}
+	for _, c := range ctr.GetCDIDevices() {
+		if slices.Contains(names, c.GetName()) {
+			return true
+		}
+	}
+	for k, v := range ctr.GetAnnotations() {
+		if !strings.HasPrefix(k, cdiAnnotationPrefix) {
+			continue
+		}
+		for _, n := range strings.Split(v, ",") {
+			if slices.Contains(names, strings.TrimSpace(n)) {
+				return true
+			}
+		}
+	}
+	return false
+}

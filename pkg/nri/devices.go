@@ -1,0 +1,47 @@
+package nri
+
+import (
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+)
+
+// FromView builds the decision's device view from the daemon's: each pool's
+// limit, CDI names and the /dev/infiniband nodes of its members, with the
+// host's major/minor read under devRoot (where the daemon sees the host's
+// /dev) when the node is there.
+func FromView(v deviceplugin.View, devRoot string) Devices {
+	chars := map[string][]string{}
+	if v.Snapshot != nil && v.Snapshot.Node != nil {
+		for _, d := range v.Snapshot.Node.RDMADevices {
+			chars[d.Name] = d.CharDevices
+		}
+	}
+	var out Devices
+	for _, pv := range v.Pools {
+		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices}
+		for _, m := range pv.Members {
+			for _, c := range chars[m] {
+				p.Nodes = append(p.Nodes, node(devRoot, c))
+			}
+		}
+		out.Pools = append(out.Pools, p)
+	}
+	return out
+}
+
+func node(devRoot, p string) DeviceNode {
+	n := DeviceNode{Path: filepath.Clean(p)}
+	rel, ok := strings.CutPrefix(n.Path, "/dev/")
+	if !ok || devRoot == "" {
+		return n
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(devRoot, rel), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+		n.Major, n.Minor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+	}
+	return n
+}

@@ -1,0 +1,58 @@
+package nri
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
+)
+
+// TestFromView: each pool's members' device nodes, with the host's
+// major/minor where a character device is found under devRoot, else 0/0
+// (matched by path); limits and CDI names from the view.
+func TestFromView(t *testing.T) {
+	devRoot := t.TempDir()
+	ib := filepath.Join(devRoot, "infiniband")
+	if err := os.MkdirAll(ib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// uverbs0 a real character device (root only), umad0 a plain file.
+	err := unix.Mknod(filepath.Join(ib, "uverbs0"), unix.S_IFCHR|0o600, int(unix.Mkdev(231, 192)))
+	if errors.Is(err, unix.EPERM) {
+		t.Skip("mknod needs CAP_MKNOD (CI runs as root)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ib, "umad0"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := deviceplugin.View{
+		Snapshot: &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
+			{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
+			{Name: "mlx5_1", CharDevices: []string{"/dev/infiniband/uverbs1"}},
+		}}},
+		Pools: []deviceplugin.PoolView{
+			{Name: "a", Members: []string{"mlx5_0"}, Memlock: 1 << 30, CDIDevices: []string{"r/a=x"}},
+			{Name: "b", Members: []string{"mlx5_1", "gone"}, Memlock: ^uint64(0)},
+		},
+	}
+	want := Devices{Pools: []Pool{
+		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"},
+			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192}, {"/dev/infiniband/umad0", 0, 0}}},
+		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0}}},
+	}}
+	if diff := cmp.Diff(want, FromView(v, devRoot)); diff != "" {
+		t.Errorf("FromView (-want +got):\n%s", diff)
+	}
+	if got := FromView(deviceplugin.View{}, devRoot); len(got.Pools) != 0 {
+		t.Errorf("FromView of an empty view: %+v", got)
+	}
+}

@@ -1,0 +1,322 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+)
+
+const (
+	// DefaultSocket is where containerd and CRI-O listen for NRI plugins.
+	DefaultSocket = api.DefaultSocketPath
+	// PluginName and PluginIndex identify the plugin to the runtime, which
+	// calls plugins in index order ("00" first); a low index runs before
+	// plugins that may read the limit.
+	PluginName  = "kube-rdma-memlock"
+	PluginIndex = "10"
+	// DefaultBackoff and DefaultMaxBackoff bound the wait between two
+	// connection attempts; it doubles after each failure.
+	DefaultBackoff    = time.Second
+	DefaultMaxBackoff = 10 * time.Second
+)
+
+// Source is the daemon's view of its pools (deviceplugin.Daemon).
+type Source interface {
+	View() (deviceplugin.View, <-chan struct{})
+}
+
+// Config is what the plugin needs.
+type Config struct {
+	// Socket is the runtime's NRI socket; "" is DefaultSocket.
+	Socket string
+	Source Source
+	// DevRoot is where the daemon sees the host's /dev, to read the major
+	// and minor of its device nodes; "" matches by path alone.
+	DevRoot string
+	Logger  *slog.Logger
+	// Backoff and MaxBackoff: 0 means the defaults.
+	Backoff, MaxBackoff time.Duration
+}
+
+// Report is the plugin's part of /state ("nri").
+type Report struct {
+	// Enabled: the daemon runs the plugin (--nri).
+	Enabled bool `json:"enabled"`
+	// Connected: registered with the runtime now.
+	Connected bool   `json:"connected"`
+	Socket    string `json:"socket,omitempty"`
+	// Reason says why the plugin is not connected.
+	Reason string `json:"reason,omitempty"`
+	// Attempts counts connection attempts, Connections successful
+	// registrations, since the daemon started.
+	Attempts    int `json:"attempts"`
+	Connections int `json:"connections"`
+	// Adjusted counts containers given a memlock limit.
+	Adjusted int64 `json:"adjusted"`
+}
+
+// Plugin is the NRI plugin and its connection loop.
+type Plugin struct {
+	cfg Config
+	log *slog.Logger
+
+	connected prometheus.Gauge
+	decisions *prometheus.CounterVec
+
+	mu     sync.Mutex // report and warned; Report is called under the daemon's state lock
+	report Report
+	warned map[string]bool // pod sandbox IDs whose annotation problem was logged
+
+	// devMu guards the device view cache. It is not mu: building the view
+	// takes the daemon's state lock, which the daemon holds while it calls
+	// Report.
+	devMu   sync.Mutex
+	devs    Devices
+	devsFor <-chan struct{} // the view change that invalidates devs
+}
+
+// maxWarned bounds the pods remembered for logging once: RemovePodSandbox
+// events missed while disconnected would otherwise leave entries forever.
+const maxWarned = 10000
+
+// New returns a plugin that is not connected yet; Run connects.
+func New(cfg Config) *Plugin {
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.MaxBackoff < cfg.Backoff {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.Backoff)
+	}
+	return &Plugin{
+		cfg: cfg, log: cfg.Logger.With("component", "nri"), warned: map[string]bool{},
+		report: Report{Enabled: true, Socket: cfg.Socket, Reason: "not connected yet"},
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kube_rdma_nri_connected",
+			Help: "1 while the NRI plugin is registered with the container runtime, 0 otherwise."}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_nri_containers_total",
+			Help: "Containers seen at creation by the NRI plugin, by decision (adjusted: RLIMIT_MEMLOCK set; untouched: none of our devices)."},
+			[]string{"decision"}),
+	}
+}
+
+// Describe and Collect make the plugin a prometheus.Collector of its series.
+func (p *Plugin) Describe(ch chan<- *prometheus.Desc) {
+	p.connected.Describe(ch)
+	p.decisions.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (p *Plugin) Collect(ch chan<- prometheus.Metric) {
+	p.connected.Collect(ch)
+	p.decisions.Collect(ch)
+}
+
+// Report returns the plugin's state for /state.
+func (p *Plugin) Report() Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.report
+}
+
+// DisabledReport is /state's "nri" when the daemon runs without --nri.
+func DisabledReport() Report { return Report{Reason: "--nri not given"} }
+
+// Run connects to the runtime and serves it until ctx ends, reconnecting
+// with backoff whenever the socket is missing, refuses the connection or the
+// runtime goes away (a runtime restart). Being unable to connect is not an
+// error: it is logged once per outage and reported on /state and /metrics.
+func (p *Plugin) Run(ctx context.Context) error {
+	wait := p.cfg.Backoff
+	down := false // an outage was logged
+	for ctx.Err() == nil {
+		err := p.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, errServed) {
+			wait = p.cfg.Backoff
+			// One message per outage: the failures until the runtime is
+			// back are debug.
+			p.log.Warn("NRI connection lost; new containers get no memlock limit until it is back; retrying", "socket", p.cfg.Socket)
+			down = true
+		} else {
+			reason := explain(p.cfg.Socket, err)
+			p.setDown(reason)
+			if !down {
+				p.log.Warn("NRI not available: containers get no memlock limit; devices are still served; retrying", "socket", p.cfg.Socket, "reason", reason)
+				down = true
+			} else {
+				p.log.Debug("NRI connection attempt failed", "reason", reason, "retryIn", wait)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, p.cfg.MaxBackoff)
+	}
+	p.setDown("daemon stopping")
+	return nil
+}
+
+// errServed: the session was connected and then ended.
+var errServed = errors.New("nri connection ended")
+
+// session runs one connection: register, serve until it ends or ctx does.
+func (p *Plugin) session(ctx context.Context) error {
+	p.mu.Lock()
+	p.report.Attempts++
+	p.mu.Unlock()
+	s, err := stub.New(&handler{p: p}, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex),
+		stub.WithSocketPath(p.cfg.Socket), stub.WithLogger(nriLogger{p.log}))
+	if err != nil {
+		return fmt.Errorf("create nri stub: %w", err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- s.Start(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		// Start waits for the runtime's Configure without a deadline; the
+		// goroutine ends with the connection.
+		return ctx.Err()
+	}
+	done := make(chan struct{})
+	go func() { s.Wait(); close(done) }()
+	select {
+	case <-done:
+		p.setDown("the runtime closed the connection (restarting?)")
+		return errServed
+	case <-ctx.Done():
+		s.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func (p *Plugin) setUp() {
+	p.mu.Lock()
+	p.report.Connected, p.report.Reason = true, ""
+	p.report.Connections++
+	p.mu.Unlock()
+	p.connected.Set(1)
+}
+
+func (p *Plugin) setDown(reason string) {
+	p.mu.Lock()
+	p.report.Connected, p.report.Reason = false, reason
+	p.mu.Unlock()
+	p.connected.Set(0)
+}
+
+// explain turns a connection error into the /state reason.
+func explain(socket string, err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return fmt.Sprintf("NRI socket %s does not exist: NRI is not enabled in the container runtime (containerd: [plugins.\"io.containerd.nri.v1.nri\"] disable = false)", socket)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("connection refused on NRI socket %s: the runtime is not listening (restarting, or NRI disabled)", socket)
+	}
+	return err.Error()
+}
+
+// devices returns the decision's device view, rebuilt when the daemon's
+// view changed.
+func (p *Plugin) devices() Devices {
+	p.devMu.Lock()
+	defer p.devMu.Unlock()
+	if p.devsFor != nil {
+		select {
+		case <-p.devsFor:
+		default:
+			return p.devs
+		}
+	}
+	v, changed := p.cfg.Source.View()
+	p.devs, p.devsFor = FromView(v, p.cfg.DevRoot), changed
+	return p.devs
+}
+
+// handler is what the stub calls; only CreateContainer adjusts.
+type handler struct{ p *Plugin }
+
+// Synchronize implements stub.SynchronizeInterface. The runtime sends it
+// once per connection, after registration, before it calls the plugin for
+// containers: the plugin is connected from here on. Running containers keep
+// their limits; nothing is updated.
+func (h *handler) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.setUp()
+	h.p.log.Info("NRI plugin registered", "socket", h.p.cfg.Socket, "plugin", PluginIndex+"-"+PluginName)
+	return nil, nil
+}
+
+// CreateContainer implements stub.CreateContainerInterface.
+func (h *handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	p := h.p
+	d := Decide(pod, ctr, p.devices())
+	if !d.Adjust() {
+		p.decisions.WithLabelValues("untouched").Inc()
+		return nil, nil, nil
+	}
+	p.decisions.WithLabelValues("adjusted").Inc()
+	p.mu.Lock()
+	p.report.Adjusted++
+	first := d.AnnotationIgnored != nil && !p.warned[pod.GetId()]
+	if first {
+		if len(p.warned) >= maxWarned {
+			clear(p.warned)
+		}
+		p.warned[pod.GetId()] = true
+	}
+	p.mu.Unlock()
+	if first {
+		p.log.Warn("memlock annotation ignored", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", d.AnnotationIgnored)
+	}
+	p.log.Debug("memlock set", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(),
+		"pools", d.Pools, "limit", config.FormatMemlock(d.Limit))
+	return d.Adjustment(), nil, nil
+}
+
+// RemovePodSandbox implements stub.RemovePodInterface: forgets the pod's
+// logged annotation problem.
+func (h *handler) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	h.p.mu.Lock()
+	delete(h.p.warned, pod.GetId())
+	h.p.mu.Unlock()
+	return nil
+}
+
+// nriLogger sends the stub's messages to slog; its chatter is debug.
+type nriLogger struct{ log *slog.Logger }
+
+func (l nriLogger) Debugf(ctx context.Context, f string, a ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(f, a...))
+}
+func (l nriLogger) Infof(ctx context.Context, f string, a ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(f, a...))
+}
+func (l nriLogger) Warnf(ctx context.Context, f string, a ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(f, a...))
+}
+func (l nriLogger) Errorf(ctx context.Context, f string, a ...any) {
+	l.log.ErrorContext(ctx, fmt.Sprintf(f, a...))
+}

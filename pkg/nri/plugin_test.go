@@ -1,0 +1,257 @@
+package nri
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"log/slog"
+
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
+)
+
+// fakeSource is a daemon with one exclusive pool hca of mlx5_0 (64Gi) and
+// one shared pool roce of mlx5_2 (unlimited).
+type fakeSource struct{}
+
+func (fakeSource) View() (deviceplugin.View, <-chan struct{}) {
+	snap := &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
+		{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
+		{Name: "mlx5_2", CharDevices: []string{"/dev/infiniband/uverbs2"}},
+	}}}
+	return deviceplugin.View{Snapshot: snap, Pools: []deviceplugin.PoolView{
+		{Name: "hca", Members: []string{"mlx5_0"}, Memlock: 64 * gi, CDIDevices: []string{"rdma.kube-rdma.io/hca=0000:18:00.0"}},
+		{Name: "roce", Members: []string{"mlx5_2"}, Memlock: ^uint64(0), CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}},
+	}}, make(chan struct{})
+}
+
+// syncBuffer is a log sink the plugin's goroutines write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func startPlugin(t *testing.T, socket string, logs *syncBuffer) *Plugin {
+	t.Helper()
+	p := New(Config{Socket: socket, Source: fakeSource{}, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return p
+}
+
+// TestPluginNoSocket: NRI off in the runtime. The plugin retries, says so
+// once in the log, in its report and in kube_rdma_nri_connected, and Run
+// does not fail.
+func TestPluginNoSocket(t *testing.T) {
+	logs := &syncBuffer{}
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	p := startPlugin(t, socket, logs)
+	waitFor(t, "three connection attempts", func() bool { return p.Report().Attempts >= 3 })
+	r := p.Report()
+	if !r.Enabled || r.Connected || !strings.Contains(r.Reason, "does not exist: NRI is not enabled in the container runtime") {
+		t.Errorf("report %+v: want enabled, not connected, the socket missing", r)
+	}
+	if n := strings.Count(logs.String(), "NRI not available"); n != 1 {
+		t.Errorf("%d warnings about NRI not available, want 1:\n%s", n, logs)
+	}
+	if v := testutil.ToFloat64(p.connected); v != 0 {
+		t.Errorf("kube_rdma_nri_connected = %v, want 0", v)
+	}
+}
+
+// proxy stands between the plugin and the runtime side of NRI, so a test
+// can end the connections as a runtime's exit does (Adaptation.Stop leaves
+// external plugins' connections open).
+type proxy struct {
+	l  net.Listener
+	mu sync.Mutex
+	c  []net.Conn
+}
+
+func newProxy(t *testing.T, socket, runtime string) *proxy {
+	t.Helper()
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l}
+	t.Cleanup(func() { l.Close(); p.cut() })
+	go func() {
+		for {
+			a, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("unix", runtime)
+			if err != nil {
+				a.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.c = append(p.c, a, b)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(a, b); a.Close() }()
+			go func() { _, _ = io.Copy(b, a); b.Close() }()
+		}
+	}()
+	return p
+}
+
+// cut closes every proxied connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.c {
+		c.Close()
+	}
+	p.c = nil
+}
+
+func newRuntime(t *testing.T, socket string) *adaptation.Adaptation {
+	t.Helper()
+	dir := t.TempDir()
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
+	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	}
+	r, err := adaptation.New("containerd", "v2.2.9", sync, update, adaptation.WithSocketPath(socket),
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err != nil {
+		t.Fatalf("adaptation.New: %v", err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatalf("start NRI runtime side: %v", err)
+	}
+	return r
+}
+
+// TestPluginAgainstNRIRuntime runs the plugin against the runtime side of
+// NRI (pkg/adaptation, what containerd embeds) on a socket: registration,
+// CreateContainer for a container with our device and one without, and a
+// runtime restart after which the plugin is back and still adjusts.
+func TestPluginAgainstNRIRuntime(t *testing.T) {
+	dir := t.TempDir()
+	socket, runtimeSocket := filepath.Join(dir, "nri.sock"), filepath.Join(dir, "runtime.sock")
+	rt := newRuntime(t, runtimeSocket)
+	px := newProxy(t, socket, runtimeSocket)
+	logs := &syncBuffer{}
+	p := startPlugin(t, socket, logs)
+	waitFor(t, "registration", func() bool { return p.Report().Connected })
+	if v := testutil.ToFloat64(p.connected); v != 1 {
+		t.Errorf("kube_rdma_nri_connected = %v, want 1", v)
+	}
+
+	create := func(rt *adaptation.Adaptation, ctr *api.Container) []*api.POSIXRlimit {
+		t.Helper()
+		rsp, err := rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: recordedPod(nil), Container: ctr})
+		if err != nil {
+			t.Fatalf("CreateContainer: %v", err)
+		}
+		return rsp.GetAdjust().GetRlimits()
+	}
+	want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: 64 * gi, Soft: 64 * gi}}
+	opt := cmpopts.IgnoreUnexported(api.POSIXRlimit{})
+	with := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192), rdmaCM}, nil)
+	if diff := cmp.Diff(want, create(rt, with), opt); diff != "" {
+		t.Errorf("container with uverbs0 (-want +got):\n%s", diff)
+	}
+	if got := create(rt, recordedContainer(nil, nil)); len(got) != 0 {
+		t.Errorf("container without our devices got rlimits %v", got)
+	}
+	unlimited := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: ^uint64(0), Soft: ^uint64(0)}}
+	if diff := cmp.Diff(unlimited, create(rt, recordedContainer(nil, nil, "rdma.kube-rdma.io/roce=all")), opt); diff != "" {
+		t.Errorf("container with roce=all (-want +got):\n%s", diff)
+	}
+
+	// The runtime restarts: the plugin notices, reconnects to the new one.
+	rt.Stop()
+	px.cut()
+	waitFor(t, "the plugin to notice the runtime stopped", func() bool { return !p.Report().Connected })
+	rt = newRuntime(t, runtimeSocket)
+	t.Cleanup(rt.Stop)
+	waitFor(t, "re-registration", func() bool { r := p.Report(); return r.Connected && r.Connections == 2 })
+	if diff := cmp.Diff(want, create(rt, with), opt); diff != "" {
+		t.Errorf("after the runtime restarted (-want +got):\n%s", diff)
+	}
+	if r := p.Report(); r.Adjusted != 3 {
+		t.Errorf("report %+v: want 3 adjusted", r)
+	}
+	if v := testutil.ToFloat64(p.decisions.WithLabelValues("untouched")); v != 1 {
+		t.Errorf(`kube_rdma_nri_containers_total{decision="untouched"} = %v, want 1`, v)
+	}
+}
+
+// TestAnnotationIgnoredLoggedOncePerPod: two containers of a pod with a
+// raising annotation give one warning; a new pod gives another.
+func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
+	logs := &syncBuffer{}
+	p := New(Config{Source: fakeSource{}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	h := &handler{p: p}
+	pod := recordedPod(map[string]string{AnnotationKey: "1Ti"})
+	ctr := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192)}, nil)
+	for range 2 {
+		adj, _, err := h.CreateContainer(context.Background(), pod, ctr)
+		if err != nil || len(adj.GetRlimits()) != 1 || adj.GetRlimits()[0].GetHard() != 64*gi {
+			t.Fatalf("CreateContainer: %v, %v; want 64Gi", adj, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 1 {
+		t.Errorf("%d warnings for one pod, want 1:\n%s", n, logs)
+	}
+	_ = h.RemovePodSandbox(context.Background(), pod)
+	other := recordedPod(map[string]string{AnnotationKey: "1Ti"})
+	other.Id = "another"
+	if _, _, err := h.CreateContainer(context.Background(), other, ctr); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 2 {
+		t.Errorf("%d warnings for two pods, want 2:\n%s", n, logs)
+	}
+}
