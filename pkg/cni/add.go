@@ -65,45 +65,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}
 	pod := parseCNIArgs(args.Args)
-	// A gpuAligned pool's devices are chosen under the node-wide lock (gr),
-	// any other's are named by the kubelet or Multus (plan).
-	var gr *gpuRequest
-	if conf.Standalone() {
-		if gr, err = p.gpuAlignedRequest(ctx, conf, pod, log); err != nil {
-			return nil, err
-		}
+	planFor, gr, err := p.planDevices(ctx, conf, args, pod, res, log)
+	if err != nil {
+		return nil, err
 	}
-	var plan []netconf.Assignment
-	if gr == nil {
-		ids, err := p.selectDevices(ctx, conf, pod, res, log)
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) > 0 {
-			plan, err = netconf.PlanNames(conf, args.IfName, ids)
-			if err != nil {
-				return nil, err
-			}
-		}
-	} else if gr.size > 0 {
-		// The names are the same whichever NICs are chosen: fail before the lock.
-		if _, err := netconf.PlanNames(conf, args.IfName, make([]string, gr.size)); err != nil {
-			return nil, err
-		}
-	}
-	if len(plan) == 0 && (gr == nil || gr.size == 0) {
+	if planFor == nil {
 		log.Info("no devices of the resource allocated to the pod; passing prevResult through", "resource", conf.ResourceName)
 		return passthrough(conf), nil
-	}
-	planFor := func(map[string]state.Key) ([]netconf.Assignment, error) { return plan, nil }
-	if gr != nil {
-		planFor = func(claims map[string]state.Key) ([]netconf.Assignment, error) {
-			ids, err := p.align(gr, claims, res, log)
-			if err != nil {
-				return nil, err
-			}
-			return netconf.PlanNames(conf, args.IfName, ids)
-		}
 	}
 
 	store := p.store(conf)
@@ -177,6 +145,44 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
+}
+
+// planDevices decides, without the node-wide lock, how the devices are
+// found: named by the kubelet or Multus (a fixed plan), or, for a
+// gpuAligned pool (gr set), chosen from the claims under the lock. A nil
+// planFor means the pod has nothing of the resource: pass through.
+func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, pod podRef, res Resolver,
+	log *slog.Logger) (planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), gr *gpuRequest, err error) {
+	if conf.Standalone() {
+		if gr, err = p.gpuAlignedRequest(ctx, conf, pod, log); err != nil {
+			return nil, nil, err
+		}
+	}
+	if gr != nil {
+		if gr.size == 0 {
+			return nil, nil, nil
+		}
+		// The names are the same whichever NICs are chosen: fail before the lock.
+		if _, err := netconf.PlanNames(conf, args.IfName, make([]string, gr.size)); err != nil {
+			return nil, nil, err
+		}
+		return func(claims map[string]state.Key) ([]netconf.Assignment, error) {
+			ids, err := p.align(gr, claims, res, log)
+			if err != nil {
+				return nil, err
+			}
+			return netconf.PlanNames(conf, args.IfName, ids)
+		}, gr, nil
+	}
+	ids, err := p.selectDevices(ctx, conf, pod, res, log)
+	if err != nil || len(ids) == 0 {
+		return nil, nil, err
+	}
+	plan, err := netconf.PlanNames(conf, args.IfName, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(map[string]state.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
 }
 
 // openPodNetns checks the config and CNI environment and opens the pod's netns.
