@@ -65,17 +65,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}
 	pod := parseCNIArgs(args.Args)
-	ids, err := p.selectDevices(ctx, conf, pod, res, log)
+	planFor, gr, err := p.planDevices(ctx, conf, args, pod, res, log)
 	if err != nil {
 		return nil, err
 	}
-	if len(ids) == 0 {
+	if planFor == nil {
 		log.Info("no devices of the resource allocated to the pod; passing prevResult through", "resource", conf.ResourceName)
 		return passthrough(conf), nil
-	}
-	plan, err := netconf.PlanNames(conf, args.IfName, ids)
-	if err != nil {
-		return nil, err
 	}
 
 	store := p.store(conf)
@@ -99,11 +95,17 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 			unlock()
 		}
 	}()
-	cands, err := p.prepareCandidates(conf, store, key, plan, res, podNS)
+	cands, err := p.prepareCandidates(conf, store, key, planFor, res, podNS)
 	if err != nil {
 		return nil, err
 	}
 	rec := newRecord(conf, args, key, pod, cands)
+	if gr != nil {
+		if err := requireExclusive(gr, cands); err != nil {
+			return nil, err
+		}
+		rec.Binding = gr.binding()
+	}
 	// The record goes first: a crash from here on leaves DEL and GC what
 	// they need to put the host back.
 	if err := store.Save(rec); err != nil {
@@ -131,12 +133,56 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
+	if gr != nil {
+		// The containers start after ADD returns: their files are there.
+		if err := gr.writeAllocFiles(conf.AllocDir, &rec, u); err != nil {
+			return nil, err
+		}
+	}
 	rec.Complete = true
 	if err := store.Save(rec); err != nil {
 		return nil, err
 	}
 	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
+}
+
+// planDevices decides, without the node-wide lock, how the devices are
+// found: named by the kubelet or Multus (a fixed plan), or, for a
+// gpuAligned pool (gr set), chosen from the claims under the lock. A nil
+// planFor means the pod has nothing of the resource: pass through.
+func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, pod podRef, res Resolver,
+	log *slog.Logger) (planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), gr *gpuRequest, err error) {
+	if conf.Standalone() {
+		if gr, err = p.gpuAlignedRequest(ctx, conf, pod, log); err != nil {
+			return nil, nil, err
+		}
+	}
+	if gr != nil {
+		if gr.size == 0 {
+			return nil, nil, nil
+		}
+		// The names are the same whichever NICs are chosen: fail before the lock.
+		if _, err := netconf.PlanNames(conf, args.IfName, make([]string, gr.size)); err != nil {
+			return nil, nil, err
+		}
+		return func(claims map[string]state.Key) ([]netconf.Assignment, error) {
+			ids, err := p.align(gr, claims, res, log)
+			if err != nil {
+				return nil, err
+			}
+			return netconf.PlanNames(conf, args.IfName, ids)
+		}, gr, nil
+	}
+	ids, err := p.selectDevices(ctx, conf, pod, res, log)
+	if err != nil || len(ids) == 0 {
+		return nil, nil, err
+	}
+	plan, err := netconf.PlanNames(conf, args.IfName, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(map[string]state.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
 }
 
 // openPodNetns checks the config and CNI environment and opens the pod's netns.
@@ -157,16 +203,21 @@ func openPodNetns(conf *netconf.Conf, args *skel.CmdArgs) (netns.NsHandle, error
 	return podNS, nil
 }
 
-// prepareCandidates checks the attachment is new and resolves the plan into
-// unclaimed candidates, marking which RDMA devices move; it changes nothing.
-func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key state.Key, plan []netconf.Assignment,
-	res Resolver, podNS netns.NsHandle) ([]candidate, error) {
+// prepareCandidates checks the attachment is new and resolves the plan
+// (planFor makes it from the claims) into unclaimed candidates, marking
+// which RDMA devices move; it changes nothing.
+func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key state.Key,
+	planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), res Resolver, podNS netns.NsHandle) ([]candidate, error) {
 	if _, err := store.Load(key); err == nil {
 		return nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
 	}
 	claims, err := store.Claimed()
 	if err != nil {
 		return nil, fmt.Errorf("read claims: %w", err)
+	}
+	plan, err := planFor(claims)
+	if err != nil {
+		return nil, err
 	}
 	cands, err := p.resolve(plan, res, claims, key, podNS)
 	if err != nil {

@@ -72,6 +72,17 @@ type IPAMArgs struct {
 // *podres.Client implements it.
 type PodResources interface {
 	Devices(ctx context.Context, namespace, name string) (map[string][]string, error)
+	// PodContainerDevices is the same answer per container, which a
+	// gpuAligned pool needs (each container's slots name its allocation
+	// directory).
+	PodContainerDevices(ctx context.Context, namespace, name string) ([]podres.ContainerDevices, error)
+}
+
+// GPUSource reads the node's GPUs and its NUMA node count.
+// discovery.Scanner implements it.
+type GPUSource interface {
+	GPUs() ([]discovery.GPU, []string, error)
+	NUMANodes() int
 }
 
 // Resolver finds one RDMA device by name, PCI address or aux device name.
@@ -90,6 +101,9 @@ type Plugin struct {
 	IPAM   IPAM
 	// Resolver returns a resolver for the configured sysfs root.
 	Resolver func(sysfsRoot string) Resolver
+	// GPUs returns the GPU source for the configured sysfs and procfs
+	// roots (gpuAligned pools); nil is discovery.Scanner.
+	GPUs func(sysfsRoot, procRoot string) GPUSource
 	// PodResources connects to the kubelet socket; the function returned
 	// closes the connection.
 	PodResources func(socket string) (PodResources, func(), error)
@@ -123,6 +137,7 @@ func New(log io.Writer) (*Plugin, error) {
 		RDMA:         rdma.Devices{},
 		IPAM:         execIPAM{},
 		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
+		GPUs:         scannerGPUs,
 		PodResources: dialPodResources,
 		Log:          slog.New(slog.NewTextHandler(log, nil)),
 		SoftRDMAWait: 2 * time.Second,
@@ -131,6 +146,10 @@ func New(log io.Writer) (*Plugin, error) {
 
 func (p *Plugin) store(conf *netconf.Conf) state.Store {
 	return state.Store{Dir: conf.StateDir, BootID: p.BootID}
+}
+
+func scannerGPUs(sysfsRoot, procRoot string) GPUSource {
+	return discovery.Scanner{SysRoot: sysfsRoot, ProcRoot: procRoot}
 }
 
 func dialPodResources(socket string) (PodResources, func(), error) {

@@ -56,28 +56,38 @@ var errNoKubeletSocket = errors.New("kubelet PodResources socket does not exist"
 // podres.ErrPodNotFound; a kubelet that does not answer, or answers that it
 // is unavailable, is ErrTryAgain; any other answer is an error as it came.
 func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[string][]string, error) {
+	var devs map[string][]string
+	err := p.askKubelet(ctx, socket, pod, func(ctx context.Context, c PodResources) (err error) {
+		devs, err = c.Devices(ctx, pod.Namespace, pod.Name)
+		return err
+	})
+	return devs, err
+}
+
+// askKubelet connects to the PodResources socket and runs call, with
+// allocated's error classes.
+func (p *Plugin) askKubelet(ctx context.Context, socket string, pod podRef, call func(context.Context, PodResources) error) error {
 	if p.PodResources == nil {
-		return nil, fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
+		return fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
 	}
 	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
+		return fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
 	}
 	c, closeFn, err := p.PodResources(socket)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
-	devs, err := c.Devices(ctx, pod.Namespace, pod.Name)
-	if err != nil {
+	if err := call(ctx, c); err != nil {
 		err = fmt.Errorf("ask kubelet %s for the devices of pod %s/%s: %w", socket, pod.Namespace, pod.Name, err)
 		if transient(err) {
 			err = fmt.Errorf("%w: %w", ErrTryAgain, err)
 		}
-		return nil, err
+		return err
 	}
-	return devs, nil
+	return nil
 }
 
 // transient reports whether a PodResources failure is one that clears up:

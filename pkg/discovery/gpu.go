@@ -111,3 +111,14 @@ func (s Scanner) readGPU(devicesDir, busDir, addr, vendor string) (*GPU, error) 
 	}
 	return g, nil
 }
+
+// GPUs reads only the node's GPUs (with their NVIDIA UUIDs and minors when
+// ProcRoot is set), for callers that need no RDMA scan: the CNI plugin maps
+// the kubelet's GPU IDs to PCI locations with it. The warnings name the PCI
+// functions skipped.
+func (s Scanner) GPUs() ([]GPU, []string, error) {
+	if err := s.checkRoots(); err != nil {
+		return nil, nil, err
+	}
+	return s.scanGPUs(nil)
+}

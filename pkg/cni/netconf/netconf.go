@@ -26,6 +26,13 @@ const (
 	DefaultStateDir      = "/var/lib/cni/kube-rdma"
 	DefaultSysfsRoot     = "/sys"
 	DefaultKubeletSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultProcRoot      = "/proc"
+	// DefaultAllocDir is the device plugin's --alloc-dir default
+	// (allocdir.DefaultRoot, docs/gpu-aligned.md).
+	DefaultAllocDir = "/var/run/kube-rdma/alloc"
+	// DefaultGPUResourceName is the resource whose devices are the pod's
+	// GPUs for a gpuAligned pool (NVIDIA's device plugin).
+	DefaultGPUResourceName = "nvidia.com/gpu"
 )
 
 // Netns modes the configuration may ask for.
@@ -61,8 +68,16 @@ type Conf struct {
 	KubeletSocket  string
 	StateDir       string
 	SysfsRoot      string
-	NetnsMode      rdma.NetnsMode
-	LogFile        string
+	// ProcRoot is where NVIDIA's /proc/driver/nvidia files are read (GPU
+	// UUIDs and minors, for gpuAligned pools).
+	ProcRoot string
+	// AllocDir is the device plugin's --alloc-dir: where the pool files of
+	// gpuAligned pools are and where ADD writes each container's files.
+	AllocDir string
+	// GPUResourceName is the kubelet resource of the pod's GPUs.
+	GPUResourceName string
+	NetnsMode       rdma.NetnsMode
+	LogFile         string
 	// RequirePodResources refuses an ADD with a deviceID when the
 	// "allocated to this pod" check cannot be made (no PodResources socket,
 	// no pod name in CNI_ARGS) instead of skipping it.
@@ -104,6 +119,9 @@ type raw struct {
 	KubeletSocket  string   `json:"kubeletSocket,omitempty"`
 	StateDir       string   `json:"stateDir,omitempty"`
 	SysfsRoot      string   `json:"sysfsRoot,omitempty"`
+	ProcRoot       string   `json:"procRoot,omitempty"`
+	AllocDir       string   `json:"allocDir,omitempty"`
+	GPUResource    string   `json:"gpuResourceName,omitempty"`
 	RdmaNetnsMode  string   `json:"rdmaNetnsMode,omitempty"`
 	LogFile        string   `json:"logFile,omitempty"`
 
@@ -139,6 +157,9 @@ func Parse(data []byte) (*Conf, error) {
 	}
 	if err := defaultAndCheckPaths(c); err != nil {
 		return nil, err
+	}
+	if c.GPUResourceName == "" {
+		c.GPUResourceName = DefaultGPUResourceName
 	}
 	if len(r.PrevResult) > 0 && string(r.PrevResult) != "null" {
 		prev, err := parsePrevResult(r.CNIVersion, r.PrevResult)
@@ -176,6 +197,7 @@ func fromRaw(r *raw) *Conf {
 		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
 		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
 		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
+		ProcRoot: r.ProcRoot, AllocDir: r.AllocDir, GPUResourceName: r.GPUResource,
 		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
 		RequirePodResources: r.RequirePodResources,
 	}
@@ -275,7 +297,8 @@ func defaultAndCheckPaths(c *Conf) error {
 	for _, p := range []struct {
 		v   *string
 		def string
-	}{{&c.StateDir, DefaultStateDir}, {&c.SysfsRoot, DefaultSysfsRoot}, {&c.KubeletSocket, DefaultKubeletSocket}} {
+	}{{&c.StateDir, DefaultStateDir}, {&c.SysfsRoot, DefaultSysfsRoot}, {&c.KubeletSocket, DefaultKubeletSocket},
+		{&c.ProcRoot, DefaultProcRoot}, {&c.AllocDir, DefaultAllocDir}} {
 		if *p.v == "" {
 			*p.v = p.def
 		}

@@ -97,6 +97,35 @@ func (c *Client) Devices(ctx context.Context, namespace, name string) (map[strin
 	return out, nil
 }
 
+// PodContainerDevices returns one pod's device IDs, one entry per container
+// and resource, in the kubelet's order: what a gpuAligned binding needs
+// (each container's slots name its allocation directory). It asks Get and
+// falls back to List as Devices does; a pod the kubelet does not know is
+// ErrPodNotFound.
+func (c *Client) PodContainerDevices(ctx context.Context, namespace, name string) ([]ContainerDevices, error) {
+	pod, err := c.pod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return containerDevices(*pod), nil
+}
+
+func containerDevices(p podResources) []ContainerDevices {
+	var out []ContainerDevices
+	at := map[[2]string]int{}
+	for _, d := range p.devices {
+		k := [2]string{d.container, d.resource}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, ContainerDevices{Namespace: p.namespace, Pod: p.name, Container: d.container, Resource: d.resource})
+		}
+		out[i].DeviceIDs = append(out[i].DeviceIDs, d.id)
+	}
+	return out
+}
+
 func (c *Client) pod(ctx context.Context, namespace, name string) (*podResources, error) {
 	if !c.noGet.Load() {
 		resp, err := c.call(ctx, "Get", encodeGetRequest(name, namespace))
@@ -157,17 +186,7 @@ func (c *Client) List(ctx context.Context) ([]ContainerDevices, error) {
 	}
 	var out []ContainerDevices
 	for _, p := range pods {
-		at := map[[2]string]int{}
-		for _, d := range p.devices {
-			k := [2]string{d.container, d.resource}
-			i, ok := at[k]
-			if !ok {
-				i = len(out)
-				at[k] = i
-				out = append(out, ContainerDevices{Namespace: p.namespace, Pod: p.name, Container: d.container, Resource: d.resource})
-			}
-			out[i].DeviceIDs = append(out[i].DeviceIDs, d.id)
-		}
+		out = append(out, containerDevices(p)...)
 	}
 	return out, nil
 }

@@ -160,3 +160,39 @@ func TestList(t *testing.T) {
 		t.Error("List with a failing kubelet: no error")
 	}
 }
+
+// TestPodContainerDevices: one pod's devices per container, whichever way
+// the kubelet answers.
+func TestPodContainerDevices(t *testing.T) {
+	pods := []podrestest.Pod{
+		{Namespace: "ns", Name: "a", Containers: []podrestest.Container{
+			{Name: "trainer", Devices: map[string][]string{"rdma/gpu-nics": {"gpu-nics-slot-3", "gpu-nics-slot-0"}, "nvidia.com/gpu": {"GPU-1", "GPU-2"}}},
+			{Name: "sidecar", Devices: map[string][]string{"rdma/gpu-nics": {"gpu-nics-slot-1"}}},
+		}},
+		{Namespace: "ns", Name: "b", Devices: map[string][]string{"rdma/gpu-nics": {"gpu-nics-slot-2"}}},
+	}
+	want := []podres.ContainerDevices{
+		{Namespace: "ns", Pod: "a", Container: "trainer", Resource: "nvidia.com/gpu", DeviceIDs: []string{"GPU-1", "GPU-2"}},
+		{Namespace: "ns", Pod: "a", Container: "trainer", Resource: "rdma/gpu-nics", DeviceIDs: []string{"gpu-nics-slot-3", "gpu-nics-slot-0"}},
+		{Namespace: "ns", Pod: "a", Container: "sidecar", Resource: "rdma/gpu-nics", DeviceIDs: []string{"gpu-nics-slot-1"}},
+	}
+	for _, m := range getModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv := podrestest.Start(t, pods...)
+			m.set(srv)
+			c, _ := podres.Dial(srv.Socket)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			got, err := c.PodContainerDevices(ctx, "ns", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("PodContainerDevices (-want +got):\n%s", diff)
+			}
+			if _, err := c.PodContainerDevices(ctx, "ns", "gone"); !errors.Is(err, podres.ErrPodNotFound) {
+				t.Errorf("unknown pod: %v, want ErrPodNotFound", err)
+			}
+		})
+	}
+}

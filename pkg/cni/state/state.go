@@ -117,6 +117,32 @@ type Attachment struct {
 	// IPAMConf is the stdin the IPAM plugin got, for a DEL or GC that has
 	// no configuration of its own.
 	IPAMConf json.RawMessage `json:"ipamConf,omitempty"`
+	// Binding is set when the devices were chosen by the plugin for a
+	// gpuAligned pool rather than named by the kubelet. The devices are
+	// claimed through Devices as for any attachment; this says why.
+	Binding *Binding `json:"binding,omitempty"`
+}
+
+// Binding is the GPU-aligned choice behind an attachment's devices.
+type Binding struct {
+	// Pool is the gpuAligned pool the devices came from.
+	Pool string `json:"pool"`
+	// Pairs has one entry per GPU of the pod, in the pod's order.
+	Pairs []BindingPair `json:"pairs,omitempty"`
+	// AllocIDs are the allocation directories ADD wrote (one per container
+	// holding slots of the pool), under <allocDir>/<Pool>/.
+	AllocIDs []string `json:"allocIDs,omitempty"`
+}
+
+// BindingPair is one GPU of the pod and the NIC bound for it.
+type BindingPair struct {
+	// GPU is the GPU's PCI address; GPUID the kubelet's ID of it.
+	GPU   string `json:"gpu"`
+	GPUID string `json:"gpuID,omitempty"`
+	// NIC is the RDMA device paired with the GPU, "" when the pod has
+	// fewer NICs than GPUs; Level the PCIe distance between them ("PIX").
+	NIC   string `json:"nic,omitempty"`
+	Level string `json:"level,omitempty"`
 }
 
 // Store is a state directory.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,5 +219,42 @@ func TestReturnedDevicesAreNotClaimed(t *testing.T) {
 	claims, err := s.Claimed()
 	if err != nil || len(claims) != 1 || claims["mlx5_1"] != (Key{"c1", "net1"}) {
 		t.Errorf("Claimed = %v, %v; want only mlx5_1", claims, err)
+	}
+}
+
+// TestBindingCompatible: the binding round-trips, and a record without one
+// (every record written before the field existed) reads as before and
+// writes no "binding" key.
+func TestBindingCompatible(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	a := Attachment{Key: Key{"c1", "eth0"}, Devices: []Device{{RDMA: "mlx5_0", PodIfName: "net1"}},
+		Binding: &Binding{Pool: "gpu-nics", AllocIDs: []string{"b5871414ab800ca8"},
+			Pairs: []BindingPair{{GPU: "0000:13:00.0", GPUID: "GPU-1", NIC: "mlx5_0", Level: "PIX"}, {GPU: "0000:14:00.0", GPUID: "GPU-2"}}}}
+	if err := s.Save(a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Schema = schemaV1
+	if diff := cmp.Diff(a, got); diff != "" {
+		t.Errorf("Load (-want +got):\n%s", diff)
+	}
+	old := `{"schema":1,"containerID":"c2","ifName":"eth0","netns":"/run/netns/p","cniVersion":"1.1.0","network":"rdma",
+		"devices":[{"rdma":"mlx5_1","host":{"name":"nic1","index":3,"mtu":1500,"mac":"","up":true},"podIfName":"net1"}],"complete":true}`
+	if err := os.WriteFile(filepath.Join(s.Dir, "c2_eth0.json"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prev, err := s.Load(Key{"c2", "eth0"})
+	if err != nil || prev.Binding != nil || len(prev.Devices) != 1 {
+		t.Fatalf("record without a binding: %+v, %v", prev, err)
+	}
+	if err := s.Save(prev); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "c2_eth0.json"))
+	if strings.Contains(string(b), `"binding"`) {
+		t.Errorf("a record without a binding is written with one:\n%s", b)
 	}
 }

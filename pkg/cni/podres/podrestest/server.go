@@ -27,6 +27,15 @@ type Pod struct {
 	Devices         map[string][]string
 	// Container names the pod's one container; "" is "main".
 	Container string
+	// Containers, when set, are the pod's containers instead (Devices and
+	// Container are then not used).
+	Containers []Container
+}
+
+// Container is one container's allocation: resource name to device IDs.
+type Container struct {
+	Name    string
+	Devices map[string][]string
 }
 
 // Server answers List and Get from its pods with the kubelet's answers
@@ -74,12 +83,19 @@ func (s *Server) SetPods(pods ...Pod) {
 }
 
 func (s *Server) resources(p Pod) *podresourcesv1.PodResources {
-	ctr := &podresourcesv1.ContainerResources{Name: cmp.Or(p.Container, "main")}
-	for _, res := range slices.Sorted(maps.Keys(p.Devices)) {
-		ids := p.Devices[res]
-		ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{ResourceName: res, DeviceIds: ids})
+	ctrs := p.Containers
+	if len(ctrs) == 0 {
+		ctrs = []Container{{Name: cmp.Or(p.Container, "main"), Devices: p.Devices}}
 	}
-	return &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name, Containers: []*podresourcesv1.ContainerResources{ctr}}
+	out := &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name}
+	for _, c := range ctrs {
+		ctr := &podresourcesv1.ContainerResources{Name: c.Name}
+		for _, res := range slices.Sorted(maps.Keys(c.Devices)) {
+			ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{ResourceName: res, DeviceIds: c.Devices[res]})
+		}
+		out.Containers = append(out.Containers, ctr)
+	}
+	return out
 }
 
 // Fail makes every later call answer err (nil: answer again). A plain

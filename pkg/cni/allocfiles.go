@@ -1,0 +1,171 @@
+package cni
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/pkg/allocator"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// allocTmpPattern names the temporary files of atomic writes in an
+// allocation directory; the device plugin empties the directory, so a
+// leftover after a crash does no harm.
+const allocTmpPattern = ".kube-rdma-*.tmp"
+
+// bindingFile is binding.json: the Alignment (nics, pairs), with the pool
+// and the GPUs the pairs' "gpu" indexes refer to.
+type bindingFile struct {
+	Pool string `json:"pool"`
+	allocator.Alignment
+	GPUs []bindingGPU `json:"gpus"`
+	// Netdevs are the pod-side netdev names of the NICs, in NICs' order.
+	Netdevs []string `json:"netdevs"`
+}
+
+type bindingGPU struct {
+	ID         string `json:"id"`
+	PCIAddress string `json:"pciAddress"`
+}
+
+// allocFiles are the contents ADD writes into each allocation directory of
+// the pod, by file name.
+func (r *gpuRequest) allocFiles(rec *state.Attachment) (map[string][]byte, error) {
+	var names, netdevs []string
+	var devs []discovery.RDMADevice
+	for _, d := range rec.Devices {
+		names = append(names, d.RDMA)
+		netdevs = append(netdevs, d.PodIfName)
+		devs = append(devs, r.chosen[d.RDMA])
+	}
+	hca := strings.Join(names, ",")
+	var nccl, env strings.Builder
+	// "=" makes NCCL match the names exactly (mlx5_1 does not also pick mlx5_10).
+	fmt.Fprintf(&nccl, "NCCL_IB_HCA==%s\n", hca)
+	fmt.Fprintf(&env, "export NCCL_IB_HCA=%s\n", shellQuote("="+hca))
+	if idx, ok := commonGIDIndex(devs); ok {
+		fmt.Fprintf(&nccl, "NCCL_IB_GID_INDEX=%d\n", idx)
+		fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
+	}
+	stem := "KUBE_RDMA_" + envName(r.pool.Pool)
+	fmt.Fprintf(&env, "export %s_RDMA_DEVICES=%s\n", stem, shellQuote(hca))
+	fmt.Fprintf(&env, "export %s_NETDEVS=%s\n", stem, shellQuote(strings.Join(netdevs, ",")))
+
+	bf := bindingFile{Pool: r.pool.Pool, Alignment: r.alignment, GPUs: []bindingGPU{}, Netdevs: netdevs}
+	for i, g := range r.gpus {
+		bf.GPUs = append(bf.GPUs, bindingGPU{ID: r.gpuIDs[i], PCIAddress: g.PCIAddress})
+	}
+	// The order of the NICs is the pod's (its interfaces'), not the allocator's.
+	bf.NICs = names
+	b, err := json.MarshalIndent(bf, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", allocdir.BindingFileName, err)
+	}
+	return map[string][]byte{
+		allocdir.NCCLConfName:    []byte(nccl.String()),
+		allocdir.EnvFileName:     []byte(env.String()),
+		allocdir.BindingFileName: append(b, '\n'),
+	}, nil
+}
+
+// writeAllocFiles writes nccl.conf, env and binding.json, each atomically,
+// into the allocation directory of every container of the pod that holds
+// slots (creating a directory Allocate has not made), pushing their
+// removal: a failed ADD leaves no file naming NICs the pod does not have.
+// The directories themselves are the daemon's to remove.
+func (r *gpuRequest) writeAllocFiles(root string, rec *state.Attachment, u *undo) error {
+	files, err := r.allocFiles(rec)
+	if err != nil {
+		return err
+	}
+	for _, s := range r.slots {
+		dir := allocdir.AllocPath(root, r.pool.Pool, allocdir.AllocID(s))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create allocation directory: %w", err)
+		}
+		for _, name := range []string{allocdir.NCCLConfName, allocdir.EnvFileName, allocdir.BindingFileName} {
+			path := filepath.Join(dir, name)
+			if err := atomicfile.Write(path, files[name], 0o644, allocTmpPattern); err != nil {
+				return fmt.Errorf("fill allocation directory: %w", err)
+			}
+			u.push("remove "+path, func() error {
+				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+				return nil
+			})
+		}
+	}
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell's `.`/`source`.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// envName mirrors the device plugin's config.EnvName (the pool name as an
+// environment variable stem: upper case, anything but letters and digits
+// as "_"), which the CNI binary cannot import without the daemon's
+// dependencies; to be shared through the allocdir package.
+func envName(pool string) string {
+	var b strings.Builder
+	for _, r := range strings.ToUpper(pool) {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// commonGIDIndex mirrors the device plugin's (pkg/deviceplugin/allocate.go,
+// what Allocate puts in NCCL_IB_GID_INDEX): the RoCE v2 GID index every
+// port uses, when all ports are Ethernet and agree; to be shared through
+// the allocdir package or discovery.
+func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
+	idx, found := -1, false
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.LinkLayer != "Ethernet" {
+				return 0, false
+			}
+			i, ok := roceV2GIDIndex(p)
+			if !ok || (found && i != idx) {
+				return 0, false
+			}
+			idx, found = i, true
+		}
+	}
+	return idx, found
+}
+
+// roceV2GIDIndex mirrors deviceplugin.RoCEv2GIDIndex: a port's first RoCE
+// v2 GID with an IPv4-mapped address, else its first RoCE v2 GID.
+func roceV2GIDIndex(p discovery.Port) (int, bool) {
+	first := -1
+	for _, g := range p.GIDs {
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
+			return g.Index, true
+		}
+		if first < 0 {
+			first = g.Index
+		}
+	}
+	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
+		first = p.RoCEv2GIDIndexes[0]
+	}
+	return first, first >= 0
+}
