@@ -15,6 +15,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
@@ -123,13 +124,19 @@ func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, 
 		a := v1alpha1.Allocation{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, Resource: c.Resource,
 			DeviceIDs: slices.Sorted(slices.Values(c.DeviceIDs))}
 		a.DeviceIDs = slices.Compact(a.DeviceIDs)
-		for _, id := range a.DeviceIDs {
-			for _, name := range p.ByID[id] {
-				if !slices.Contains(a.RDMADevices, name) {
-					a.RDMADevices = append(a.RDMADevices, name)
-					a.Netdevs = append(a.Netdevs, netdevs[name]...)
+		names := boundDevices(recs, a.Namespace, a.Pod, p)
+		if names == nil {
+			for _, id := range a.DeviceIDs {
+				for _, name := range p.ByID[id] {
+					if !slices.Contains(names, name) {
+						names = append(names, name)
+					}
 				}
 			}
+		}
+		for _, name := range names {
+			a.RDMADevices = append(a.RDMADevices, name)
+			a.Netdevs = append(a.Netdevs, netdevs[name]...)
 		}
 		a.Attached = attached(recs, a.Namespace, a.Pod, a.RDMADevices)
 		out = append(out, a)
@@ -138,6 +145,29 @@ func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, 
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod),
 			strings.Compare(a.Container, b.Container), strings.Compare(a.Resource, b.Resource))
 	})
+	return out
+}
+
+// boundDevices are, for a gpuAligned pool, the devices the CNI plugin bound
+// to pod ns/name (its complete records' binding of the pool): the kubelet's
+// device IDs there are slots, each standing for every member. nil for
+// another pool, or before the plugin bound any (the slots' members then).
+func boundDevices(recs []state.Attachment, ns, name string, p deviceplugin.PoolView) []string {
+	if p.Binding != config.GPUAligned {
+		return nil
+	}
+	var out []string
+	for _, r := range recs {
+		if !r.Complete || r.Pod == nil || r.Pod.Namespace != ns || r.Pod.Name != name || r.Binding == nil || r.Binding.Pool != p.Name {
+			continue
+		}
+		for _, d := range r.Devices {
+			if !slices.Contains(out, d.RDMA) {
+				out = append(out, d.RDMA)
+			}
+		}
+	}
+	natsort.Sort(out)
 	return out
 }
 

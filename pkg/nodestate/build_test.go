@@ -1,6 +1,7 @@
 package nodestate
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
@@ -177,5 +179,33 @@ func TestSameContent(t *testing.T) {
 	}
 	if sameContent(&a, nil) {
 		t.Error("a status and nothing written are the same")
+	}
+}
+
+// A gpuAligned pool's device IDs are slots, each standing for every member:
+// the allocation names the devices the CNI plugin bound (its records), and
+// every member until it bound any.
+func TestBuildGPUAligned(t *testing.T) {
+	view := testView()
+	view.Pools = []deviceplugin.PoolView{{Name: "gpu", Resource: "rdma.kube-rdma.io/gpu", Mode: "exclusive", Binding: config.GPUAligned,
+		Members: []string{"mlx5_2", "mlx5_10"}, Capacity: 2, Allocatable: 1,
+		ByID: map[string][]string{"gpu-slot-0": {"mlx5_2", "mlx5_10"}, "gpu-slot-1": {"mlx5_2", "mlx5_10"}}}}
+	ctrs := []podres.ContainerDevices{
+		{Namespace: "a", Pod: "bound", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-0"}},
+		{Namespace: "a", Pod: "early", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-1"}},
+	}
+	recs := []state.Attachment{{Key: state.Key{ContainerID: "s1", IfName: "eth0"}, Complete: true,
+		Pod: &state.PodRef{Namespace: "a", Name: "bound"}, Binding: &state.Binding{Pool: "gpu"},
+		Devices: []state.Device{{RDMA: "mlx5_10", PodIfName: "net1", Host: state.HostLink{Name: "ib10"}}}}}
+	got := Build(Input{View: view, Containers: ctrs, Attachments: recs, Now: now}).Allocations
+	var names []string
+	for _, a := range got {
+		names = append(names, a.Pod+"="+strings.Join(a.RDMADevices, ",")+"/"+strings.Join(a.Netdevs, ","))
+	}
+	if diff := cmp.Diff([]string{"bound=mlx5_10/ib10", "early=mlx5_2,mlx5_10/ib2,ib10"}, names); diff != "" {
+		t.Errorf("allocations (-want +got):\n%s", diff)
+	}
+	if len(got) == 0 || len(got[0].Attached) != 1 || got[0].Attached[0].PodNetdev != "net1" {
+		t.Errorf("bound pod's attached devices: %+v", got)
 	}
 }
