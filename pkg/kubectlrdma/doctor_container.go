@@ -227,7 +227,7 @@ func memlockCheck(v containerView) Check {
 	c := Check{Name: containerCheckNames[3], Verdict: Pass, Detail: v.memlock}
 	if v.memlock != "unlimited" {
 		c.Verdict, c.Detail = Warn, "locked memory limited to "+v.memlock+" KiB"
-		c.Fix = "RDMA pins its buffers: set the runtime's memlock limit to unlimited (containerd's unit LimitMEMLOCK=infinity)"
+		c.Fix = "RDMA pins its buffers: turn on the chart's nri.enabled (the daemon then sets RLIMIT_MEMLOCK for containers with our devices; needs NRI in the runtime), or raise the runtime's own limit for every container (containerd's unit LimitMEMLOCK=infinity)"
 	}
 	return c
 }
