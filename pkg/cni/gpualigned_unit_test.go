@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -35,7 +35,7 @@ func TestMirrorsDevicePlugin(t *testing.T) {
 		for _, d := range n.RDMADevices {
 			for _, p := range d.Ports {
 				gi, gok := roceV2GIDIndex(p)
-				wi, wok := deviceplugin.RoCEv2GIDIndex(p)
+				wi, wok := containeredits.RoCEv2GIDIndex(p)
 				if gi != wi || gok != wok {
 					t.Errorf("%s %s port %d: roceV2GIDIndex = %d, %v; device plugin %d, %v", name, d.Name, p.Port, gi, gok, wi, wok)
 				}

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -21,7 +21,7 @@ import (
 var ErrUnknownDevice = errors.New("unknown device ID")
 
 // RDMACM is the RDMA connection manager node every RDMA container needs.
-const RDMACM = "/dev/infiniband/rdma_cm"
+const RDMACM = containeredits.RDMACM
 
 // allocContext is what Allocate needs beyond the pool's snapshot.
 type allocContext struct {
@@ -36,14 +36,7 @@ type allocContext struct {
 }
 
 // present reports whether a /dev path exists on the host, looking under devRoot.
-func (a allocContext) present(p string) bool {
-	rel, ok := strings.CutPrefix(p, "/dev/")
-	if !ok {
-		return false
-	}
-	_, err := os.Stat(filepath.Join(a.devRoot, rel))
-	return err == nil
-}
+func (a allocContext) present(p string) bool { return containeredits.Present(a.devRoot, p) }
 
 // container builds one ContainerAllocateResponse.
 func (a allocContext) container(pool config.Pool, resource string, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
@@ -73,7 +66,7 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 		return nil, fmt.Errorf("%w: pool %s has no devices for %v", ErrUnknownDevice, pool.Name, ids)
 	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: envs(pool, devs)}
-	nodes := deviceNodes(devs)
+	nodes := containeredits.DeviceNodes(devs)
 	if a.present(RDMACM) {
 		nodes = append(nodes, RDMACM)
 	}
@@ -137,7 +130,7 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 		},
 		Mounts: []*pluginapi.Mount{{ContainerPath: allocdir.ContainerPath(pool.Name), HostPath: host, ReadOnly: true}},
 	}
-	nodes := deviceNodes(members)
+	nodes := containeredits.DeviceNodes(members)
 	if a.present(RDMACM) {
 		nodes = append(nodes, RDMACM)
 	}
@@ -164,19 +157,6 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// deviceNodes lists the /dev/infiniband nodes of the devices, in order, once.
-func deviceNodes(devs []discovery.RDMADevice) []string {
-	var out []string
-	for _, d := range devs {
-		for _, c := range d.CharDevices {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
 // envs names what the container got. NCCL_IB_HCA uses the "=" prefix so
 // NCCL matches the names exactly (mlx5_1 does not also pick mlx5_10).
 func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
@@ -188,56 +168,8 @@ func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
 		}
 	}
 	stem := "KUBE_RDMA_" + config.EnvName(pool.Name)
-	e := map[string]string{
-		stem + "_RDMA_DEVICES":  strings.Join(names, ","),
-		stem + "_PCI_ADDRESSES": strings.Join(pcis, ","),
-		"NCCL_IB_HCA":           "=" + strings.Join(names, ","),
-	}
-	if idx, ok := commonGIDIndex(devs); ok {
-		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
-	}
+	e := containeredits.NCCLEnv(devs)
+	e[stem+"_RDMA_DEVICES"] = strings.Join(names, ",")
+	e[stem+"_PCI_ADDRESSES"] = strings.Join(pcis, ",")
 	return e
-}
-
-// commonGIDIndex returns the RoCE v2 GID index every allocated port uses,
-// when all ports are Ethernet and agree. A port's index is its first RoCE v2
-// GID holding an IPv4-mapped address (what RoCE fabrics route on), else its
-// first RoCE v2 GID.
-func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
-	idx, found := -1, false
-	for _, d := range devs {
-		for _, p := range d.Ports {
-			if p.LinkLayer != "Ethernet" {
-				return 0, false
-			}
-			i, ok := RoCEv2GIDIndex(p)
-			if !ok || (found && i != idx) {
-				return 0, false
-			}
-			idx, found = i, true
-		}
-	}
-	return idx, found
-}
-
-// RoCEv2GIDIndex is the GID index NCCL_IB_GID_INDEX should name for a port:
-// its first RoCE v2 GID with an IPv4-mapped address, else its first RoCE v2
-// GID; false when it has none.
-func RoCEv2GIDIndex(p discovery.Port) (int, bool) {
-	first := -1
-	for _, g := range p.GIDs {
-		if g.Type != "RoCE v2" {
-			continue
-		}
-		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
-			return g.Index, true
-		}
-		if first < 0 {
-			first = g.Index
-		}
-	}
-	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
-		first = p.RoCEv2GIDIndexes[0]
-	}
-	return first, first >= 0
 }

@@ -1,16 +1,11 @@
 package deviceplugin
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
@@ -43,13 +38,9 @@ func (w cdiWriter) path(pool string) string {
 
 // write replaces the pool's spec when its content changes.
 func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) error {
-	a := allocContext{devRoot: w.devRoot}
-	node := func(p string) *cdispec.DeviceNode {
-		return &cdispec.DeviceNode{Path: p, HostPath: p, Permissions: "rw"}
-	}
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
-	if a.present(RDMACM) {
-		spec.ContainerEdits.DeviceNodes = []*cdispec.DeviceNode{node(RDMACM)}
+	if containeredits.Present(w.devRoot, RDMACM) {
+		spec.ContainerEdits.DeviceNodes = containeredits.CDIDeviceNodes([]string{RDMACM})
 	}
 	// Device nodes only. The environment names every device of the container
 	// (NCCL_IB_HCA==mlx5_3,mlx5_4), so it is the Allocate response's, which
@@ -57,11 +48,7 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	// a per-device KUBE_RDMA_*/NCCL_* would leave the container with the last
 	// device's value only (seen with containerd 2.2 in the local-node e2e).
 	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {
-		var e cdispec.ContainerEdits
-		for _, n := range deviceNodes(devs) {
-			e.DeviceNodes = append(e.DeviceNodes, node(n))
-		}
-		return e
+		return cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs))}
 	}
 	if pool.Mode == config.Shared {
 		if len(members) > 0 {
@@ -72,31 +59,9 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 			spec.Devices = append(spec.Devices, cdispec.Device{Name: DeviceID(d), ContainerEdits: edits([]discovery.RDMADevice{d})})
 		}
 	}
-	v, err := cdispec.MinimumRequiredVersion(&spec)
-	if err != nil {
-		return fmt.Errorf("cdi spec version for %s: %w", resource, err)
-	}
-	spec.Version = v
-	data, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode cdi spec for %s: %w", resource, err)
-	}
-	path := w.path(pool.Name)
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return nil
-	}
-	if err := os.MkdirAll(w.dir, 0o755); err != nil {
-		return fmt.Errorf("create cdi dir: %w", err)
-	}
-	if err := atomicfile.Write(path, data, 0o644, ".kube-rdma-*.tmp"); err != nil {
-		return fmt.Errorf("write cdi spec: %w", err)
-	}
-	return nil
+	return containeredits.WriteSpec(w.path(pool.Name), spec)
 }
 
 func (w cdiWriter) remove(pool string) error {
-	if err := os.Remove(w.path(pool)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cdi spec: %w", err)
-	}
-	return nil
+	return containeredits.RemoveSpec(w.path(pool))
 }

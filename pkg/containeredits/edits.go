@@ -1,0 +1,149 @@
+// Package containeredits is what a container needs to use a set of RDMA
+// devices, shared by the front ends (the device plugin's Allocate and CDI
+// specs, the DRA driver's CDI specs): the /dev/infiniband nodes, the NCCL
+// environment that names exactly those devices, and the writing of CDI spec
+// files. It reads and writes only the files it is given; it does not choose
+// devices.
+package containeredits
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// RDMACM is the RDMA connection manager node every RDMA container needs.
+const RDMACM = "/dev/infiniband/rdma_cm"
+
+// DeviceNodes lists the /dev/infiniband nodes of the devices, in order, once.
+func DeviceNodes(devs []discovery.RDMADevice) []string {
+	var out []string
+	for _, d := range devs {
+		for _, c := range d.CharDevices {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// NCCLEnv names the devices for NCCL: NCCL_IB_HCA with the "=" prefix so
+// NCCL matches the names exactly (mlx5_1 does not also pick mlx5_10), and
+// NCCL_IB_GID_INDEX when every port is RoCE and they agree on the index.
+func NCCLEnv(devs []discovery.RDMADevice) map[string]string {
+	names := make([]string, 0, len(devs))
+	for _, d := range devs {
+		names = append(names, d.Name)
+	}
+	e := map[string]string{"NCCL_IB_HCA": "=" + strings.Join(names, ",")}
+	if idx, ok := CommonGIDIndex(devs); ok {
+		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
+	}
+	return e
+}
+
+// CommonGIDIndex returns the RoCE v2 GID index every port of the devices
+// uses, when all ports are Ethernet and agree.
+func CommonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
+	idx, found := -1, false
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.LinkLayer != "Ethernet" {
+				return 0, false
+			}
+			i, ok := RoCEv2GIDIndex(p)
+			if !ok || (found && i != idx) {
+				return 0, false
+			}
+			idx, found = i, true
+		}
+	}
+	return idx, found
+}
+
+// RoCEv2GIDIndex is the GID index NCCL_IB_GID_INDEX should name for a port:
+// its first RoCE v2 GID with an IPv4-mapped address (what RoCE fabrics
+// route on), else its first RoCE v2 GID; false when it has none.
+func RoCEv2GIDIndex(p discovery.Port) (int, bool) {
+	first := -1
+	for _, g := range p.GIDs {
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
+			return g.Index, true
+		}
+		if first < 0 {
+			first = g.Index
+		}
+	}
+	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
+		first = p.RoCEv2GIDIndexes[0]
+	}
+	return first, first >= 0
+}
+
+// Present reports whether a /dev path exists on the host, looking under
+// devRoot (where this process sees the host's /dev).
+func Present(devRoot, p string) bool {
+	rel, ok := strings.CutPrefix(p, "/dev/")
+	if !ok {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(devRoot, rel))
+	return err == nil
+}
+
+// CDIDeviceNodes are read-write CDI device nodes at the same path on the
+// host and in the container.
+func CDIDeviceNodes(paths []string) []*cdispec.DeviceNode {
+	out := make([]*cdispec.DeviceNode, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, &cdispec.DeviceNode{Path: p, HostPath: p, Permissions: "rw"})
+	}
+	return out
+}
+
+// WriteSpec sets the spec's minimum version and replaces the file at path
+// atomically when its content changes, creating the directory.
+func WriteSpec(path string, spec cdispec.Spec) error {
+	v, err := cdispec.MinimumRequiredVersion(&spec)
+	if err != nil {
+		return fmt.Errorf("cdi spec version for %s: %w", spec.Kind, err)
+	}
+	spec.Version = v
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode cdi spec for %s: %w", spec.Kind, err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create cdi dir: %w", err)
+	}
+	if err := atomicfile.Write(path, data, 0o644, ".kube-rdma-*.tmp"); err != nil {
+		return fmt.Errorf("write cdi spec: %w", err)
+	}
+	return nil
+}
+
+// RemoveSpec removes a spec file; one that is not there is not an error.
+func RemoveSpec(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cdi spec: %w", err)
+	}
+	return nil
+}
