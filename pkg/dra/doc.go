@@ -1,0 +1,12 @@
+// Package dra is the Dynamic Resource Allocation front end's logic over the
+// node agent's picture of the node (pkg/discovery, via pkg/nodewatch
+// snapshots): the devices a pool publishes in ResourceSlices (stable names,
+// the standard resource.kubernetes.io attributes and ours under
+// kube-rdma.io), their taints from port state, and the preparation of a
+// claim's devices for containers (a CDI spec per claim, with the device
+// nodes and the NCCL environment of exactly the claimed NICs).
+//
+// It reads no sysfs and speaks no netlink; it writes only the CDI and state
+// directories it is given. It does not choose devices: the scheduler does,
+// from the published slices. It holds no package-level state.
+package dra

@@ -1,0 +1,39 @@
+package dra
+
+import (
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// DriverName is the DRA driver's name, the driver field of its
+// ResourceSlices and of the allocation results it prepares.
+const DriverName = "rdma.kube-rdma.io"
+
+// PoolName is the DRA pool of a configured pool on a node:
+// "<node>/<pool>". A DRA pool is the driver's, not the node's, so two nodes
+// must not publish the same name; the configured name is lowered and its
+// "_" becomes "-" (config validation already refuses two pools whose names
+// differ only so: they would share an environment prefix).
+func PoolName(node, pool string) string {
+	return node + "/" + strings.ReplaceAll(strings.ToLower(pool), "_", "-")
+}
+
+// Index finds published devices by pool and name; it is the Lookup a
+// Preparer uses. Build a new one for every publication.
+type Index map[string]map[string]discovery.RDMADevice
+
+// Add records a pool's published devices.
+func (ix Index) Add(pool string, devs []Device) {
+	m := make(map[string]discovery.RDMADevice, len(devs))
+	for _, d := range devs {
+		m[d.API.Name] = d.RDMA
+	}
+	ix[pool] = m
+}
+
+// Device implements Lookup.
+func (ix Index) Device(pool, device string) (discovery.RDMADevice, bool) {
+	d, ok := ix[pool][device]
+	return d, ok
+}

@@ -1,0 +1,261 @@
+package dra
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// CDIKind is the CDI kind of the claims' devices. Each claim gets its own
+// spec file and device names that start with the claim's UID, so a
+// runtime's cached spec is never mistaken for a later claim's.
+const CDIKind = "kube-rdma.io/claim"
+
+// Errors of Prepare. The kubelet retries a claim that failed.
+var (
+	// ErrUnknownDevice: the allocation names a device this node does not
+	// publish (any more).
+	ErrUnknownDevice = errors.New("unknown device")
+	// ErrInUse: the allocation names a device another prepared claim
+	// holds; devices are exclusive.
+	ErrInUse = errors.New("device in use by another claim")
+)
+
+// Lookup finds the RDMA device behind a published device.
+type Lookup interface {
+	Device(pool, device string) (discovery.RDMADevice, bool)
+}
+
+// Claim is what Prepare needs of a ResourceClaim: its identity and the
+// allocation results of our driver, in the claim's order.
+type Claim struct {
+	UID, Namespace, Name string
+	Results              []Result
+}
+
+// Result is one allocated device.
+type Result struct {
+	// Request is the request (or "request/subrequest") it was allocated for.
+	Request      string
+	Pool, Device string
+}
+
+// Prepared is one allocated device and the CDI devices a container that
+// uses its request gets. Each request's CDI device comes with the first
+// device of the request only: it already holds all of them, and the
+// runtime would apply a repeated device twice.
+type Prepared struct {
+	Request, Pool, Device string
+	CDIDeviceIDs          []string
+}
+
+// Preparer prepares and unprepares claims. It keeps a record per prepared
+// claim in StateDir, so Unprepare works after a restart and Prepare can
+// refuse a device another claim holds. Prepare and Unprepare may be called
+// from several goroutines.
+type Preparer struct {
+	// CDIDir is where the claims' CDI specs go (/var/run/cdi).
+	CDIDir string
+	// StateDir keeps the records; it must survive a restart of the daemon
+	// (not a reboot: the kubelet prepares again after one).
+	StateDir string
+	// DevRoot is where this process sees the host's /dev (is rdma_cm there?).
+	DevRoot string
+	Devices Lookup
+
+	mu sync.Mutex
+}
+
+// record is what Unprepare and the in-use check need of a prepared claim.
+type record struct {
+	UID       string   `json:"uid"`
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Devices   []Result `json:"devices"`
+}
+
+// Prepare writes the claim's CDI spec (one CDI device per request, with
+// the device nodes and the NCCL environment of that request's NICs) and
+// returns the CDI devices. Preparing a prepared claim again gives the same
+// answer and rewrites nothing that did not change.
+func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
+	if c.UID == "" || strings.ContainsAny(c.UID, `/\`) {
+		return nil, fmt.Errorf("prepare claim %s/%s: bad uid %q", c.Namespace, c.Name, c.UID)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Plan: resolve every device and check it is free.
+	held, err := p.held(c.UID)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	var requests []string
+	byRequest := map[string][]discovery.RDMADevice{}
+	for _, r := range c.Results {
+		d, ok := p.Devices.Device(r.Pool, r.Device)
+		if !ok {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s", c.Namespace, c.Name, ErrUnknownDevice, r.Device, r.Pool)
+		}
+		if other, ok := held[poolDevice{r.Pool, r.Device}]; ok {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s is claim %s's", c.Namespace, c.Name, ErrInUse, r.Device, r.Pool, other)
+		}
+		if _, ok := byRequest[r.Request]; !ok {
+			requests = append(requests, r.Request)
+		}
+		byRequest[r.Request] = append(byRequest[r.Request], d)
+	}
+	spec := cdispec.Spec{Kind: CDIKind, Devices: []cdispec.Device{}}
+	if containeredits.Present(p.DevRoot, containeredits.RDMACM) {
+		spec.ContainerEdits.DeviceNodes = containeredits.CDIDeviceNodes([]string{containeredits.RDMACM})
+	}
+	ids := map[string]string{}
+	for _, req := range requests {
+		devs := byRequest[req]
+		name := cdiDeviceName(c.UID, req)
+		var env []string
+		e := containeredits.NCCLEnv(devs)
+		for _, k := range slices.Sorted(maps.Keys(e)) {
+			env = append(env, k+"="+e[k])
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: cdispec.ContainerEdits{
+			Env: env, DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs)),
+		}})
+		ids[req] = CDIKind + "=" + name
+	}
+	// Apply: the record first, so a crash between the two leaves a record
+	// Unprepare cleans up rather than a spec nothing knows of.
+	if err := p.writeRecord(record{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Devices: slices.Clone(c.Results)}); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := containeredits.WriteSpec(p.specPath(c.UID), spec); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	out := make([]Prepared, 0, len(c.Results))
+	for _, r := range c.Results {
+		pr := Prepared{Request: r.Request, Pool: r.Pool, Device: r.Device}
+		if id, ok := ids[r.Request]; ok {
+			pr.CDIDeviceIDs = []string{id}
+			delete(ids, r.Request)
+		}
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// Unprepare removes the claim's CDI spec and its record. A claim that is
+// not prepared (never was, already unprepared, or prepared before a reboot
+// cleared the state) is not an error.
+func (p *Preparer) Unprepare(uid string) error {
+	if uid == "" || strings.ContainsAny(uid, `/\`) {
+		return fmt.Errorf("unprepare claim: bad uid %q", uid)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := containeredits.RemoveSpec(p.specPath(uid)); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", uid, err)
+	}
+	if err := os.Remove(p.recordPath(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unprepare claim %s: remove record: %w", uid, err)
+	}
+	return nil
+}
+
+// PreparedClaims lists the UIDs of the prepared claims, sorted.
+func (p *Preparer) PreparedClaims() ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	recs, err := p.records()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.UID)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+type poolDevice struct{ pool, device string }
+
+// held maps every device of a prepared claim other than uid to its claim.
+func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
+	recs, err := p.records()
+	if err != nil {
+		return nil, err
+	}
+	out := map[poolDevice]string{}
+	for _, r := range recs {
+		if r.UID == uid {
+			continue
+		}
+		for _, d := range r.Devices {
+			out[poolDevice{d.Pool, d.Device}] = r.Namespace + "/" + r.Name
+		}
+	}
+	return out, nil
+}
+
+func (p *Preparer) records() ([]record, error) {
+	entries, err := os.ReadDir(p.StateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read claim records: %w", err)
+	}
+	var out []record
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(p.StateDir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read claim record: %w", err)
+		}
+		var r record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("read claim record %s: %w", e.Name(), err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (p *Preparer) writeRecord(r record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode claim record: %w", err)
+	}
+	if err := os.MkdirAll(p.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	if err := atomicfile.Write(p.recordPath(r.UID), data, 0o600, ".kube-rdma-*.tmp"); err != nil {
+		return fmt.Errorf("write claim record: %w", err)
+	}
+	return nil
+}
+
+func (p *Preparer) recordPath(uid string) string { return filepath.Join(p.StateDir, uid+".json") }
+
+func (p *Preparer) specPath(uid string) string {
+	return filepath.Join(p.CDIDir, "kube-rdma-claim-"+uid+".json")
+}
+
+// cdiDeviceName is "<claim uid>-<request>", the request's "/" (before a
+// subrequest) written as "." for CDI's character set.
+func cdiDeviceName(uid, request string) string {
+	return uid + "-" + strings.ReplaceAll(request, "/", ".")
+}

@@ -1,0 +1,269 @@
+package dra_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
+)
+
+const pool = "node-a/hca"
+
+// fixture is the local node's devices published as one pool, and the
+// directories a Preparer works in.
+type fixture struct {
+	ix                     dra.Index
+	byRDMA                 map[string]dra.Device
+	cdiDir, stateDir, devs string
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	_, node := scan(t, nodesim.LocalNode(2))
+	devs, errs := dra.Devices(node.RDMADevices, health(node))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	f := fixture{ix: dra.Index{}, byRDMA: map[string]dra.Device{}, cdiDir: filepath.Join(t.TempDir(), "cdi"),
+		stateDir: filepath.Join(t.TempDir(), "claims"), devs: t.TempDir()}
+	f.ix.Add(pool, devs)
+	for _, d := range devs {
+		f.byRDMA[d.RDMA.Name] = d
+	}
+	if err := os.MkdirAll(filepath.Join(f.devs, "infiniband"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.devs, "infiniband", "rdma_cm"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// preparer is a fresh Preparer on the fixture's directories, as after a
+// restart of the daemon.
+func (f fixture) preparer() *dra.Preparer {
+	return &dra.Preparer{CDIDir: f.cdiDir, StateDir: f.stateDir, DevRoot: f.devs, Devices: f.ix}
+}
+
+func (f fixture) claim(uid string, reqDevs ...string) dra.Claim {
+	c := dra.Claim{UID: uid, Namespace: "ns", Name: "claim-" + uid}
+	for _, rd := range reqDevs {
+		req, dev, _ := strings.Cut(rd, ":")
+		c.Results = append(c.Results, dra.Result{Request: req, Pool: pool, Device: f.byRDMA[dev].API.Name})
+	}
+	return c
+}
+
+func (f fixture) spec(t *testing.T, uid string) (cdispec.Spec, bool) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(f.cdiDir, "kube-rdma-claim-"+uid+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return cdispec.Spec{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s cdispec.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s, true
+}
+
+func env(d cdispec.Device) map[string]string {
+	m := map[string]string{}
+	for _, e := range d.ContainerEdits.Env {
+		k, v, _ := strings.Cut(e, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func nodes(d cdispec.Device) []string {
+	var out []string
+	for _, n := range d.ContainerEdits.DeviceNodes {
+		out = append(out, n.Path)
+	}
+	return out
+}
+
+// TestPrepareWritesTheClaimsSpec: one CDI device per request with the
+// device nodes and NCCL environment of exactly that request's NICs, the
+// RoCE GID index where every NIC is RoCE, rdma_cm for all.
+func TestPrepareWritesTheClaimsSpec(t *testing.T) {
+	f := newFixture(t)
+	p := f.preparer()
+	got, err := p.Prepare(f.claim("uid-1", "ib:mlx5_0", "ib:mlx5_1", "roce:mlx5_3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dra.Prepared{
+		{Request: "ib", Pool: pool, Device: f.byRDMA["mlx5_0"].API.Name, CDIDeviceIDs: []string{"kube-rdma.io/claim=uid-1-ib"}},
+		{Request: "ib", Pool: pool, Device: f.byRDMA["mlx5_1"].API.Name},
+		{Request: "roce", Pool: pool, Device: f.byRDMA["mlx5_3"].API.Name, CDIDeviceIDs: []string{"kube-rdma.io/claim=uid-1-roce"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Prepare (-want +got):\n%s", diff)
+	}
+	spec, ok := f.spec(t, "uid-1")
+	if !ok {
+		t.Fatal("no spec written")
+	}
+	if spec.Kind != dra.CDIKind || len(spec.Devices) != 2 {
+		t.Fatalf("spec kind %q with %d devices", spec.Kind, len(spec.Devices))
+	}
+	if diff := cmp.Diff([]string{"/dev/infiniband/rdma_cm"}, nodes(cdispec.Device{ContainerEdits: spec.ContainerEdits})); diff != "" {
+		t.Errorf("spec-wide nodes (-want +got):\n%s", diff)
+	}
+	ib, roce := spec.Devices[0], spec.Devices[1]
+	wantIB := append(slices.Clone(f.byRDMA["mlx5_0"].RDMA.CharDevices), f.byRDMA["mlx5_1"].RDMA.CharDevices...)
+	if diff := cmp.Diff(wantIB, nodes(ib)); diff != "" || len(wantIB) == 0 {
+		t.Errorf("ib request's nodes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, env(ib)); diff != "" {
+		t.Errorf("ib request's env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(f.byRDMA["mlx5_3"].RDMA.CharDevices, nodes(roce)); diff != "" {
+		t.Errorf("roce request's nodes (-want +got):\n%s", diff)
+	}
+	// LocalNode's VFs carry an IPv4-mapped RoCE v2 GID at index 3.
+	if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_3", "NCCL_IB_GID_INDEX": "3"}, env(roce)); diff != "" {
+		t.Errorf("roce request's env (-want +got):\n%s", diff)
+	}
+}
+
+// TestPrepareUnprepareIdempotent runs the kubelet's retries: Prepare twice,
+// Unprepare twice, Unprepare of a claim never prepared, Unprepare before
+// Prepare, and a restart between Prepare and Unprepare.
+func TestPrepareUnprepareIdempotent(t *testing.T) {
+	f := newFixture(t)
+	p := f.preparer()
+	c := f.claim("uid-1", "nic:mlx5_2")
+	first, err := p.Prepare(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec1, _ := f.spec(t, "uid-1")
+	again, err := p.Prepare(c)
+	if err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	spec2, _ := f.spec(t, "uid-1")
+	if !cmp.Equal(first, again) || !cmp.Equal(spec1, spec2) {
+		t.Errorf("second Prepare differs:\n%s\n%s", cmp.Diff(first, again), cmp.Diff(spec1, spec2))
+	}
+
+	// Restart: a new Preparer on the same directories knows the claim.
+	p = f.preparer()
+	if claims, err := p.PreparedClaims(); err != nil || !cmp.Equal(claims, []string{"uid-1"}) {
+		t.Errorf("after restart: prepared %v, %v", claims, err)
+	}
+	if after, err := p.Prepare(c); err != nil || !cmp.Equal(first, after) {
+		t.Errorf("Prepare after restart: %v\n%s", err, cmp.Diff(first, after))
+	}
+	for i := range 2 {
+		if err := f.preparer().Unprepare("uid-1"); err != nil {
+			t.Fatalf("Unprepare #%d: %v", i+1, err)
+		}
+		if _, ok := f.spec(t, "uid-1"); ok {
+			t.Errorf("Unprepare #%d left the spec", i+1)
+		}
+	}
+	if claims, _ := p.PreparedClaims(); len(claims) != 0 {
+		t.Errorf("after Unprepare: prepared %v", claims)
+	}
+	if err := p.Unprepare("never-prepared"); err != nil {
+		t.Errorf("Unprepare of an unknown claim: %v", err)
+	}
+
+	// Out of order: Unprepare first, then Prepare works.
+	if err := p.Unprepare("uid-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Prepare(f.claim("uid-2", "nic:mlx5_2")); err != nil {
+		t.Errorf("Prepare after an early Unprepare: %v", err)
+	}
+	if _, ok := f.spec(t, "uid-2"); !ok {
+		t.Errorf("no spec for uid-2")
+	}
+	// A spec left without a record (a crash, or a record lost) goes too.
+	if err := os.Remove(filepath.Join(f.stateDir, "uid-2.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unprepare("uid-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.spec(t, "uid-2"); ok {
+		t.Errorf("Unprepare without a record left the spec")
+	}
+}
+
+// TestPrepareRefuses: a device no longer published, a device another
+// prepared claim holds (even across a restart), a bad UID; none of them
+// leaves a file behind.
+func TestPrepareRefuses(t *testing.T) {
+	f := newFixture(t)
+	p := f.preparer()
+	if _, err := p.Prepare(f.claim("uid-a", "nic:mlx5_0")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.preparer().Prepare(f.claim("uid-b", "nic:mlx5_1", "nic:mlx5_0"))
+	if !errors.Is(err, dra.ErrInUse) {
+		t.Errorf("a device of another claim: %v, want ErrInUse", err)
+	}
+	gone := dra.Claim{UID: "uid-c", Results: []dra.Result{{Request: "nic", Pool: pool, Device: "pci-0000-ff-00-0"}}}
+	if _, err := p.Prepare(gone); !errors.Is(err, dra.ErrUnknownDevice) {
+		t.Errorf("an unpublished device: %v, want ErrUnknownDevice", err)
+	}
+	other := dra.Claim{UID: "uid-d", Results: []dra.Result{{Request: "nic", Pool: "node-b/hca", Device: f.byRDMA["mlx5_1"].API.Name}}}
+	if _, err := p.Prepare(other); !errors.Is(err, dra.ErrUnknownDevice) {
+		t.Errorf("another pool's device: %v, want ErrUnknownDevice", err)
+	}
+	for _, uid := range []string{"", "../x"} {
+		if _, err := p.Prepare(dra.Claim{UID: uid}); err == nil {
+			t.Errorf("uid %q accepted", uid)
+		}
+		if err := p.Unprepare(uid); err == nil {
+			t.Errorf("Unprepare of uid %q accepted", uid)
+		}
+	}
+	for _, uid := range []string{"uid-b", "uid-c", "uid-d"} {
+		if _, ok := f.spec(t, uid); ok {
+			t.Errorf("refused claim %s left a spec", uid)
+		}
+	}
+	if claims, _ := p.PreparedClaims(); !cmp.Equal(claims, []string{"uid-a"}) {
+		t.Errorf("prepared %v, want only uid-a", claims)
+	}
+	// Once the holder is unprepared, the device is free.
+	if err := p.Unprepare("uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Prepare(f.claim("uid-b", "nic:mlx5_1", "nic:mlx5_0")); err != nil {
+		t.Errorf("after the holder went: %v", err)
+	}
+}
+
+// TestIndexFollowsPublication: an Index answers for what was added to it only.
+func TestIndexFollowsPublication(t *testing.T) {
+	ix := dra.Index{}
+	d := discovery.RDMADevice{Name: "mlx5_0", Kind: discovery.KindPF, PCIAddress: "0000:18:00.0"}
+	devs, _ := dra.Devices([]discovery.RDMADevice{d}, map[string]bool{"mlx5_0": true})
+	ix.Add(dra.PoolName("node-a", "My_Pool"), devs)
+	if got, ok := ix.Device("node-a/my-pool", "pci-0000-18-00-0"); !ok || got.Name != "mlx5_0" {
+		t.Errorf("Device = %v, %v", got.Name, ok)
+	}
+	if _, ok := ix.Device("node-a/my-pool", "mlx5_0"); ok {
+		t.Errorf("found by RDMA name")
+	}
+}
