@@ -55,7 +55,19 @@ type Config struct {
 	Pools          []Pool `json:"pools"`
 }
 
-// Pool is one kubelet extended resource.
+// Frontend is how a pool's devices reach pods.
+type Frontend string
+
+const (
+	// DevicePlugin (the default, "" or "devicePlugin") advertises the pool
+	// to the kubelet as an extended resource.
+	DevicePlugin Frontend = "devicePlugin"
+	// DRA publishes the pool's devices in ResourceSlices and prepares
+	// claims for them (pkg/dra, docs/dra.md). Exclusive pools only.
+	DRA Frontend = "dra"
+)
+
+// Pool is one kubelet extended resource, or one DRA pool.
 type Pool struct {
 	Name string `json:"name"`
 	Mode Mode   `json:"mode"`
@@ -64,6 +76,9 @@ type Pool struct {
 	Slots int `json:"slots,omitempty"`
 	// Binding is "" or GPUAligned (exclusive pools only).
 	Binding Binding `json:"binding,omitempty"`
+	// Frontend serves the pool: "" or DevicePlugin, or DRA. A pool has
+	// exactly one, and a device is in one pool only.
+	Frontend Frontend `json:"frontend,omitempty"`
 	// Memlock is the RLIMIT_MEMLOCK (soft = hard) the NRI plugin gives the
 	// containers that got this pool's devices: "unlimited" or a quantity
 	// such as 64Gi; "" is unlimited. Only used with --nri.
@@ -106,6 +121,9 @@ func (c Config) ResourceName(p Pool) string { return c.ResourcePrefix + "/" + p.
 
 // GPUAligned reports whether the pool has binding gpuAligned.
 func (p Pool) GPUAligned() bool { return p.Binding == GPUAligned }
+
+// DRA reports whether the DRA front end serves the pool.
+func (p Pool) DRA() bool { return p.Frontend == DRA }
 
 // SlotCount returns how many kubelet devices a shared pool advertises.
 func (p Pool) SlotCount() int {

@@ -32,15 +32,23 @@ pools:
   selectors:
     vendors: ["15b3"]
     linkLayers: [Ethernet]
+- name: dra-vfs
+  mode: exclusive
+  frontend: dra
+  selectors:
+    vendors: ["8086"]
+    linkLayers: [InfiniBand]
 `
 	jsonText := `{"resourcePrefix":"rdma.example.com","pools":[
  {"name":"gpu-nics","mode":"exclusive","selectors":{"vendors":["0x15B3"],"linkLayers":["InfiniBand"]}},
  {"name":"roce_shared","mode":"shared","slots":8,"selectors":{"linkLayers":["Ethernet"]}},
- {"name":"aligned","mode":"exclusive","binding":"gpuAligned","selectors":{"vendors":["15b3"],"linkLayers":["Ethernet"]}}]}`
+ {"name":"aligned","mode":"exclusive","binding":"gpuAligned","selectors":{"vendors":["15b3"],"linkLayers":["Ethernet"]}},
+ {"name":"dra-vfs","mode":"exclusive","frontend":"dra","selectors":{"vendors":["8086"],"linkLayers":["InfiniBand"]}}]}`
 	want := Config{ResourcePrefix: "rdma.example.com", Pools: []Pool{
 		{Name: "gpu-nics", Mode: Exclusive, Selectors: Selectors{Vendors: []string{"0x15B3"}, LinkLayers: []string{"InfiniBand"}}},
 		{Name: "roce_shared", Mode: Shared, Slots: 8, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
 		{Name: "aligned", Mode: Exclusive, Binding: GPUAligned, Selectors: Selectors{Vendors: []string{"15b3"}, LinkLayers: []string{"Ethernet"}}},
+		{Name: "dra-vfs", Mode: Exclusive, Frontend: DRA, Selectors: Selectors{Vendors: []string{"8086"}, LinkLayers: []string{"InfiniBand"}}},
 	}}
 	for name, text := range map[string]string{"yaml": yamlText, "json": jsonText} {
 		t.Run(name, func(t *testing.T) {
@@ -114,6 +122,17 @@ func TestParseBad(t *testing.T) {
 			"pools[0].binding: gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind"},
 		{"unknown binding", head + "- name: a\n  mode: exclusive\n  binding: numa\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].binding: "numa" is not gpuAligned (or empty)`},
+		{"unknown frontend", head + "- name: a\n  mode: exclusive\n  frontend: both\n  selectors: {vendors: [15b3]}\n",
+			`pools[0].frontend: "both" is not devicePlugin or dra: a pool is served by exactly one front end`},
+		{"dra on a shared pool", head + "- name: a\n  mode: shared\n  frontend: dra\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].frontend: dra serves exclusive pools only: sharing a NIC between claims needs consumable capacity, which the DRA front end does not publish yet"},
+		{"dra with gpuAligned", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  binding: gpuAligned\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].frontend: dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)"},
+		{"dra with memlock", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  memlock: 1Gi\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].memlock: is not applied to a dra pool's containers: the NRI plugin finds containers by their device plugin allocations"},
+		{"dra pool overlapping a shared pool", head + pool("roce", "shared", "{linkLayers: [Ethernet]}") +
+			"- name: nics\n  mode: exclusive\n  frontend: dra\n  selectors: {vendors: [15b3]}\n",
+			`pools[1].selectors: pool "nics" may select the same devices as pool "roce" (pools[0]), and one of them has frontend dra: a device is served by exactly one front end; give both a selector field with no value in common`},
 		{"binding with wrong case", head + "- name: a\n  mode: exclusive\n  binding: GPUAligned\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].binding: "GPUAligned" is not gpuAligned (or empty)`},
 	}

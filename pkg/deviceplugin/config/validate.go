@@ -90,6 +90,21 @@ func (c Config) Validate() error {
 		case p.Binding == GPUAligned && p.Mode == Shared:
 			add(f+".binding", "gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind")
 		}
+		switch p.Frontend {
+		case "", DevicePlugin:
+		case DRA:
+			if p.Mode == Shared {
+				add(f+".frontend", "dra serves exclusive pools only: sharing a NIC between claims needs consumable capacity, which the DRA front end does not publish yet")
+			}
+			if p.GPUAligned() {
+				add(f+".frontend", "dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)")
+			}
+			if p.Memlock != "" {
+				add(f+".memlock", "is not applied to a dra pool's containers: the NRI plugin finds containers by their device plugin allocations")
+			}
+		default:
+			add(f+".frontend", "%q is not devicePlugin or dra: a pool is served by exactly one front end", p.Frontend)
+		}
 		if p.Memlock != "" {
 			if _, err := ParseMemlock(p.Memlock); err != nil {
 				add(f+".memlock", "%v", err)
@@ -177,7 +192,8 @@ func (s Selectors) validate(f string) []error {
 	return errs
 }
 
-// overlaps rejects exclusive pools that could both take one device. Two
+// overlaps rejects exclusive pools that could both take one device, and a
+// dra pool that could take a device of any other pool. Two
 // pools are disjoint only when some selector field set in both has no value
 // in common (pfNames counts as kinds [VF]); anything else could select the
 // same device on some node.
@@ -186,10 +202,19 @@ func (c Config) overlaps() []error {
 	for i := range c.Pools {
 		for j := 0; j < i; j++ {
 			a, b := c.Pools[i], c.Pools[j]
-			if a.Mode != Exclusive || b.Mode != Exclusive || a.Selectors.IsEmpty() || b.Selectors.IsEmpty() {
+			dra := a.DRA() || b.DRA()
+			if (!dra && (a.Mode != Exclusive || b.Mode != Exclusive)) || a.Selectors.IsEmpty() || b.Selectors.IsEmpty() {
 				continue
 			}
-			if !a.Selectors.disjoint(b.Selectors) {
+			switch {
+			case a.Selectors.disjoint(b.Selectors):
+			case dra:
+				errs = append(errs, &FieldError{
+					Field: fmt.Sprintf("pools[%d].selectors", i),
+					Msg: fmt.Sprintf("pool %q may select the same devices as pool %q (pools[%d]), and one of them has frontend dra: "+
+						"a device is served by exactly one front end; give both a selector field with no value in common", a.Name, b.Name, j),
+				})
+			default:
 				errs = append(errs, &FieldError{
 					Field: fmt.Sprintf("pools[%d].selectors", i),
 					Msg: fmt.Sprintf("exclusive pool %q may select the same devices as exclusive pool %q (pools[%d]); "+
