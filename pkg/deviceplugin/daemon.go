@@ -75,11 +75,23 @@ type Config struct {
 	Logger *slog.Logger
 	// NetnsMode defaults to NetlinkNetnsMode.
 	NetnsMode NetnsModeReader
+	// DRA is the DRA front end that serves the pools whose frontend is dra
+	// (pkg/dra.Driver); nil refuses such pools.
+	DRA DRAFrontend
 	// Events trigger an immediate re-read; nil means link and address
 	// updates in the daemon's network namespace (nodewatch.Netlink). Use an
 	// empty, non-nil slice for none. Changes of class/infiniband are always
 	// watched.
 	Events []EventSource
+}
+
+// DRAFrontend serves the pools whose frontend is dra. Publish is called on
+// the Run goroutine with every snapshot the daemon handles (hot-plug, port
+// state, GID and netdev changes, config reloads): the members of every
+// served dra pool (configured pool name -> devices; a pool with none is
+// there, empty) and the node's health. It replaces what was published.
+type DRAFrontend interface {
+	Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error
 }
 
 // nodeSource is what the daemon needs from the node watcher.
@@ -104,6 +116,8 @@ type Daemon struct {
 	node     nodeSource
 	devGen   uint64 // DevicesGen of the last snapshot handed to the pools
 	pools    map[string]*poolServer
+	// draPools are the members of the served dra pools.
+	draPools map[string][]discovery.RDMADevice
 	numa     int
 
 	snap *nodewatch.Snapshot // the last one handed to the pools

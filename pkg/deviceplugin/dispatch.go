@@ -23,9 +23,11 @@ import (
 // changed one is closed (its streams end, its socket goes) and a new server
 // serves and registers it.
 func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewatch.Snapshot) {
-	want := map[string]config.Pool{}
+	want := map[string]config.Pool{} // the device plugin's pools
 	for _, p := range c.Pools {
-		want[p.Name] = p
+		if !p.DRA() {
+			want[p.Name] = p
+		}
 	}
 	for _, name := range sortedKeys(d.pools) {
 		p := d.pools[name]
@@ -46,7 +48,7 @@ func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewat
 	d.conf = c
 	var started []*poolServer
 	for _, pool := range c.Pools {
-		if _, ok := d.pools[pool.Name]; ok {
+		if _, ok := d.pools[pool.Name]; ok || pool.DRA() {
 			continue
 		}
 		if d.refusal(pool) != "" {
@@ -85,6 +87,20 @@ func (d *Daemon) push(snap *nodewatch.Snapshot) {
 		healthy, unhealthy := p.setHealth(snap.Healthy)
 		d.m.setDevices(name, healthy, unhealthy)
 	}
+	if members {
+		d.draPools = map[string][]discovery.RDMADevice{}
+		for _, p := range d.conf.Pools {
+			if p.DRA() && d.refusal(p) == "" {
+				d.draPools[p.Name] = append([]discovery.RDMADevice{}, assigned[p.Name]...)
+			}
+		}
+	}
+	if d.cfg.DRA != nil {
+		// Every snapshot: a health change is a taint change.
+		if err := d.cfg.DRA.Publish(d.draPools, snap.Healthy); err != nil {
+			d.log.Warn("publish dra pools", "err", err)
+		}
+	}
 	d.devGen = snap.DevicesGen
 	d.snap = snap
 	d.publishState()
@@ -120,11 +136,16 @@ func (d *Daemon) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADev
 	return assigned
 }
 
-// refusal says why a pool is not served on this node, "" when it is. Only
+// refusal says why a pool is not served on this node, "" when it is. A dra
+// pool is refused when the daemon has no DRA front end. Otherwise only
 // gpuAligned pools are refused: every container gets the device nodes of
 // every NIC of the pool, and only the exclusive netns mode makes an RDMA
 // device unusable outside the network namespace it is in.
 func (d *Daemon) refusal(p config.Pool) string {
+	if p.DRA() && d.cfg.DRA == nil {
+		return fmt.Sprintf("pool %q has frontend dra but the daemon runs without the DRA front end; the pool is not served: "+
+			"start it with --dra, or give the pool frontend devicePlugin", p.Name)
+	}
 	if !p.GPUAligned() {
 		return ""
 	}

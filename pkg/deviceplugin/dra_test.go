@@ -1,0 +1,130 @@
+package deviceplugin_test
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// fakeDRA records what the daemon hands the DRA front end.
+type fakeDRA struct {
+	mu    sync.Mutex
+	calls int
+	pools map[string][]string // pool -> members' RDMA names
+	down  []string            // unhealthy members of the dra pools
+}
+
+func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.pools = map[string][]string{}
+	f.down = nil
+	for name, devs := range pools {
+		f.pools[name] = []string{}
+		for _, d := range devs {
+			f.pools[name] = append(f.pools[name], d.Name)
+			if !healthy[d.Name] {
+				f.down = append(f.down, d.Name)
+			}
+		}
+		slices.Sort(f.pools[name])
+	}
+	slices.Sort(f.down)
+	return nil
+}
+
+func (f *fakeDRA) get() (map[string][]string, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.pools), slices.Clone(f.down)
+}
+
+// TestDRAPoolsGoToTheDRAFrontend: a pool with frontend dra is published
+// through the DRA front end and never registered with the kubelet; a port
+// going down and up reaches the front end; a reload that moves the pool to
+// the device plugin takes it away from the front end.
+func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
+		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+	fake := &fakeDRA{}
+	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf; c.DRA = fake })
+	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
+	ib := []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}
+	poll(t, 2*time.Second, "ib pool published through DRA", func() bool {
+		p, _ := fake.get()
+		return cmp.Equal(p, map[string][]string{"ib": ib})
+	})
+	for _, r := range e.kubelet.Registrations() {
+		if r.ResourceName == "rdma.example.com/ib" {
+			t.Errorf("the dra pool registered with the kubelet")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("ib"))); !os.IsNotExist(err) {
+		t.Errorf("the dra pool has a device plugin socket: %v", err)
+	}
+
+	if err := e.tree.SetPortState("mlx5_3", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Second, "port down reaches the DRA front end", func() bool {
+		_, down := fake.get()
+		return cmp.Equal(down, []string{"mlx5_3"})
+	})
+	if err := e.tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Second, "port up reaches the DRA front end", func() bool {
+		_, down := fake.get()
+		return len(down) == 0
+	})
+
+	// The pool moves to the device plugin: registered there, gone from DRA.
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"+
+		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+	e.waitFor(t, 5*time.Second, "ib pool on the device plugin", func(k *kubeletstub.Kubelet) bool {
+		d, _ := k.Devices("rdma.example.com/ib")
+		return len(d) == 8
+	})
+	poll(t, 2*time.Second, "ib pool unpublished from DRA", func() bool {
+		p, _ := fake.get()
+		return p != nil && len(p) == 0
+	})
+}
+
+// TestDRAPoolRefusedWithoutFrontend: without a DRA front end a dra pool is
+// not served, and /state says why; the other pools run.
+func TestDRAPoolRefusedWithoutFrontend(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
+		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
+	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
+	st := e.d.State()
+	found := false
+	for _, p := range st.Problems {
+		found = found || strings.Contains(p, `pool "ib" has frontend dra but the daemon runs without the DRA front end`)
+	}
+	if !found {
+		t.Errorf("problems %q do not explain the dra pool", st.Problems)
+	}
+	if _, ok := e.kubelet.Devices("rdma.example.com/ib"); ok {
+		t.Errorf("the dra pool reached the kubelet")
+	}
+}
