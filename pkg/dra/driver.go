@@ -1,0 +1,256 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+// DriverConfig is what the DRA front end needs; cmd/device-plugin fills it
+// from flags.
+type DriverConfig struct {
+	NodeName string
+	// KubeClient publishes ResourceSlices and reads ResourceClaims.
+	KubeClient kubernetes.Interface
+	// PluginDir is the driver's kubelet plugin directory: its socket, and
+	// the claims' records under claims/ (kubeletplugin.KubeletPluginsDir/
+	// DriverName by default).
+	PluginDir string
+	// RegistryDir is the kubelet's plugin registration directory
+	// (kubeletplugin.KubeletRegistryDir by default).
+	RegistryDir string
+	// CDIDir is where the claims' CDI specs go.
+	CDIDir string
+	// DevRoot is where this process sees the host's /dev.
+	DevRoot string
+	// HealthInterval is how often device health is re-sent to the kubelet
+	// while nothing changes; 0 means 10 s (the kubelet marks a device's
+	// health unknown after 30 s without one).
+	HealthInterval time.Duration
+	Logger         *slog.Logger
+}
+
+// Driver is the DRA front end: the kubelet plugin (registration, claim
+// preparation, device health) through the kubeletplugin helper, and the
+// ResourceSlices of the daemon's dra pools. The daemon calls Publish with
+// every snapshot.
+type Driver struct {
+	cfg    DriverConfig
+	log    *slog.Logger
+	prep   *Preparer
+	helper *kubeletplugin.Helper
+
+	mu      sync.Mutex
+	index   Index
+	health  []kubeletplugin.DeviceHealth
+	changed chan struct{} // closed when health changes
+}
+
+// StartDriver registers the driver with the kubelet and serves its gRPC
+// calls until Stop or the end of ctx. It publishes nothing until Publish.
+func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
+	if cfg.NodeName == "" || cfg.KubeClient == nil {
+		return nil, errors.New("dra driver: node name and kube client are required")
+	}
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = filepath.Join(kubeletplugin.KubeletPluginsDir, DriverName)
+	}
+	if cfg.RegistryDir == "" {
+		cfg.RegistryDir = kubeletplugin.KubeletRegistryDir
+	}
+	if cfg.DevRoot == "" {
+		cfg.DevRoot = "/dev"
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.PluginDir, 0o750); err != nil {
+		return nil, fmt.Errorf("dra driver: create plugin dir: %w", err)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, index: Index{}, changed: make(chan struct{})}
+	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: filepath.Join(cfg.PluginDir, "claims"), DevRoot: cfg.DevRoot, Devices: d}
+	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
+	h, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.KubeClient(cfg.KubeClient),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDir),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start dra kubelet plugin: %w", err)
+	}
+	d.helper = h
+	return d, nil
+}
+
+// Stop stops the kubelet plugin. The published slices stay: a restarted
+// daemon republishes, and the scheduler keeps the devices meanwhile.
+func (d *Driver) Stop() { d.helper.Stop() }
+
+// Helper is the kubeletplugin helper (registration status, for tests).
+func (d *Driver) Helper() *kubeletplugin.Helper { return d.helper }
+
+// Publish replaces the published pools: configured pool name -> members.
+// Devices whose names collide are left out and reported in the error; the
+// rest is published.
+func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error {
+	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+	ix := Index{}
+	var health []kubeletplugin.DeviceHealth
+	var errs []error
+	now := time.Now()
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		devs, e := Devices(pools[name], healthy)
+		errs = append(errs, e...)
+		pool := PoolName(d.cfg.NodeName, name)
+		ix.Add(pool, devs)
+		var sl []resourceslice.Slice
+		for _, s := range Slices(devs) {
+			sl = append(sl, resourceslice.Slice{Devices: s})
+		}
+		if len(sl) > 0 {
+			res.Pools[pool] = resourceslice.Pool{Slices: sl}
+		}
+		health = append(health, Health(pool, devs, now)...)
+	}
+	d.mu.Lock()
+	d.index = ix
+	if !sameHealth(d.health, health) {
+		close(d.changed)
+		d.changed = make(chan struct{})
+	}
+	d.health = health
+	d.mu.Unlock()
+	if err := d.helper.PublishResources(context.Background(), res); err != nil {
+		errs = append(errs, fmt.Errorf("publish resource slices: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Device implements Lookup over the last publication.
+func (d *Driver) Device(pool, device string) (discovery.RDMADevice, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.index.Device(pool, device)
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.prepare(c)
+	}
+	return out, nil
+}
+
+func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	claim := Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	if c.Status.Allocation != nil {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == DriverName {
+				claim.Results = append(claim.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
+			}
+		}
+	}
+	prepared, err := d.prep.Prepare(claim)
+	if err != nil {
+		d.log.Warn("prepare claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
+	for _, p := range prepared {
+		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{p.Request}, PoolName: p.Pool,
+			DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs})
+	}
+	d.log.Info("prepared claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(prepared))
+	return res
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		err := d.prep.Unprepare(string(c.UID))
+		if err != nil {
+			d.log.Warn("unprepare claim", "claim", c.String(), "uid", c.UID, "err", err)
+		}
+		out[c.UID] = err
+	}
+	return out, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Every background error
+// of the helper (publishing slices) is retried by it; this only logs.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	d.log.Warn("dra kubelet plugin: "+msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: a report of every
+// published device now, on every change, and every HealthInterval.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(d.cfg.HealthInterval)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		report := kubeletplugin.DeviceHealthReport{Devices: slices.Clone(d.health)}
+		changed := d.changed
+		d.mu.Unlock()
+		now := time.Now()
+		for i := range report.Devices {
+			report.Devices[i].LastUpdated = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// Health is the kubelet health of a pool's published devices: healthy
+// unless tainted, with the taint as the message.
+func Health(pool string, devs []Device, now time.Time) []kubeletplugin.DeviceHealth {
+	out := make([]kubeletplugin.DeviceHealth, 0, len(devs))
+	for _, d := range devs {
+		h := kubeletplugin.DeviceHealth{PoolName: pool, DeviceName: d.API.Name, Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now}
+		if len(d.API.Taints) > 0 {
+			h.Health = kubeletplugin.HealthStatusUnhealthy
+			h.Message = d.API.Taints[0].Key + "=" + d.API.Taints[0].Value
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func sameHealth(a, b []kubeletplugin.DeviceHealth) bool {
+	return slices.EqualFunc(a, b, func(x, y kubeletplugin.DeviceHealth) bool {
+		return x.PoolName == y.PoolName && x.DeviceName == y.DeviceName && x.Health == y.Health && x.Message == y.Message
+	})
+}

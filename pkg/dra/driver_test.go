@@ -1,0 +1,241 @@
+package dra_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
+)
+
+// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
+const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
+
+// startAPIServer starts etcd and a kube-apiserver with device taints on
+// (DRADeviceTaints, alpha in 1.34), or skips when their binaries are absent.
+func startAPIServer(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = defaultAssets
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", "DRADeviceTaints=true")
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver and etcd: %v", err)
+		}
+	})
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDriverAgainstAPIServer runs the front end on the real kubeletplugin
+// helper against a real API server: slices published, tainted and
+// untainted with the ports, the taint's time kept across republishes,
+// health reports following, and a claim prepared and unprepared twice
+// through the helper's gRPC service, as the kubelet calls it.
+func TestDriverAgainstAPIServer(t *testing.T) {
+	kube := startAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Unix socket paths are limited to 108 bytes; t.TempDir can be longer.
+	sockDir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil { // the kubelet's
+		t.Fatal(err)
+	}
+	devRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(devRoot, "infiniband"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	cdiDir := t.TempDir()
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: "node-a", KubeClient: kube, PluginDir: filepath.Join(sockDir, "plugin"),
+		RegistryDir: filepath.Join(sockDir, "registry"), CDIDir: cdiDir, DevRoot: devRoot, HealthInterval: time.Hour, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+
+	_, node := scan(t, nodesim.LocalNode(1))
+	healthy := health(node)
+	pools := map[string][]discovery.RDMADevice{"nics": node.RDMADevices}
+	if err := d.Publish(pools, healthy); err != nil {
+		t.Fatal(err)
+	}
+	published := func() map[string]resourceapi.Device {
+		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + dra.DriverName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]resourceapi.Device{}
+		for _, s := range list.Items {
+			if s.Spec.Pool.Name != "node-a/nics" || s.Spec.NodeName == nil || *s.Spec.NodeName != "node-a" {
+				t.Fatalf("slice %s: pool %q node %v", s.Name, s.Spec.Pool.Name, s.Spec.NodeName)
+			}
+			for _, dev := range s.Spec.Devices {
+				out[dev.Name] = dev
+			}
+		}
+		return out
+	}
+	mlx51 := dra.DeviceName(node.RDMADevices[1])
+	pollFor(t, 10*time.Second, "slices published", func() bool { return len(published()) == len(node.RDMADevices) })
+	got := published()[dra.DeviceName(node.RDMADevices[0])]
+	if sw := got.Attributes[dra.AttrPCIeSwitch].StringValue; sw == nil || *sw != "0000:16:00.0" {
+		t.Errorf("stored pcieSwitch %v", sw)
+	}
+	if root := got.Attributes["resource.kubernetes.io/pcieRoot"].StringValue; root == nil || *root != "pci0000:15" {
+		t.Errorf("stored pcieRoot %v", root)
+	}
+
+	reports := make(chan kubeletplugin.DeviceHealthReport, 10)
+	go func() { _ = d.WatchHealthStatus(ctx, reports) }()
+	unhealthy := func(r kubeletplugin.DeviceHealthReport) []string {
+		var out []string
+		for _, h := range r.Devices {
+			if h.Health != kubeletplugin.HealthStatusHealthy {
+				out = append(out, h.DeviceName)
+			}
+		}
+		return out
+	}
+	if r := <-reports; len(r.Devices) != len(node.RDMADevices) || len(unhealthy(r)) != 0 {
+		t.Errorf("first health report: %d devices, unhealthy %v", len(r.Devices), unhealthy(r))
+	}
+
+	// mlx5_1's port goes down: tainted in the API, unhealthy to the kubelet.
+	healthy["mlx5_1"] = false
+	if err := d.Publish(pools, healthy); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "taint stored", func() bool { return len(published()[mlx51].Taints) == 1 })
+	taint := published()[mlx51].Taints[0]
+	if taint.Key != dra.TaintPortDown || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule || taint.TimeAdded == nil {
+		t.Errorf("stored taint %+v", taint)
+	}
+	if r := <-reports; len(unhealthy(r)) != 1 || unhealthy(r)[0] != mlx51 {
+		t.Errorf("health report after port down: unhealthy %v", unhealthy(r))
+	}
+	// A republish while it stays down (another device changing forces an
+	// update of the slice) keeps the taint's time.
+	time.Sleep(1100 * time.Millisecond) // TimeAdded has a resolution of one second
+	healthy["mlx5_2"] = false
+	if err := d.Publish(pools, healthy); err != nil {
+		t.Fatal(err)
+	}
+	mlx52 := dra.DeviceName(node.RDMADevices[2])
+	pollFor(t, 10*time.Second, "second taint stored", func() bool { return len(published()[mlx52].Taints) == 1 })
+	if again := published()[mlx51].Taints; len(again) != 1 || !again[0].TimeAdded.Equal(taint.TimeAdded) {
+		t.Errorf("taint after republish %+v, was %+v", again, taint)
+	}
+	healthy["mlx5_1"], healthy["mlx5_2"] = true, true
+	if err := d.Publish(pools, healthy); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "taints removed", func() bool {
+		p := published()
+		return len(p[mlx51].Taints) == 0 && len(p[mlx52].Taints) == 0
+	})
+
+	// A claim allocated mlx5_0, prepared through the gRPC service.
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+			{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "rdma.kube-rdma.io"}}}}}}
+	claim, err = kube.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mlx50 := dra.DeviceName(node.RDMADevices[0])
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: dra.DriverName, Pool: "node-a/nics", Device: mlx50}}}}
+	if claim, err = kube.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(sockDir, "plugin", "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := drapb.NewDRAPluginClient(conn)
+	ref := &drapb.Claim{Namespace: "default", Name: "c1", Uid: string(claim.UID)}
+	spec := filepath.Join(cdiDir, "kube-rdma-claim-"+string(claim.UID)+".json")
+	for i := range 2 {
+		resp, err := c.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{ref}})
+		if err != nil {
+			t.Fatalf("prepare #%d: %v", i+1, err)
+		}
+		r := resp.Claims[string(claim.UID)]
+		if r == nil || r.Error != "" || len(r.Devices) != 1 || r.Devices[0].DeviceName != mlx50 ||
+			len(r.Devices[0].CdiDeviceIds) != 1 || r.Devices[0].CdiDeviceIds[0] != dra.CDIKind+"="+string(claim.UID)+"-nic" {
+			t.Fatalf("prepare #%d: %+v", i+1, r)
+		}
+		if _, err := os.Stat(spec); err != nil {
+			t.Errorf("prepare #%d: %v", i+1, err)
+		}
+	}
+	unknown := &drapb.Claim{Namespace: "default", Name: "gone", Uid: "0d6c1a35-0000-4000-8000-000000000000"}
+	for i := range 2 {
+		resp, err := c.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{ref, unknown}})
+		if err != nil {
+			t.Fatalf("unprepare #%d: %v", i+1, err)
+		}
+		for uid, r := range resp.Claims {
+			if r.Error != "" {
+				t.Errorf("unprepare #%d of %s: %s", i+1, uid, r.Error)
+			}
+		}
+		if _, err := os.Stat(spec); !os.IsNotExist(err) {
+			t.Errorf("unprepare #%d left the spec: %v", i+1, err)
+		}
+	}
+}
