@@ -15,13 +15,16 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
 // defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
@@ -29,7 +32,7 @@ const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 // startAPIServer starts etcd and a kube-apiserver with device taints on
 // (DRADeviceTaints, alpha in 1.34), or skips when their binaries are absent.
-func startAPIServer(t *testing.T) kubernetes.Interface {
+func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -55,7 +58,7 @@ func startAPIServer(t *testing.T) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube
+	return kube, cfg
 }
 
 func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -75,7 +78,12 @@ func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // health reports following, and a claim prepared and unprepared twice
 // through the helper's gRPC service, as the kubelet calls it.
 func TestDriverAgainstAPIServer(t *testing.T) {
-	kube := startAPIServer(t)
+	kube, rc := startAPIServer(t)
+	// The driver gets the daemon's client, which has only the groups the helper uses.
+	driverClient, err := dra.NewKubeClient(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
@@ -99,7 +107,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	cdiDir := t.TempDir()
-	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: "node-a", KubeClient: kube, PluginDir: filepath.Join(sockDir, "plugin"),
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: "node-a", KubeClient: driverClient, PluginDir: filepath.Join(sockDir, "plugin"),
 		RegistryDir: filepath.Join(sockDir, "registry"), CDIDir: cdiDir, DevRoot: devRoot, HealthInterval: time.Hour, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -238,4 +246,98 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 			t.Errorf("unprepare #%d left the spec: %v", i+1, err)
 		}
 	}
+}
+
+type sharedNetns struct{}
+
+func (sharedNetns) NetnsMode() (rdma.NetnsMode, error) { return rdma.NetnsShared, nil }
+
+// TestDaemonPublishesThroughDRA runs the whole node agent with a dra pool
+// against a real API server: the daemon's watcher sees a port go down and
+// come back in sysfs, and the stored device gets and loses its taint; a
+// hot-unplugged device leaves the slice.
+func TestDaemonPublishesThroughDRA(t *testing.T) {
+	kube, rc := startAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	client, err := dra.NewKubeClient(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: "node-a", KubeClient: client, PluginDir: filepath.Join(sockDir, "plugin"),
+		RegistryDir: filepath.Join(sockDir, "registry"), CDIDir: t.TempDir(), DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	tree, node := scan(t, nodesim.HGX())
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(conf, []byte("resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := deviceplugin.New(deviceplugin.Config{ConfigFile: conf, KubeletDir: filepath.Join(sockDir, "kubelet"), SysRoot: tree.SysRoot,
+		ProcRoot: tree.ProcRoot, DevRoot: t.TempDir(), NodeName: "node-a", NetnsMode: sharedNetns{}, Events: []deviceplugin.EventSource{}, DRA: drv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	published := func() map[string]resourceapi.Device {
+		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + dra.DriverName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]resourceapi.Device{}
+		for _, s := range list.Items {
+			for _, dev := range s.Spec.Devices {
+				out[dev.Name] = dev
+			}
+		}
+		return out
+	}
+	byName := map[string]string{}
+	for _, r := range node.RDMADevices {
+		byName[r.Name] = dra.DeviceName(r)
+	}
+	pollFor(t, 10*time.Second, "the 8 InfiniBand NICs published", func() bool { return len(published()) == 8 })
+	if _, ok := published()[byName["mlx5_8"]]; ok {
+		t.Errorf("a RoCE NIC outside the pool is published")
+	}
+	if err := tree.SetPortState("mlx5_3", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "mlx5_3 tainted", func() bool { return len(published()[byName["mlx5_3"]].Taints) == 1 })
+	if err := tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "mlx5_3 untainted", func() bool {
+		dev, ok := published()[byName["mlx5_3"]]
+		return ok && len(dev.Taints) == 0
+	})
+	if err := tree.RemoveRDMA("mlx5_5"); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "mlx5_5 unpublished", func() bool {
+		p := published()
+		_, ok := p[byName["mlx5_5"]]
+		return !ok && len(p) == 7
+	})
 }
