@@ -30,7 +30,7 @@ type nodeStateFlags struct {
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "node-state", false, "publish this node's RDMANodeState (default: true in a cluster, i.e. with an in-cluster config, or with --kubeconfig)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state outside a cluster; empty: the in-cluster config")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state and --dra outside a cluster; empty: the in-cluster config")
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")

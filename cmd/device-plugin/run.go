@@ -32,12 +32,17 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer c.Close()
 		cfg.Allocations = c
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopDRA, err := startDRA(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopDRA()
 	d, err := deviceplugin.New(cfg.Config)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	wait, err := startNodeState(ctx, cfg, d)
 	if err != nil {
 		return err
@@ -58,6 +63,7 @@ type runConfig struct {
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
 	nodeState   nodeStateFlags
 	nri         nriFlags
+	dra         draFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -75,6 +81,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
+	cfg.dra.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")

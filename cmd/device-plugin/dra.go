@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
+)
+
+// draFlags are the `run` flags of the DRA front end (pkg/dra, docs/dra.md).
+type draFlags struct {
+	enabled     bool
+	pluginDir   string
+	registryDir string
+}
+
+func (f *draFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.enabled, "dra", false, "serve the pools with frontend dra as the DRA driver "+dra.DriverName+" (ResourceSlices, claim preparation; docs/dra.md); needs the API server (in-cluster config or --kubeconfig), the node name and --cdi-dir")
+	fs.StringVar(&f.pluginDir, "dra-plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), "the DRA driver's kubelet plugin directory (its socket, and the prepared claims' records under claims/), for --dra")
+	fs.StringVar(&f.registryDir, "dra-registry-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory, for --dra")
+}
+
+// startDRA starts the DRA front end and sets it as the daemon's; the
+// returned stop ends it. Without --dra it does nothing.
+func startDRA(ctx context.Context, cfg *runConfig) (stop func(), err error) {
+	if !cfg.dra.enabled {
+		return func() {}, nil
+	}
+	if !cfg.nodeNameSet {
+		return nil, errors.New("run: --dra needs the node's name: --node-name or NODE_NAME (the chart sets it from spec.nodeName)")
+	}
+	if cfg.CDIDir == "" {
+		return nil, errors.New("run: --dra needs --cdi-dir: prepared claims reach containers as CDI devices")
+	}
+	rc, err := draRESTConfig(cfg.nodeState.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := dra.NewKubeClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("run: --dra: %w", err)
+	}
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: kube, PluginDir: cfg.dra.pluginDir,
+		RegistryDir: cfg.dra.registryDir, CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	cfg.DRA = d
+	return d.Stop, nil
+}
+
+// draRESTConfig is --kubeconfig, else the in-cluster config.
+func draRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("run: --kubeconfig: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("run: --dra: no in-cluster config (%w); give --kubeconfig", err)
+	}
+	return rc, nil
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDRAFlags: --dra refuses to start without what it needs, each with
+// the reason; without --dra nothing is started.
+func TestDRAFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, ""},
+		{[]string{"--dra"}, "--dra needs the node's name"},
+		{[]string{"--dra", "--node-name", "n", "--cdi-dir", ""}, "--dra needs --cdi-dir"},
+		{[]string{"--dra", "--node-name", "n"}, "--dra: no in-cluster config"},
+		{[]string{"--dra", "--node-name", "n", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, "--kubeconfig"},
+	} {
+		cfg, err := parseRunFlags(c.args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		stop, err := startDRA(context.Background(), &cfg)
+		switch {
+		case c.want == "" && (err != nil || cfg.DRA != nil):
+			t.Errorf("%v: %v, front end %v", c.args, err, cfg.DRA)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+		if err == nil {
+			stop()
+		}
+	}
+}
