@@ -340,4 +340,14 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 		_, ok := p[byName["mlx5_5"]]
 		return !ok && len(p) == 7
 	})
+	// The pool moves to the device plugin: its slices go.
+	tmp := conf + ".tmp"
+	if err := os.WriteFile(tmp, []byte("resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, conf); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "slices deleted", func() bool { return len(published()) == 0 })
 }
