@@ -1,0 +1,74 @@
+package containeredits_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+func roce(name string, gids ...discovery.GID) discovery.RDMADevice {
+	return discovery.RDMADevice{Name: name, CharDevices: []string{"/dev/infiniband/uverbs" + name[len(name)-1:]},
+		Ports: []discovery.Port{{Port: 1, LinkLayer: "Ethernet", GIDs: gids}}}
+}
+
+func TestNCCLEnv(t *testing.T) {
+	v2 := discovery.GID{Index: 1, GID: "fe80:0000:0000:0000:0a00:00ff:fe00:0001", Type: "RoCE v2"}
+	v2ipv4 := discovery.GID{Index: 3, GID: "0000:0000:0000:0000:0000:ffff:0a00:0001", Type: "RoCE v2"}
+	ib := discovery.RDMADevice{Name: "mlx5_0", Ports: []discovery.Port{{Port: 1, LinkLayer: "InfiniBand"}}}
+	for _, c := range []struct {
+		name string
+		devs []discovery.RDMADevice
+		want map[string]string
+	}{
+		{"infiniband", []discovery.RDMADevice{ib}, map[string]string{"NCCL_IB_HCA": "=mlx5_0"}},
+		{"roce, IPv4-mapped GID first", []discovery.RDMADevice{roce("mlx5_1", v2, v2ipv4), roce("mlx5_2", v2ipv4)},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "NCCL_IB_GID_INDEX": "3"}},
+		{"roce, indexes differ", []discovery.RDMADevice{roce("mlx5_1", v2), roce("mlx5_2", v2ipv4)},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2"}},
+		{"mixed link layers", []discovery.RDMADevice{ib, roce("mlx5_2", v2ipv4)}, map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_2"}},
+	} {
+		if diff := cmp.Diff(c.want, containeredits.NCCLEnv(c.devs)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+// TestWriteSpec: the version is filled in, an unchanged spec is not
+// rewritten, a changed one is, and removing twice is fine.
+func TestWriteSpec(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cdi", "x.json")
+	spec := cdispec.Spec{Kind: "kube-rdma.io/claim", Devices: []cdispec.Device{{Name: "a",
+		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes([]string{"/dev/infiniband/uverbs0"})}}}}
+	if err := containeredits.WriteSpec(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := containeredits.WriteSpec(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); !st.ModTime().Equal(old) {
+		t.Errorf("an unchanged spec was rewritten")
+	}
+	spec.Devices[0].Name = "b"
+	if err := containeredits.WriteSpec(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.ModTime().Equal(old) {
+		t.Errorf("a changed spec was not rewritten")
+	}
+	for range 2 {
+		if err := containeredits.RemoveSpec(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
