@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +36,11 @@ const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 // (DRADeviceTaints, alpha in 1.34), or skips when their binaries are absent.
 func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
+	return startAPIServerWith(t, "DRADeviceTaints=true")
+}
+
+func startAPIServerWith(t *testing.T, gates string) (kubernetes.Interface, *rest.Config) {
+	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		assets = defaultAssets
@@ -44,7 +51,9 @@ func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 		}
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", "DRADeviceTaints=true")
+	if gates != "" {
+		env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", gates)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start kube-apiserver and etcd: %v", err)
@@ -350,4 +359,83 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollFor(t, 10*time.Second, "slices deleted", func() bool { return len(published()) == 0 })
+}
+
+// syncBuffer is a log sink tests read while the driver writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestTaintsWithoutTheFeatureGate: an API server without DRADeviceTaints
+// drops the taint; the rest of the slice is stored, the drop is logged, and
+// portState still says the device is down.
+func TestTaintsWithoutTheFeatureGate(t *testing.T) {
+	kube, rc := startAPIServerWith(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	client, err := dra.NewKubeClient(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: "node-a", KubeClient: client, PluginDir: filepath.Join(sockDir, "plugin"),
+		RegistryDir: filepath.Join(sockDir, "registry"), CDIDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	_, node := scan(t, nodesim.PortDown())
+	if err := d.Publish(map[string][]discovery.RDMADevice{"ib": node.RDMADevices}, health(node)); err != nil {
+		t.Fatal(err)
+	}
+	down := dra.DeviceName(node.RDMADevices[1])
+	var stored resourceapi.Device
+	pollFor(t, 10*time.Second, "slice stored", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			for _, dev := range s.Spec.Devices {
+				if dev.Name == down {
+					stored = dev
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if len(stored.Taints) != 0 {
+		t.Errorf("taints stored without the gate: %v", stored.Taints)
+	}
+	if ps := stored.Attributes[dra.AttrPortState].StringValue; ps == nil || *ps != "DOWN" {
+		t.Errorf("stored portState %v", ps)
+	}
+	pollFor(t, 10*time.Second, "the drop logged", func() bool {
+		return strings.Contains(logs.String(), "dropped by the apiserver") && strings.Contains(logs.String(), "DRADeviceTaints")
+	})
 }
