@@ -6,7 +6,12 @@
 // claim's devices for containers (a CDI spec per claim, with the device
 // nodes and the NCCL environment of exactly the claimed NICs).
 //
-// It reads no sysfs and speaks no netlink; it writes only the CDI and state
-// directories it is given. It does not choose devices: the scheduler does,
-// from the published slices. It holds no package-level state.
+// Building devices, names, attributes and taints is pure (slice.go,
+// names.go, pool.go); Preparer writes only the CDI and state directories it
+// is given (prepare.go); Driver (driver.go) is the I/O edge: the
+// kubeletplugin helper's gRPC services to the kubelet and the ResourceSlices
+// it writes through the API server. The package reads no sysfs (the daemon
+// hands it snapshots) and speaks no netlink. It does not choose devices: the
+// scheduler does, from the published slices. It holds no package-level
+// state.
 package dra

@@ -108,9 +108,6 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 // daemon republishes, and the scheduler keeps the devices meanwhile.
 func (d *Driver) Stop() { d.helper.Stop() }
 
-// Helper is the kubeletplugin helper (registration status, for tests).
-func (d *Driver) Helper() *kubeletplugin.Helper { return d.helper }
-
 // Publish replaces the published pools: configured pool name -> members.
 // Devices whose names collide are left out and reported in the error; the
 // rest is published.
