@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
@@ -122,6 +123,24 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
+
+	// What the kubelet's plugin watcher finds in its registry directory.
+	regs, err := filepath.Glob(filepath.Join(sockDir, "registry", "*.sock"))
+	if err != nil || len(regs) != 1 {
+		t.Fatalf("registration sockets %v, %v", regs, err)
+	}
+	regConn, err := grpc.NewClient("unix://"+regs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { regConn.Close() })
+	info, err := registerapi.NewRegistrationClient(regConn).GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Type != "DRAPlugin" || info.Name != dra.DriverName || info.Endpoint != filepath.Join(sockDir, "plugin", "dra.sock") {
+		t.Errorf("registration info %+v", info)
+	}
 
 	_, node := scan(t, nodesim.LocalNode(1))
 	healthy := health(node)
