@@ -85,6 +85,19 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 		_, down := fake.get()
 		return cmp.Equal(down, []string{"mlx5_3"})
 	})
+	poll(t, 2*time.Second, "/state shows the dra pool", func() bool {
+		st := e.d.State()
+		if len(st.DRAPools) != 1 || st.DRAPools[0].Name != "ib" || len(st.DRAPools[0].Devices) != 8 {
+			return false
+		}
+		var down []string
+		for _, dev := range st.DRAPools[0].Devices {
+			if !dev.Healthy {
+				down = append(down, dev.RDMADevice)
+			}
+		}
+		return cmp.Equal(down, []string{"mlx5_3"})
+	})
 	if err := e.tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ type State struct {
 	ConfigError   string         `json:"configError,omitempty"`
 	Problems      []string       `json:"problems,omitempty"`
 	Pools         []PoolState    `json:"pools"`
+	// DRAPools are the pools handed to the DRA front end (docs/dra.md).
+	DRAPools []DRAPoolState `json:"draPools,omitempty"`
 	// NodeState is the RDMANodeState publisher's report; absent when the
 	// daemon does not publish.
 	NodeState any `json:"nodeState,omitempty"`
@@ -30,6 +32,19 @@ type PoolState struct {
 	Devices  []DeviceState  `json:"devices"`
 }
 
+// DRAPoolState is one pool served by the DRA front end: its RDMA devices
+// and their health (an unhealthy one is published with a taint).
+type DRAPoolState struct {
+	Name    string           `json:"name"`
+	Devices []DRADeviceState `json:"devices"`
+}
+
+// DRADeviceState is one RDMA device of a dra pool.
+type DRADeviceState struct {
+	RDMADevice string `json:"rdmaDevice"`
+	Healthy    bool   `json:"healthy"`
+}
+
 // DeviceState is one kubelet device.
 type DeviceState struct {
 	ID          string   `json:"id"`
@@ -44,6 +59,7 @@ func (d *Daemon) State() State {
 	defer d.stateMu.Unlock()
 	s := d.state
 	s.Pools = append([]PoolState(nil), s.Pools...)
+	s.DRAPools = append([]DRAPoolState(nil), s.DRAPools...)
 	if d.nodeStateReport != nil {
 		s.NodeState = d.nodeStateReport()
 	}
@@ -75,8 +91,17 @@ func (d *Daemon) publishState() {
 		}
 		pools = append(pools, ps)
 	}
+	var draPools []DRAPoolState
+	for _, name := range sortedKeys(d.draPools) {
+		ps := DRAPoolState{Name: name, Devices: []DRADeviceState{}}
+		for _, r := range d.draPools[name] {
+			ps.Devices = append(ps.Devices, DRADeviceState{RDMADevice: r.Name, Healthy: d.snap != nil && d.snap.Healthy[r.Name]})
+		}
+		draPools = append(draPools, ps)
+	}
 	d.stateMu.Lock()
 	d.state.NodeName, d.state.ConfigFile, d.state.Pools = d.cfg.NodeName, d.cfg.ConfigFile, pools
+	d.state.DRAPools = draPools
 	d.stateMu.Unlock()
 	d.publishView(d.snap)
 }
