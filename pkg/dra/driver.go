@@ -166,7 +166,8 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 	if c.Status.Allocation != nil {
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver == DriverName {
-				claim.Results = append(claim.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
+				claim.Results = append(claim.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device,
+					AdminAccess: r.AdminAccess != nil && *r.AdminAccess})
 			}
 		}
 	}

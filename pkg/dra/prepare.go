@@ -50,6 +50,10 @@ type Result struct {
 	// Request is the request (or "request/subrequest") it was allocated for.
 	Request      string
 	Pool, Device string
+	// AdminAccess: allocated for monitoring or maintenance alongside the
+	// claim that uses the device; it neither holds the device nor is
+	// refused for it.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // Prepared is one allocated device and the CDI devices a container that
@@ -108,7 +112,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		if !ok {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s", c.Namespace, c.Name, ErrUnknownDevice, r.Device, r.Pool)
 		}
-		if other, ok := held[poolDevice{r.Pool, r.Device}]; ok {
+		if other, ok := held[poolDevice{r.Pool, r.Device}]; ok && !r.AdminAccess {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s is claim %s's", c.Namespace, c.Name, ErrInUse, r.Device, r.Pool, other)
 		}
 		if _, ok := byRequest[r.Request]; !ok {
@@ -202,7 +206,9 @@ func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
 			continue
 		}
 		for _, d := range r.Devices {
-			out[poolDevice{d.Pool, d.Device}] = r.Namespace + "/" + r.Name
+			if !d.AdminAccess {
+				out[poolDevice{d.Pool, d.Device}] = r.Namespace + "/" + r.Name
+			}
 		}
 	}
 	return out, nil

@@ -254,6 +254,29 @@ func TestPrepareRefuses(t *testing.T) {
 	}
 }
 
+// TestAdminAccessSharesTheDevice: a claim with admin access gets a device
+// another claim holds, and does not hold it against a later claim.
+func TestAdminAccessSharesTheDevice(t *testing.T) {
+	f := newFixture(t)
+	p := f.preparer()
+	if _, err := p.Prepare(f.claim("uid-a", "nic:mlx5_0")); err != nil {
+		t.Fatal(err)
+	}
+	admin := f.claim("uid-admin", "nic:mlx5_0", "nic:mlx5_1")
+	for i := range admin.Results {
+		admin.Results[i].AdminAccess = true
+	}
+	if _, err := p.Prepare(admin); err != nil {
+		t.Fatalf("admin access to a held device: %v", err)
+	}
+	if _, err := p.Prepare(f.claim("uid-b", "nic:mlx5_1")); err != nil {
+		t.Errorf("a device only an admin claim has: %v", err)
+	}
+	if _, err := p.Prepare(f.claim("uid-c", "nic:mlx5_0")); !errors.Is(err, dra.ErrInUse) {
+		t.Errorf("a device a claim holds: %v, want ErrInUse", err)
+	}
+}
+
 // TestIndexFollowsPublication: an Index answers for what was added to it only.
 func TestIndexFollowsPublication(t *testing.T) {
 	ix := dra.Index{}
