@@ -48,8 +48,9 @@ type Claim struct {
 // Result is one allocated device.
 type Result struct {
 	// Request is the request (or "request/subrequest") it was allocated for.
-	Request      string
-	Pool, Device string
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
 	// AdminAccess: allocated for monitoring or maintenance alongside the
 	// claim that uses the device; it neither holds the device nor is
 	// refused for it.
