@@ -51,11 +51,11 @@ func (r *gpuRequest) allocFiles(rec *state.Attachment) (map[string][]byte, error
 	// "=" makes NCCL match the names exactly (mlx5_1 does not also pick mlx5_10).
 	fmt.Fprintf(&nccl, "NCCL_IB_HCA==%s\n", hca)
 	fmt.Fprintf(&env, "export NCCL_IB_HCA=%s\n", shellQuote("="+hca))
-	if idx, ok := commonGIDIndex(devs); ok {
+	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 		fmt.Fprintf(&nccl, "NCCL_IB_GID_INDEX=%d\n", idx)
 		fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
 	}
-	stem := "KUBE_RDMA_" + envName(r.pool.Pool)
+	stem := "KUBE_RDMA_" + allocdir.EnvName(r.pool.Pool)
 	fmt.Fprintf(&env, "export %s_RDMA_DEVICES=%s\n", stem, shellQuote(hca))
 	fmt.Fprintf(&env, "export %s_NETDEVS=%s\n", stem, shellQuote(strings.Join(netdevs, ",")))
 
@@ -110,62 +110,4 @@ func (r *gpuRequest) writeAllocFiles(root string, rec *state.Attachment, u *undo
 // shellQuote quotes s for a POSIX shell's `.`/`source`.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// envName mirrors the device plugin's config.EnvName (the pool name as an
-// environment variable stem: upper case, anything but letters and digits
-// as "_"), which the CNI binary cannot import without the daemon's
-// dependencies; to be shared through the allocdir package.
-func envName(pool string) string {
-	var b strings.Builder
-	for _, r := range strings.ToUpper(pool) {
-		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	return b.String()
-}
-
-// commonGIDIndex mirrors the device plugin's (pkg/deviceplugin/allocate.go,
-// what Allocate puts in NCCL_IB_GID_INDEX): the RoCE v2 GID index every
-// port uses, when all ports are Ethernet and agree; to be shared through
-// the allocdir package or discovery.
-func commonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
-	idx, found := -1, false
-	for _, d := range devs {
-		for _, p := range d.Ports {
-			if p.LinkLayer != "Ethernet" {
-				return 0, false
-			}
-			i, ok := roceV2GIDIndex(p)
-			if !ok || (found && i != idx) {
-				return 0, false
-			}
-			idx, found = i, true
-		}
-	}
-	return idx, found
-}
-
-// roceV2GIDIndex mirrors deviceplugin.RoCEv2GIDIndex: a port's first RoCE
-// v2 GID with an IPv4-mapped address, else its first RoCE v2 GID.
-func roceV2GIDIndex(p discovery.Port) (int, bool) {
-	first := -1
-	for _, g := range p.GIDs {
-		if g.Type != "RoCE v2" {
-			continue
-		}
-		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
-			return g.Index, true
-		}
-		if first < 0 {
-			first = g.Index
-		}
-	}
-	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
-		first = p.RoCEv2GIDIndexes[0]
-	}
-	return first, first >= 0
 }

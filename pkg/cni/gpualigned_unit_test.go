@@ -5,48 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
-	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
-
-// TestMirrorsDevicePlugin: the copies in allocfiles.go give the device
-// plugin's answers (the CNI binary does not link the daemon's packages;
-// this test does).
-func TestMirrorsDevicePlugin(t *testing.T) {
-	for _, pool := range []string{"gpu-nics", "GPU.nics_2", "a-b-c", "x"} {
-		if got, want := envName(pool), config.EnvName(pool); got != want {
-			t.Errorf("envName(%q) = %q, device plugin says %q", pool, got, want)
-		}
-	}
-	ports := 0
-	for _, name := range nodesim.Names() {
-		topo, _ := nodesim.Named(name)
-		tree, err := nodesim.Build(t.TempDir(), topo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := discovery.Scanner{SysRoot: tree.SysRoot}.Scan()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range n.RDMADevices {
-			for _, p := range d.Ports {
-				gi, gok := roceV2GIDIndex(p)
-				wi, wok := containeredits.RoCEv2GIDIndex(p)
-				if gi != wi || gok != wok {
-					t.Errorf("%s %s port %d: roceV2GIDIndex = %d, %v; device plugin %d, %v", name, d.Name, p.Port, gi, gok, wi, wok)
-				}
-				ports++
-			}
-		}
-	}
-	if ports == 0 {
-		t.Fatal("no ports compared")
-	}
-}
 
 func TestMatchGPU(t *testing.T) {
 	zero, three := 0, 3

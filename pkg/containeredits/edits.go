@@ -48,51 +48,10 @@ func NCCLEnv(devs []discovery.RDMADevice) map[string]string {
 		names = append(names, d.Name)
 	}
 	e := map[string]string{"NCCL_IB_HCA": "=" + strings.Join(names, ",")}
-	if idx, ok := CommonGIDIndex(devs); ok {
+	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
 	}
 	return e
-}
-
-// CommonGIDIndex returns the RoCE v2 GID index every port of the devices
-// uses, when all ports are Ethernet and agree.
-func CommonGIDIndex(devs []discovery.RDMADevice) (int, bool) {
-	idx, found := -1, false
-	for _, d := range devs {
-		for _, p := range d.Ports {
-			if p.LinkLayer != "Ethernet" {
-				return 0, false
-			}
-			i, ok := RoCEv2GIDIndex(p)
-			if !ok || (found && i != idx) {
-				return 0, false
-			}
-			idx, found = i, true
-		}
-	}
-	return idx, found
-}
-
-// RoCEv2GIDIndex is the GID index NCCL_IB_GID_INDEX should name for a port:
-// its first RoCE v2 GID with an IPv4-mapped address (what RoCE fabrics
-// route on), else its first RoCE v2 GID; false when it has none.
-func RoCEv2GIDIndex(p discovery.Port) (int, bool) {
-	first := -1
-	for _, g := range p.GIDs {
-		if g.Type != "RoCE v2" {
-			continue
-		}
-		if strings.HasPrefix(g.GID, "0000:0000:0000:0000:0000:ffff:") {
-			return g.Index, true
-		}
-		if first < 0 {
-			first = g.Index
-		}
-	}
-	if first < 0 && len(p.RoCEv2GIDIndexes) > 0 {
-		first = p.RoCEv2GIDIndexes[0]
-	}
-	return first, first >= 0
 }
 
 // Present reports whether a /dev path exists on the host, looking under

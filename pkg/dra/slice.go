@@ -9,7 +9,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
@@ -160,7 +159,7 @@ func Attributes(d discovery.RDMADevice, healthy bool) map[resourceapi.QualifiedN
 			num(AttrRateGbps, g)
 		}
 		if p.LinkLayer == "Ethernet" {
-			if i, ok := containeredits.RoCEv2GIDIndex(p); ok {
+			if i, ok := discovery.RoCEv2GIDIndex(p); ok {
 				num(AttrRoCEv2GIDIndex, i)
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -97,7 +96,7 @@ func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView)
 	for _, p := range d.Ports {
 		port := v1alpha1.Port{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer,
 			Rate: p.Rate, Netdev: p.Netdev}
-		if i, ok := containeredits.RoCEv2GIDIndex(p); ok && p.LinkLayer == "Ethernet" {
+		if i, ok := discovery.RoCEv2GIDIndex(p); ok && p.LinkLayer == "Ethernet" {
 			port.RoCEv2GIDIndex = &i
 		}
 		out.Ports = append(out.Ports, port)

@@ -144,3 +144,19 @@ func ReadPoolFile(root, pool string) (PoolFile, error) {
 	}
 	return p, nil
 }
+
+// EnvName is a pool's name as an environment variable stem: upper case,
+// anything but letters and digits as "_" (KUBE_RDMA_<stem>_ENV_FILE,
+// KUBE_RDMA_<stem>_RDMA_DEVICES). The device plugin's Allocate and the
+// CNI's env files both name variables with it.
+func EnvName(pool string) string {
+	var b strings.Builder
+	for _, r := range strings.ToUpper(pool) {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}

@@ -123,3 +123,11 @@ func TestPoolFileRoundTrip(t *testing.T) {
 		t.Error("a pool file naming another pool was accepted")
 	}
 }
+
+func TestEnvName(t *testing.T) {
+	for pool, want := range map[string]string{"gpu-nics": "GPU_NICS", "GPU.nics_2": "GPU_NICS_2", "x": "X", "ib0": "IB0"} {
+		if got := EnvName(pool); got != want {
+			t.Errorf("EnvName(%q) = %q, want %q", pool, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
@@ -264,17 +265,7 @@ func intersects(a, b []string) bool {
 
 // EnvName turns a pool name into the upper-case stem of its environment
 // variables: "gpu-nics" -> "GPU_NICS".
-func EnvName(pool string) string {
-	var b strings.Builder
-	for _, r := range strings.ToUpper(pool) {
-		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	return b.String()
-}
+func EnvName(pool string) string { return allocdir.EnvName(pool) }
 
 func normHex(v string) string {
 	v = strings.ToLower(strings.TrimSpace(v))
