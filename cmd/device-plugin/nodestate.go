@@ -104,14 +104,5 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-d.Ready():
-			_ = p.Run(ctx)
-		case <-ctx.Done():
-		}
-	}()
-	return func() { <-done }, nil
+	return runWhenReady(ctx, d, p.Run), nil
 }

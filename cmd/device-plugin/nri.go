@@ -37,14 +37,5 @@ func startNRI(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) (wait 
 		return nil, err
 	}
 	d.SetNRIReport(func() any { return p.Report() })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-d.Ready():
-			_ = p.Run(ctx)
-		case <-ctx.Done():
-		}
-	}()
-	return func() { <-done }, nil
+	return runWhenReady(ctx, d, p.Run), nil
 }

@@ -125,3 +125,20 @@ func envOr(name, def string) string {
 	}
 	return def
 }
+
+// runWhenReady runs run(ctx) in a goroutine once the daemon is ready (its
+// first scan done, every pool served), or never if ctx ends first, and
+// returns a function that waits for it to return. Its error is the
+// component's own to report (on /state and in the log).
+func runWhenReady(ctx context.Context, d *deviceplugin.Daemon, run func(context.Context) error) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-d.Ready():
+			_ = run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return func() { <-done }
+}
