@@ -9,6 +9,8 @@
 #   port-state DEV PORT up|down set a fixture port ACTIVE/LinkUp or DOWN/Disabled, as the
 #                               kernel rewrites sysfs when a cable is pulled or comes back
 #   restart-kubelet             stop the kubelet (SIGTERM), start it again, wait for /healthz
+#   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
+#                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
 #                               binary, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets
@@ -64,6 +66,13 @@ restart_kubelet() {
   done
 }
 
+runtime_memlock() {
+  local pid
+  pid=$(pid_of containerd)
+  [[ -n $pid && -r /proc/$pid/limits ]] || die "containerd is not running (pid '$pid')"
+  awk '/^Max locked memory/ {print $4, $5}' "/proc/$pid/limits"
+}
+
 node_state() {
   local f
   command -v jq >/dev/null || die "jq is needed (apt-get install jq)"
@@ -87,6 +96,7 @@ case ${1:-} in
   leases) leases ;;
   port-state) [[ $# == 4 ]] || die "usage: hook.sh port-state DEV PORT up|down"; port_state "$2" "$3" "$4" ;;
   restart-kubelet) restart_kubelet ;;
+  runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
-  *) die "usage: hook.sh links|records|leases|port-state DEV PORT up|down|restart-kubelet|node-state" ;;
+  *) die "usage: hook.sh links|records|leases|port-state DEV PORT up|down|restart-kubelet|runtime-memlock|node-state" ;;
 esac

@@ -50,6 +50,20 @@ bash "$HERE/up.sh" >/dev/null
 echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPORT"
 "$HERE/hook.sh" node-state >"$NODE_RUN/node-state.before"
 
+# RLIMIT_MEMLOCK the daemon's NRI plugin gives containers with our devices. runc raises a
+# container's limit from the host; above the runtime's own hard limit that takes
+# CAP_SYS_RESOURCE, which root has on a node but not in some sandboxes (this machine's
+# among them: containerd keeps the 8 MiB hard limit it started with). There the pools get
+# limits below it (the same mechanism, lowering instead of raising), or every pod with a
+# device would fail to start.
+if prlimit --memlock=unlimited:unlimited true 2>/dev/null; then
+  ML_IB=512Mi ML_OTHERS="" E2E_MEMLOCK=ib:536870912,vf:unlimited,roce-shared:unlimited
+else
+  ML_IB=4Mi ML_OTHERS=", memlock: 6Mi" E2E_MEMLOCK=ib:4194304,vf:6291456,roce-shared:6291456
+  echo "memlock: this machine's root cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE): pools at 4Mi and 6Mi, below containerd's $(ulimit -Hl) KiB" >>"$REPORT"
+fi
+export E2E_MEMLOCK
+
 # Pools of every kind on the fixture node: exclusive InfiniBand HCAs, exclusive RoCE VFs whose
 # netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods.
 cat >"$NODE_RUN/values.yaml" <<YAML
@@ -57,9 +71,9 @@ image: {repository: localhost/kube-rdma, tag: e2e, pullPolicy: Never}
 config:
   resourcePrefix: rdma.kube-rdma.io
   pools:
-  - {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}
-  - {name: vf, mode: exclusive, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
-  - {name: roce-shared, mode: shared, slots: 8, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
+  - {name: ib, mode: exclusive, memlock: $ML_IB, selectors: {linkLayers: [InfiniBand]}}
+  - {name: vf, mode: exclusive$ML_OTHERS, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
+  - {name: roce-shared, mode: shared, slots: 8$ML_OTHERS, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
 devicePlugin:
   cdiDir: "$NODE_RUN/cdi"
   metricsPort: $METRICS_PORT
@@ -68,6 +82,9 @@ devicePlugin:
   extraEnv:
   - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
   - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+# containerd runs with NRI on (up.sh): the daemon's NRI plugin sets RLIMIT_MEMLOCK of the
+# containers with our devices (the pools' memlock above).
+nri: {enabled: true, socket: "$NODE_RUN/nri/nri.sock"}
 hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
 cni:
   install: true
@@ -108,6 +125,7 @@ export E2E_POOLS="ib:exclusive:2,vf:exclusive:$FIXTURE_VFS,roce-shared:shared:8"
 export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1 E2E_FIXTURE_DEVICES=1
 export E2E_HELM=$BIN/helm E2E_HELM_RELEASE=kube-rdma E2E_HELM_NAMESPACE=kube-rdma
 export E2E_CHART=$REPO/deploy/helm/kube-rdma E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.before
+export E2E_DAEMON_STATE=http://127.0.0.1:$METRICS_PORT/state
 export E2E_UNINSTALL=1 E2E_PARALLEL_PODS=${E2E_PARALLEL_PODS:-20} E2E_REPORT=$REPORT
 log "running the e2e suite"
 (cd "$REPO" && go test -count=1 -v -timeout 40m ./e2e/suite "$@")

@@ -20,6 +20,9 @@ package suite
 //	                       them must fail, and say why
 //	E2E_HELM, E2E_HELM_RELEASE, E2E_HELM_NAMESPACE, E2E_CHART   helm binary, release, chart
 //	E2E_NODE_STATE_BEFORE  file with `hook node-state` taken before helm install
+//	E2E_MEMLOCK            pool:bytes|unlimited,... the RLIMIT_MEMLOCK the daemon's NRI plugin gives a
+//	                       container with a device of the pool; unset: the memlock test skips
+//	E2E_DAEMON_STATE       URL of the daemon's /state (the memlock test waits there for NRI)
 //	E2E_UNINSTALL=1        run the final uninstall test
 //	E2E_PARALLEL_PODS      pods of the parallel test (20)
 //	E2E_REPORT             file the parallel test appends its latency line to
