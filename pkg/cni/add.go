@@ -57,11 +57,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
+	mark("parse")
 	podNS, err := openPodNetns(conf, args)
 	if err != nil {
 		return nil, err
 	}
 	defer podNS.Close()
+	mark("netns")
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}
 	pod := parseCNIArgs(args.Args)
@@ -69,6 +71,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
+	mark("plan")
 	if planFor == nil {
 		log.Info("no devices of the resource allocated to the pod; passing prevResult through", "resource", conf.ResourceName)
 		return passthrough(conf), nil
@@ -83,6 +86,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		return nil, err
 	}
 	defer release()
+	mark("hold")
 	// The node-wide lock guards the claims: it is held from reading them to
 	// the moves of the devices claimed, not through IPAM, which may hang.
 	unlock, err := store.Lock()
@@ -95,10 +99,12 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 			unlock()
 		}
 	}()
+	mark("lock")
 	cands, err := p.prepareCandidates(conf, store, key, planFor, res, podNS)
 	if err != nil {
 		return nil, err
 	}
+	mark("prepare")
 	rec := newRecord(conf, args, key, pod, cands)
 	if gr != nil {
 		if err := requireExclusive(gr, cands); err != nil {
@@ -111,6 +117,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err := store.Save(rec); err != nil {
 		return nil, err
 	}
+	mark("record1")
 	u := &undo{}
 	defer func() {
 		// rec is read when the rollback runs, so it sees what apply
@@ -122,6 +129,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
+	mark("move")
 	// What the moves recorded (pod names, soft devices) is on disk before
 	// the lock goes.
 	if err := store.Save(rec); err != nil {
@@ -129,10 +137,12 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	unlock()
 	locked = false
+	mark("record2")
 	result, err := p.buildResult(ctx, conf, args, podNS, &rec, mtus, u)
 	if err != nil {
 		return nil, err
 	}
+	mark("result")
 	if gr != nil {
 		// The containers start after ADD returns: their files are there.
 		if err := gr.writeAllocFiles(conf.AllocDir, &rec, u); err != nil {
@@ -143,6 +153,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err := store.Save(rec); err != nil {
 		return nil, err
 	}
+	mark("record3")
 	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
 }
