@@ -229,6 +229,7 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Lo
 			return "", fmt.Errorf("read %s in the pod: %w", d.PodIfName, err)
 		}
 	}
+	mark("links")
 	if inPod {
 		if _, err := p.Links.Move(podNS, podLink, p.HostNS, want); err != nil {
 			return "", fmt.Errorf("return netdev %s to the host as %s: %w", d.PodIfName, want.Name, err)
