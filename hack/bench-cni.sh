@@ -8,9 +8,13 @@
 # floors timed the same way in the same run: a Go hello-world and `ip -V`.
 #
 #   N=30 hack/bench-cni.sh
+#
+# BEFORE=path/to/an/older/kube-rdma adds that build as one more interleaved
+# arm (same configuration, no timings), for before/after in the same run.
 set -euo pipefail
 
 N=${N:-30}
+BEFORE=${BEFORE:-}
 TIMEOUT=${TIMEOUT:-10} # seconds per plugin call
 CNI_VERSION=1.0.0      # the highest version Debian's host-device speaks
 
@@ -86,6 +90,10 @@ ours() {
 	done
 	unset KUBE_RDMA_CNI_TIMINGS
 }
+before() {
+	run_plugin "$BEFORE" ADD "$ours_conf"
+	run_plugin "$BEFORE" DEL "$ours_conf"
+}
 hostdevice() {
 	run_plugin /usr/lib/cni/host-device ADD "$hd_conf"
 	run_plugin /usr/lib/cni/host-device DEL "$hd_conf"
@@ -114,6 +122,7 @@ check_home() {
 }
 
 fns=(ours hostdevice raw hello ipv)
+[[ -z $BEFORE ]] || fns+=(before)
 for fn in "${fns[@]}"; do # warm-up, not timed
 	$fn
 	check_home "$fn"
@@ -150,6 +159,12 @@ echo "ADD+DEL of a veth end, $N iterations each, interleaved (ms per ADD+DEL pai
 printf '  kube-rdma    %6s / %6s / %6s\n' "$ours_mean" "$ours_med" "$ours_p90"
 printf '  host-device  %6s / %6s / %6s\n' "$hd_mean" "$hd_med" "$hd_p90"
 printf '  raw ip link  %6s / %6s / %6s\n' "$raw_mean" "$raw_med" "$raw_p90"
+if [[ -n $BEFORE ]]; then
+	read -r b_mean b_med b_p90 <<<"$(stats before)"
+	printf '  BEFORE       %6s / %6s / %6s  (%s)\n' "$b_mean" "$b_med" "$b_p90" "$BEFORE"
+	echo "ratios, BEFORE (median / p90): BEFORE/raw=$(ratio "$b_med" "$raw_med") / $(ratio "$b_p90" "$raw_p90")" \
+		"BEFORE/host-device=$(ratio "$b_med" "$hd_med") / $(ratio "$b_p90" "$hd_p90") kube-rdma/BEFORE=$(ratio "$ours_med" "$b_med")"
+fi
 echo "ratios (median): kube-rdma/raw=$(ratio "$ours_med" "$raw_med") (target <= 1.05)" \
 	"kube-rdma/host-device=$(ratio "$ours_med" "$hd_med") host-device/raw=$(ratio "$hd_med" "$raw_med")"
 echo "ratios (p90):    kube-rdma/raw=$(ratio "$ours_p90" "$raw_p90")" \
