@@ -3,11 +3,18 @@
 # Debian's containernetworking-plugins host-device, and the raw floor
 # (`ip link set X netns N` and back), interleaved in the same run, in
 # throw-away network namespaces. Needs root. Bounded and self-cleaning.
+# It also prints where an ADD and a DEL of ours spend their time (median per
+# phase, from KUBE_RDMA_CNI_TIMINGS, see pkg/cni/timings.go) beside two exec
+# floors timed the same way in the same run: a Go hello-world and `ip -V`.
 #
 #   N=30 hack/bench-cni.sh
+#
+# BEFORE=path/to/an/older/kube-rdma adds that build as one more interleaved
+# arm (same configuration, no timings), for before/after in the same run.
 set -euo pipefail
 
 N=${N:-30}
+BEFORE=${BEFORE:-}
 TIMEOUT=${TIMEOUT:-10} # seconds per plugin call
 CNI_VERSION=1.0.0      # the highest version Debian's host-device speaks
 
@@ -32,6 +39,10 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/bin/kube-rdma" ./cmd/cni)
+# The exec start-up floor of any Go plugin: an empty main, built the same way.
+mkdir -p "$tmp/hello"
+printf 'package main\n\nfunc main() {}\n' >"$tmp/hello/main.go"
+(cd "$tmp/hello" && GO111MODULE=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/bin/hello" main.go)
 
 ip netns add "$host"
 ip netns add "$pod"
@@ -59,7 +70,7 @@ hd_conf=$(printf '{"cniVersion":"%s","name":"bench","type":"host-device","device
 # run_plugin BIN COMMAND CONF: one plugin call as a runtime makes it, from
 # inside the host netns.
 run_plugin() {
-	CNI_COMMAND=$2 CNI_CONTAINERID=bench CNI_NETNS=/run/netns/$pod CNI_IFNAME=net1 CNI_PATH=/usr/lib/cni \
+	KUBE_RDMA_CNI_T0=$EPOCHREALTIME CNI_COMMAND=$2 CNI_CONTAINERID=bench CNI_NETNS=/run/netns/$pod CNI_IFNAME=net1 CNI_PATH=/usr/lib/cni \
 		timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" "$1" <<<"$3" >"$tmp/out" 2>"$tmp/err" || {
 		echo "bench-cni.sh: $1 $2 failed:" >&2
 		cat "$tmp/out" "$tmp/err" >&2
@@ -67,9 +78,21 @@ run_plugin() {
 	}
 }
 
+# ours: with per-phase timings on (a few clock reads and one append per
+# command), and the wall time of each call, to split off process exit.
 ours() {
-	run_plugin "$tmp/bin/kube-rdma" ADD "$ours_conf"
-	run_plugin "$tmp/bin/kube-rdma" DEL "$ours_conf"
+	local t
+	export KUBE_RDMA_CNI_TIMINGS=$tmp/phases
+	for c in ADD DEL; do
+		t=$EPOCHREALTIME
+		run_plugin "$tmp/bin/kube-rdma" "$c" "$ours_conf"
+		echo "$t $EPOCHREALTIME" >>"$tmp/walls"
+	done
+	unset KUBE_RDMA_CNI_TIMINGS
+}
+before() {
+	run_plugin "$BEFORE" ADD "$ours_conf"
+	run_plugin "$BEFORE" DEL "$ours_conf"
 }
 hostdevice() {
 	run_plugin /usr/lib/cni/host-device ADD "$hd_conf"
@@ -78,6 +101,15 @@ hostdevice() {
 raw() {
 	timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" ip link set bench0 netns "$pod"
 	timeout "$TIMEOUT" nsenter --net=/run/netns/"$pod" ip link set bench0 netns "$host"
+}
+# Exec floors, two execs each (a pair), the way the runtime-side calls are made.
+hello() {
+	timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" "$tmp/bin/hello"
+	timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" "$tmp/bin/hello"
+}
+ipv() {
+	timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" ip -V >/dev/null
+	timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" ip -V >/dev/null
 }
 
 # check_home: bench0 is back in the host netns, in the pod nothing is left.
@@ -89,38 +121,97 @@ check_home() {
 	fi
 }
 
-now() { date +%s%N; }
-for fn in ours hostdevice raw; do # warm-up, not timed
+fns=(ours hostdevice raw hello ipv)
+[[ -z $BEFORE ]] || fns+=(before)
+for fn in "${fns[@]}"; do # warm-up, not timed
 	$fn
 	check_home "$fn"
 done
 : >"$tmp/times"
+: >"$tmp/phases"
+: >"$tmp/walls"
 for ((i = 0; i < N; i++)); do
-	for fn in ours hostdevice raw; do
-		t0=$(now)
+	for fn in "${fns[@]}"; do
+		t0=$EPOCHREALTIME
 		$fn
-		t1=$(now)
-		echo "$fn $((t1 - t0))" >>"$tmp/times"
+		t1=$EPOCHREALTIME
+		echo "$fn $t0 $t1" >>"$tmp/times"
 		check_home "$fn"
 	done
 done
 [[ -z $(ls "$tmp/state"/*.json 2>/dev/null) ]] || { echo "bench-cni.sh: kube-rdma left state behind" >&2; exit 1; }
 
-# stats FN: "mean median" in ms per ADD+DEL pair.
+# stats FN: "mean median p90" in ms per ADD+DEL pair.
 stats() {
-	awk -v fn="$1" '$1 == fn { print $2 }' "$tmp/times" | sort -n |
-		awk '{ v[NR] = $1; s += $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f %.1f", s / NR / 1e6, m / 1e6 }'
+	awk -v fn="$1" '$1 == fn { printf "%.3f\n", ($3 - $2) * 1000 }' "$tmp/times" | sort -n |
+		awk '{ v[NR] = $1; s += $1 } END {
+			m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+			p = int(NR * 0.9 + 0.999); if (p < 1) p = 1
+			printf "%.1f %.1f %.1f", s / NR, m, v[p] }'
 }
-read -r ours_mean ours_med <<<"$(stats ours)"
-read -r hd_mean hd_med <<<"$(stats hostdevice)"
-read -r raw_mean raw_med <<<"$(stats raw)"
+read -r ours_mean ours_med ours_p90 <<<"$(stats ours)"
+read -r hd_mean hd_med hd_p90 <<<"$(stats hostdevice)"
+read -r raw_mean raw_med raw_p90 <<<"$(stats raw)"
+read -r _ hello_med _ <<<"$(stats hello)"
+read -r _ ipv_med _ <<<"$(stats ipv)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "ADD+DEL of a veth end, $N iterations each, interleaved (ms per ADD+DEL pair, mean / median):"
-printf '  kube-rdma    %6s / %6s\n' "$ours_mean" "$ours_med"
-printf '  host-device  %6s / %6s\n' "$hd_mean" "$hd_med"
-printf '  raw ip link  %6s / %6s\n' "$raw_mean" "$raw_med"
-echo "ratios (median): kube-rdma/host-device=$(ratio "$ours_med" "$hd_med") (target <= 0.80)" \
-	"kube-rdma/raw=$(ratio "$ours_med" "$raw_med") host-device/raw=$(ratio "$hd_med" "$raw_med")"
-echo "ratios (mean):   kube-rdma/host-device=$(ratio "$ours_mean" "$hd_mean")" \
-	"kube-rdma/raw=$(ratio "$ours_mean" "$raw_mean") host-device/raw=$(ratio "$hd_mean" "$raw_mean")"
+echo "ADD+DEL of a veth end, $N iterations each, interleaved (ms per ADD+DEL pair, mean / median / p90):"
+printf '  kube-rdma    %6s / %6s / %6s\n' "$ours_mean" "$ours_med" "$ours_p90"
+printf '  host-device  %6s / %6s / %6s\n' "$hd_mean" "$hd_med" "$hd_p90"
+printf '  raw ip link  %6s / %6s / %6s\n' "$raw_mean" "$raw_med" "$raw_p90"
+if [[ -n $BEFORE ]]; then
+	read -r b_mean b_med b_p90 <<<"$(stats before)"
+	printf '  BEFORE       %6s / %6s / %6s  (%s)\n' "$b_mean" "$b_med" "$b_p90" "$BEFORE"
+	echo "ratios, BEFORE (median / p90): BEFORE/raw=$(ratio "$b_med" "$raw_med") / $(ratio "$b_p90" "$raw_p90")" \
+		"BEFORE/host-device=$(ratio "$b_med" "$hd_med") / $(ratio "$b_p90" "$hd_p90") kube-rdma/BEFORE=$(ratio "$ours_med" "$b_med")"
+fi
+echo "ratios (median): kube-rdma/raw=$(ratio "$ours_med" "$raw_med") (target <= 1.05)" \
+	"kube-rdma/host-device=$(ratio "$ours_med" "$hd_med") host-device/raw=$(ratio "$hd_med" "$raw_med")"
+echo "ratios (p90):    kube-rdma/raw=$(ratio "$ours_p90" "$raw_p90")" \
+	"kube-rdma/host-device=$(ratio "$ours_p90" "$hd_p90") host-device/raw=$(ratio "$hd_p90" "$raw_p90")"
+echo "ratios (mean):   kube-rdma/raw=$(ratio "$ours_mean" "$raw_mean")" \
+	"kube-rdma/host-device=$(ratio "$ours_mean" "$hd_mean") host-device/raw=$(ratio "$hd_mean" "$raw_mean")"
+
+# The breakdown: median per phase of the ADDs and DELs above. "exit" is the
+# call's wall time (as the loop measured it) less the phases: the Go
+# runtime's exit, the reaping of the process and of nsenter and timeout.
+paste -d' ' "$tmp/phases" "$tmp/walls" | awk '
+	{
+		c = $1; sum = 0
+		for (i = 2; i < NF - 1; i++) {
+			split($i, kv, "="); k = kv[1]
+			if (!((c, k) in seen)) { seen[c, k] = 1; order[c, ++n[c]] = k }
+			v[c, k, ++cnt[c, k]] = kv[2]; sum += kv[2]
+		}
+		k = "exit"
+		if (!((c, k) in seen)) { seen[c, k] = 1; order[c, ++n[c]] = k }
+		v[c, k, ++cnt[c, k]] = ($NF - $(NF - 1)) * 1000 - sum
+		k = "total"
+		if (!((c, k) in seen)) { seen[c, k] = 1; order[c, ++n[c]] = k }
+		v[c, k, ++cnt[c, k]] = ($NF - $(NF - 1)) * 1000
+	}
+	function med(c, k,   a, i, j, t, m) {
+		m = cnt[c, k]
+		for (i = 1; i <= m; i++) a[i] = v[c, k, i]
+		for (i = 2; i <= m; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+		return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+	}
+	END {
+		print "where the time goes (median ms per call; start = spawn of timeout, nsenter and the plugin, Go runtime start-up, package init):"
+		for (ci = 1; ci <= 2; ci++) {
+			c = ci == 1 ? "ADD" : "DEL"; line = "  " c
+			for (i = 1; i <= n[c]; i++) line = line sprintf(" %s=%.2f", order[c, i], med(c, order[c, i]))
+			print line
+		}
+	}'
+initms=$(for _ in 1 2 3 4 5; do
+	GODEBUG=inittrace=1 CNI_COMMAND=VERSION "$tmp/bin/kube-rdma" </dev/null 2>&1 >/dev/null |
+		awk '$1 == "init" { s += $5 } END { printf "%.3f\n", s }'
+done | sort -n | sed -n 3p)
+echo "exec floors, same run (median ms per pair of execs through timeout and nsenter):" \
+	"Go hello-world $hello_med, ip -V $ipv_med; package init of the plugin (GODEBUG=inittrace=1, median of 5) $initms ms per exec"
+floor=$(awk -v r="$raw_med" -v h="$hello_med" -v i="$ipv_med" 'BEGIN { printf "%.1f", r + h - i }')
+echo "floor for any Go plugin (raw pair + hello-world pair - ip -V pair): $floor ms = $(ratio "$floor" "$raw_med") x raw"
+echo "GPU-aligned binding: not measured. It needs RDMA netns mode exclusive, which needs RDMA netlink;" \
+	"this bench runs a shared-mode pool on a veth end (no RDMA device to move)."
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"

@@ -38,6 +38,7 @@ Commands (without CNI_COMMAND):
 `
 
 func main() {
+	cni.StartTimings()
 	// A runtime never passes arguments; a person asking for help does.
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(cli.Exit("kube-rdma", command(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))

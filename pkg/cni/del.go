@@ -33,6 +33,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	mark("parse")
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	store := p.store(conf)
 	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
@@ -42,6 +43,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 		return err
 	}
 	defer release()
+	mark("hold")
 	unlock, err := store.Lock()
 	if err != nil {
 		return err
@@ -52,6 +54,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 			unlock()
 		}
 	}()
+	mark("lock")
 	rec, err := store.Load(key)
 	if errors.Is(err, state.ErrNotFound) {
 		unlock()
@@ -69,13 +72,16 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	mark("load")
 	podNS := openPodNS(log, args.Netns, rec.Netns)
 	defer podNS.Close()
+	mark("netns")
 	ipamType, ipamConf := conf.IPAMType, args.StdinData
 	if ipamType == "" {
 		ipamType, ipamConf = recordedIPAM(rec)
 	}
 	rerr := p.returnDevices(podNS, &rec, log)
+	mark("move")
 	if ipamType != "" {
 		// The devices returned are no longer claimed from here on, while
 		// IPAM (which may hang) runs without the node-wide lock.
@@ -86,12 +92,14 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	unlock()
 	locked = false
 	ierr := p.releaseIPAM(ctx, rec, ipamType, ipamConf, args.Args, args.Path)
+	mark("ipam")
 	if err := errors.Join(rerr, ierr); err != nil {
 		return err // the record stays for the next DEL or GC
 	}
 	if err := store.Delete(key); err != nil {
 		return err
 	}
+	mark("record")
 	log.Info("detached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return nil
 }
@@ -221,6 +229,7 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Lo
 			return "", fmt.Errorf("read %s in the pod: %w", d.PodIfName, err)
 		}
 	}
+	mark("links")
 	if inPod {
 		if _, err := p.Links.Move(podNS, podLink, p.HostNS, want); err != nil {
 			return "", fmt.Errorf("return netdev %s to the host as %s: %w", d.PodIfName, want.Name, err)

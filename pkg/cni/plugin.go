@@ -124,6 +124,7 @@ func New(log io.Writer) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open current netns: %w", err)
 	}
+	mark("hostns")
 	boot, err := state.ReadBootID("/proc")
 	if err != nil {
 		host.Close()

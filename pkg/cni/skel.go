@@ -20,7 +20,10 @@ var Versions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
 func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 	wrap := func(fn func(context.Context, *skel.CmdArgs) error) func(*skel.CmdArgs) error {
 		return func(a *skel.CmdArgs) error {
-			if err := fn(ctx, a); err != nil {
+			mark("skel")
+			err := fn(ctx, a)
+			mark("return")
+			if err != nil {
 				return Error(err)
 			}
 			return nil
@@ -28,7 +31,9 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 	}
 	return skel.CNIFuncs{
 		Add: func(a *skel.CmdArgs) error {
+			mark("skel")
 			res, err := p.Add(ctx, a)
+			mark("return")
 			if err != nil {
 				return Error(err)
 			}
@@ -39,6 +44,7 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 			if err := types.PrintResult(res, v.CNIVersion); err != nil {
 				return types.NewError(types.ErrIOFailure, "print result", err.Error())
 			}
+			mark("output")
 			return nil
 		},
 		Del:    wrap(p.Del),
@@ -59,7 +65,10 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 // the configuration's cniVersion when it is one the plugin speaks, else the
 // latest it speaks.
 func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) int {
+	defer writeTimings(os.Getenv("CNI_COMMAND"))
+	mark("main")
 	stdin, err := io.ReadAll(os.Stdin)
+	mark("stdin")
 	ver := errorVersion(stdin)
 	if err != nil {
 		return printError(ver, types.NewError(types.ErrIOFailure, "read stdin", err.Error()))
@@ -68,6 +77,7 @@ func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) 
 	if err != nil {
 		return printError(ver, types.NewError(types.ErrInternal, "start kube-rdma", err.Error()))
 	}
+	mark("new")
 	defer p.HostNS.Close()
 	// skel reads os.Stdin and takes no reader: give it a pipe with the
 	// bytes already read.

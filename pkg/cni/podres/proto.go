@@ -1,9 +1,8 @@
 package podres
 
 import (
+	"errors"
 	"fmt"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Field numbers of k8s.io/kubelet/pkg/apis/podresources/v1/api.proto.
@@ -29,35 +28,97 @@ type device struct{ container, resource, id string }
 
 func encodeGetRequest(name, namespace string) []byte {
 	var b []byte
-	b = protowire.AppendTag(b, getReqPodName, protowire.BytesType)
-	b = protowire.AppendString(b, name)
-	b = protowire.AppendTag(b, getReqPodNamespace, protowire.BytesType)
-	b = protowire.AppendString(b, namespace)
+	b = appendString(b, getReqPodName, name)
+	b = appendString(b, getReqPodNamespace, namespace)
 	return b
+}
+
+// The protobuf wire format, the little of it the client needs. It is
+// written here rather than imported from google.golang.org/protobuf: its
+// encoding/protowire pulls in a package whose initialization reads and
+// hashes the executable, about 0.4 ms of every exec of the CNI plugin
+// (GODEBUG=inittrace=1), which mostly never talks to the kubelet.
+
+// number is a field number.
+type number int32
+
+// Wire types.
+const (
+	varintType  = 0
+	fixed64Type = 1
+	bytesType   = 2
+	fixed32Type = 5
+)
+
+var errWire = errors.New("malformed protobuf")
+
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// appendString appends field num as a length-delimited string.
+func appendString(b []byte, num number, s string) []byte {
+	b = appendVarint(b, uint64(num)<<3|bytesType)
+	b = appendVarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// consumeVarint returns the varint at the start of b and its length; n < 0
+// when b does not start with one.
+func consumeVarint(b []byte) (v uint64, n int) {
+	for i := 0; i < len(b) && i < 10; i++ {
+		c := b[i]
+		if i == 9 && c > 1 {
+			return 0, -1 // overflows 64 bits
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, i + 1
+		}
+	}
+	return 0, -1
 }
 
 // fields calls fn for each length-delimited field of a message and skips
 // the others.
-func fields(b []byte, fn func(num protowire.Number, v []byte) error) error {
+// Groups (wire types 3 and 4, which proto3 never writes) are an error.
+func fields(b []byte, fn func(num number, v []byte) error) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("bad tag: %w", protowire.ParseError(n))
+		tag, n := consumeVarint(b)
+		if n < 0 || tag>>3 == 0 || tag>>3 > 1<<29-1 {
+			return fmt.Errorf("bad tag: %w", errWire)
 		}
 		b = b[n:]
-		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return fmt.Errorf("bad field %d: %w", num, protowire.ParseError(n))
+		num, typ := number(tag>>3), tag&7
+		skip := 0
+		switch typ {
+		case varintType:
+			_, skip = consumeVarint(b)
+		case fixed64Type:
+			skip = 8
+		case fixed32Type:
+			skip = 4
+		case bytesType:
+		default:
+			return fmt.Errorf("field %d: wire type %d: %w", num, typ, errWire)
+		}
+		if typ != bytesType {
+			if skip < 0 || skip > len(b) {
+				return fmt.Errorf("bad field %d: %w", num, errWire)
 			}
-			b = b[n:]
+			b = b[skip:]
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return fmt.Errorf("bad field %d: %w", num, protowire.ParseError(n))
+		l, n := consumeVarint(b)
+		if n < 0 || l > uint64(len(b)-n) {
+			return fmt.Errorf("bad field %d: %w", num, errWire)
 		}
-		b = b[n:]
+		v := b[n : n+int(l)]
+		b = b[n+int(l):]
 		if err := fn(num, v); err != nil {
 			return err
 		}
@@ -68,7 +129,7 @@ func fields(b []byte, fn func(num protowire.Number, v []byte) error) error {
 // decodePods reads the pod_resources of a Get (one) or List (many) response.
 func decodePods(b []byte) ([]podResources, error) {
 	var pods []podResources
-	err := fields(b, func(num protowire.Number, v []byte) error {
+	err := fields(b, func(num number, v []byte) error {
 		if num != respPodResources {
 			return nil
 		}
@@ -81,7 +142,7 @@ func decodePods(b []byte) ([]podResources, error) {
 
 func decodePod(b []byte) (podResources, error) {
 	var p podResources
-	err := fields(b, func(num protowire.Number, v []byte) error {
+	err := fields(b, func(num number, v []byte) error {
 		switch num {
 		case podName:
 			p.name = string(v)
@@ -89,7 +150,7 @@ func decodePod(b []byte) (podResources, error) {
 			p.namespace = string(v)
 		case podContainers:
 			var ctr string
-			return fields(v, func(num protowire.Number, v []byte) error {
+			return fields(v, func(num number, v []byte) error {
 				if num == ctrName {
 					ctr = string(v)
 				}
@@ -98,7 +159,7 @@ func decodePod(b []byte) (podResources, error) {
 				}
 				var res string
 				var ids []string
-				err := fields(v, func(num protowire.Number, v []byte) error {
+				err := fields(v, func(num number, v []byte) error {
 					switch num {
 					case devResourceName:
 						res = string(v)
