@@ -120,6 +120,7 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, healthy map[st
 	for _, name := range slices.Sorted(maps.Keys(pools)) {
 		devs, e := Devices(pools[name], healthy)
 		errs = append(errs, e...)
+		InPool(devs, name)
 		pool := PoolName(d.cfg.NodeName, name)
 		ix.Add(pool, devs)
 		var sl []resourceslice.Slice

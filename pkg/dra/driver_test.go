@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -41,6 +43,12 @@ func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 }
 
 func startAPIServerWith(t *testing.T, gates string) (kubernetes.Interface, *rest.Config) {
+	t.Helper()
+	kube, cfg, _ := startAPIServerEnv(t, gates)
+	return kube, cfg
+}
+
+func startAPIServerEnv(t *testing.T, gates string) (kubernetes.Interface, *rest.Config, *envtest.Environment) {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -68,7 +76,36 @@ func startAPIServerWith(t *testing.T, gates string) (kubernetes.Interface, *rest
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube, cfg
+	return kube, cfg, env
+}
+
+// chartUser binds the chart's DRA rules (deploy/helm/kube-rdma/files/dra-rules.yaml) to a
+// ServiceAccount, as the chart does, and returns a config authenticated as it.
+func chartUser(t *testing.T, env *envtest.Environment, kube kubernetes.Interface) *rest.Config {
+	t.Helper()
+	data, err := os.ReadFile("../../deploy/helm/kube-rdma/files/dra-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	if err := yaml.UnmarshalStrict(data, &rules); err != nil {
+		t.Fatalf("chart rules: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kube-rdma"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-rdma", Name: "kube-rdma"}}}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := env.AddUser(envtest.User{Name: "system:serviceaccount:kube-rdma:kube-rdma", Groups: []string{"system:authenticated"}}, nil)
+	if err != nil {
+		t.Fatalf("add user: %v", err)
+	}
+	return u.Config()
 }
 
 func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -88,9 +125,10 @@ func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // health reports following, and a claim prepared and unprepared twice
 // through the helper's gRPC service, as the kubelet calls it.
 func TestDriverAgainstAPIServer(t *testing.T) {
-	kube, rc := startAPIServer(t)
-	// The driver gets the daemon's client, which has only the groups the helper uses.
-	driverClient, err := dra.NewKubeClient(rc)
+	kube, _, env := startAPIServerEnv(t, "DRADeviceTaints=true")
+	// The driver gets the daemon's client, which has only the groups the helper uses,
+	// authenticated as the chart's ServiceAccount with the chart's rules and nothing else.
+	driverClient, err := dra.NewKubeClient(chartUser(t, env, kube))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,21 @@ const (
 	// AttrRDMADevice is the kernel's RDMA device name (mlx5_3). It names
 	// the device today, not across reboots: select on it only by hand.
 	AttrRDMADevice resourceapi.QualifiedName = Domain + "/rdmaDevice"
+	// AttrPool is the configured pool the device is published in (the
+	// config's name, as written): the chart's DeviceClass of the pool
+	// selects on it, since CEL sees no pool name.
+	AttrPool resourceapi.QualifiedName = Domain + "/pool"
 )
+
+// InPool sets AttrPool on the devices of the configured pool pool.
+func InPool(devs []Device, pool string) {
+	for i := range devs {
+		if devs[i].API.Attributes == nil {
+			devs[i].API.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+		}
+		devs[i].API.Attributes[AttrPool] = resourceapi.DeviceAttribute{StringValue: &pool}
+	}
+}
 
 // TaintPortDown is the key of the taint a device whose port is not ACTIVE
 // carries; its value is the port state.

@@ -1,0 +1,182 @@
+package helm
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	drcel "k8s.io/dynamic-resource-allocation/cel"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
+)
+
+const draPools = `config.pools=[
+ {"name":"ib","mode":"exclusive","frontend":"dra","selectors":{"linkLayers":["InfiniBand"]}},
+ {"name":"roce","mode":"shared","selectors":{"linkLayers":["Ethernet"],"kinds":["PF"]}}]`
+
+type deviceClassSpec struct {
+	Selectors []struct {
+		CEL struct {
+			Expression string `json:"expression"`
+		} `json:"cel"`
+	} `json:"selectors"`
+	ExtendedResourceName *string `json:"extendedResourceName"`
+}
+
+func deviceClasses(t *testing.T, objs []object) map[string]deviceClassSpec {
+	t.Helper()
+	out := map[string]deviceClassSpec{}
+	for _, o := range objs {
+		if o.Kind != "DeviceClass" {
+			continue
+		}
+		if o.APIVersion != "resource.k8s.io/v1" {
+			t.Errorf("DeviceClass %s: apiVersion %s, want resource.k8s.io/v1", o.Metadata.Name, o.APIVersion)
+		}
+		var s deviceClassSpec
+		if err := json.Unmarshal(o.Spec, &s); err != nil {
+			t.Fatal(err)
+		}
+		out[o.Metadata.Name] = s
+	}
+	return out
+}
+
+func rulesFile(t *testing.T, name string) []rule {
+	t.Helper()
+	data, err := os.ReadFile("kube-rdma/files/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r []rule
+	if err := yaml.UnmarshalStrict(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestDRAOff: by default nothing of the DRA front end is rendered, even with a dra pool.
+func TestDRAOff(t *testing.T) {
+	objs := render(t, "--set-json", draPools)
+	if dc := deviceClasses(t, objs); len(dc) != 0 {
+		t.Errorf("DeviceClasses with dra.enabled=false: %v", dc)
+	}
+	ds := daemonSet(t, objs)
+	for _, a := range ds.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--dra") {
+			t.Errorf("device plugin arg %s with dra.enabled=false", a)
+		}
+	}
+	for p := range hostPaths(ds) {
+		if strings.Contains(p, "/plugins/") || strings.HasSuffix(p, "/plugins_registry") {
+			t.Errorf("host path %s mounted with dra.enabled=false", p)
+		}
+	}
+	if diff := cmp.Diff(rulesFile(t, "node-state-rules.yaml"), find(t, objs, "ClusterRole").Rules); diff != "" {
+		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+	}
+}
+
+// TestDRAOn: dra.enabled passes --dra with the kubelet's plugin and registration directories,
+// mounted read-write at their host paths, adds exactly the rules of files/dra-rules.yaml
+// (which pkg/dra's API server test runs the driver under), and renders one DeviceClass per
+// dra pool whose selector picks that pool's devices as pkg/dra publishes them, and no other
+// pool's.
+func TestDRAOn(t *testing.T) {
+	objs := render(t, "--set", "dra.enabled=true", "--set", "hostPaths.kubeletDir=/data/kubelet", "--set-json", draPools)
+	ds := daemonSet(t, objs)
+	args := ds.Template.Spec.Containers[0].Args
+	for _, a := range []string{"--dra", "--dra-plugin-dir=/data/kubelet/plugins/rdma.kube-rdma.io", "--dra-registry-dir=/data/kubelet/plugins_registry"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("device plugin args %q lack %s", args, a)
+		}
+	}
+	paths := hostPaths(ds)
+	for _, p := range []string{"/data/kubelet/plugins/rdma.kube-rdma.io", "/data/kubelet/plugins_registry"} {
+		if ro, ok := paths[p]; !ok || ro {
+			t.Errorf("host paths %v: want %s read-write", paths, p)
+		}
+	}
+	for _, m := range ds.Template.Spec.Containers[0].VolumeMounts {
+		if strings.HasPrefix(m.Name, "dra-") && !strings.HasPrefix(m.MountPath, "/data/kubelet/plugins") {
+			t.Errorf("mount %s at %s: want the host path (the registration names the socket's host path)", m.Name, m.MountPath)
+		}
+	}
+	want := append(rulesFile(t, "node-state-rules.yaml"), rulesFile(t, "dra-rules.yaml")...)
+	if diff := cmp.Diff(want, find(t, objs, "ClusterRole").Rules); diff != "" {
+		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+	}
+
+	classes := deviceClasses(t, objs)
+	if len(classes) != 1 {
+		t.Fatalf("DeviceClasses %v, want one for pool ib", classes)
+	}
+	ib, ok := classes["ib.rdma.kube-rdma.io"]
+	if !ok || len(ib.Selectors) != 1 {
+		t.Fatalf("DeviceClasses %+v, want ib.rdma.kube-rdma.io with one selector", classes)
+	}
+	if ib.ExtendedResourceName == nil || *ib.ExtendedResourceName != "rdma.kube-rdma.io/ib" {
+		t.Errorf("extendedResourceName %v, want rdma.kube-rdma.io/ib", ib.ExtendedResourceName)
+	}
+	checkSelector(t, ib.Selectors[0].CEL.Expression, "ib")
+
+	// Without extendedResourceName; without node state: only the DRA rules, still a token.
+	objs = render(t, "--set", "dra.enabled=true,dra.extendedResourceName=false,nodeState.enabled=false", "--set-json", draPools)
+	if dc := deviceClasses(t, objs)["ib.rdma.kube-rdma.io"]; dc.ExtendedResourceName != nil {
+		t.Errorf("extendedResourceName %q with dra.extendedResourceName=false", *dc.ExtendedResourceName)
+	}
+	if diff := cmp.Diff(rulesFile(t, "dra-rules.yaml"), find(t, objs, "ClusterRole").Rules); diff != "" {
+		t.Errorf("ClusterRole rules without node state (-want +got):\n%s", diff)
+	}
+	if sa := find(t, objs, "ServiceAccount"); sa.AutomountServiceAccountToken == nil || !*sa.AutomountServiceAccountToken {
+		t.Error("the ServiceAccount mounts no token; the DRA front end publishes ResourceSlices")
+	}
+
+	// Claims get CDI devices: no CDI directory, no DRA.
+	if out, err := helmTemplate(t, "--set", "dra.enabled=true", "--set", "devicePlugin.cdiDir="); err == nil || !strings.Contains(string(out), "dra.enabled needs devicePlugin.cdiDir") {
+		t.Errorf("dra.enabled without devicePlugin.cdiDir: err %v, output %s", err, out)
+	}
+}
+
+// checkSelector evaluates the DeviceClass's CEL selector, with the scheduler's compiler,
+// against the devices pkg/dra publishes for the HGX topology: every device published in
+// pool matches, the same devices published in another pool do not.
+func checkSelector(t *testing.T, expr, pool string) {
+	t.Helper()
+	tree, err := nodesim.Build(t.TempDir(), nodesim.HGX())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := discovery.Scanner{SysRoot: tree.SysRoot}.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := map[string]bool{}
+	for _, d := range n.RDMADevices {
+		healthy[d.Name] = true
+	}
+	prog := drcel.GetCompiler(drcel.Features{}).CompileCELExpression(expr, drcel.Options{})
+	if prog.Error != nil {
+		t.Fatalf("compile %q: %v", expr, prog.Error)
+	}
+	for _, p := range []string{pool, "other"} {
+		devs, errs := dra.Devices(n.RDMADevices, healthy)
+		if len(errs) > 0 || len(devs) == 0 {
+			t.Fatalf("dra.Devices: %d devices, %v", len(devs), errs)
+		}
+		dra.InPool(devs, p)
+		for _, d := range devs {
+			ok, _, err := prog.DeviceMatches(context.Background(), drcel.Device{Driver: dra.DriverName, Attributes: d.API.Attributes})
+			if err != nil || ok != (p == pool) {
+				t.Errorf("%q on %s published in pool %s: %v, %v; want %v", expr, d.API.Name, p, ok, err, p == pool)
+			}
+		}
+	}
+}
