@@ -109,8 +109,12 @@ dry_run() {
 dry_run
 dry_run --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
 dry_run --set cni.install=true,cni.mode=multus --set-json 'cni.networks=[{"name":"rdma-ib","pool":"ib"}]'
+# The DRA front end: its RBAC and a DeviceClass (resource.k8s.io/v1, its CEL selector compiled
+# by this API server; extendedResourceName is dropped without DRAExtendedResource).
+dry_run --set dra.enabled=true --set-json \
+  'config.pools=[{"name":"ib","mode":"exclusive","frontend":"dra","selectors":{"linkLayers":["InfiniBand"]}}]'
 kubectl delete -f "$HERE/nad-crd.yaml" --wait >/dev/null
-echo "chart output accepted by the API server (dry-run) in CNI modes none, chained, multus" >>"$REPORT"
+echo "chart output accepted by the API server (dry-run) in CNI modes none, chained, multus, and with dra.enabled" >>"$REPORT"
 
 start=$(date +%s.%N)
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
