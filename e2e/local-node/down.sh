@@ -102,7 +102,10 @@ if findmnt -rn -o TARGET | grep -q "^$NODE_RUN/"; then
   log "WARNING: mounts left below $NODE_RUN; not removing it"
   exit 1
 fi
-cp -a "$NODE_RUN/logs" "$E2E_CACHE/last-node-logs.tmp" 2>/dev/null && rm -rf "$E2E_CACHE/last-node-logs" &&
+# The containers' logs too (the kubelet's --pod-logs-dir), for a daemon that crashed.
+cp -a "$NODE_RUN/logs" "$E2E_CACHE/last-node-logs.tmp" 2>/dev/null &&
+  { cp -a "$NODE_RUN/pod-logs" "$E2E_CACHE/last-node-logs.tmp/pods" 2>/dev/null || true; } &&
+  rm -rf "$E2E_CACHE/last-node-logs" &&
   mv "$E2E_CACHE/last-node-logs.tmp" "$E2E_CACHE/last-node-logs"
 rm -rf "$NODE_RUN"
 rmdir "$(dirname "$NODE_RUN")" 2>/dev/null || true

@@ -32,6 +32,14 @@ T_BUILD=$(($(date +%s) - T0))
 finish() {
   local rc=$?
   trap - EXIT
+  if [[ $rc != 0 ]]; then
+    # What the chart's containers said last (a daemon in CrashLoopBackOff says why here).
+    for f in "$NODE_RUN"/pod-logs/kube-rdma_*/*/*.log; do
+      [[ -f $f ]] || continue
+      echo "--- ${f#"$NODE_RUN"/pod-logs/} (last 20 lines)" >&2
+      tail -n 20 "$f" >&2
+    done
+  fi
   if [[ ${E2E_KEEP_NODE:-0} == 1 ]]; then
     log "node left running (E2E_KEEP_NODE=1): KUBECONFIG=$KUBECONFIG; stop it with $HERE/down.sh"
   else
