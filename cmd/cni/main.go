@@ -43,7 +43,7 @@ func main() {
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(cli.Exit("kube-rdma", command(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 	}
-	newPlugin := func() (*cni.Plugin, error) { return cni.New(os.Stderr) }
+	newPlugin := func() (*cni.Plugin, error) { return withE2EFakes(cni.New(os.Stderr)) }
 	os.Exit(cni.Main(context.Background(), newPlugin, about))
 }
 

@@ -9,10 +9,11 @@ import (
 // TestShippedBinariesLinkNoScaffolding keeps the test and demo scaffolding
 // out of the binaries the image ships: the sysfs tree writer, the kubelet
 // stand-in, the demo script and the test helpers belong to tests and to
-// kube-rdma-demo only.
+// kube-rdma-demo only; the fake RDMA netlink to the local-node e2e's build
+// (tag kuberdma_e2e), which this default build must not link.
 func TestShippedBinariesLinkNoScaffolding(t *testing.T) {
 	shipped := []string{"./cmd/device-plugin", "./cmd/cni", "./cmd/kubectl-rdma"}
-	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest"}
+	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest", "/fakerdma"}
 	cmd := exec.Command("go", append([]string{"list", "-deps"}, shipped...)...)
 	cmd.Dir = "../.." // the module root
 	out, err := cmd.Output()

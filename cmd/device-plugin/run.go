@@ -39,6 +39,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopDRA()
+	cfg.NetnsMode = e2eNetnsMode()
 	d, err := deviceplugin.New(cfg.Config)
 	if err != nil {
 		return err

@@ -1,0 +1,13 @@
+//go:build kuberdma_e2e
+
+package main
+
+import (
+	"github.com/kube-rdma/kube-rdma/internal/fakerdma"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+)
+
+// e2eNetnsMode reports the exclusive RDMA netns mode (internal/fakerdma):
+// the e2e build only, for the GPU-aligned phase of the local-node e2e on a
+// kernel without RDMA netlink. Never in a shipped image (deps_test.go).
+func e2eNetnsMode() deviceplugin.NetnsModeReader { return fakerdma.Mode{} }
