@@ -127,6 +127,9 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	# The local-node e2e's build of the binaries (fake RDMA netlink, internal/fakerdma).
+	$(GO) vet -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
+	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 
 # Every shell script in the repository (git ls-files '*.sh') and .ci/run. Debian: apt-get
 # install shellcheck (bookworm: 0.9.0). A warning that is wrong for one line is disabled on

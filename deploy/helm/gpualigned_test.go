@@ -2,6 +2,7 @@ package helm
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -62,6 +63,25 @@ func TestGPUAlignedWithoutNodeState(t *testing.T) {
 	for _, a := range []string{"--node-state=false", "--alloc-dir=/var/run/kube-rdma/alloc", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
+		}
+	}
+}
+
+// TestGPUAlignedChained: the chained CNI entry of a gpuAligned pool names the daemon's alloc
+// dir (the CNI fills the directories Allocate makes there); another pool's entry does not.
+func TestGPUAlignedChained(t *testing.T) {
+	pools := `config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}},` +
+		`{"name":"roce","mode":"exclusive","selectors":{"linkLayers":["Ethernet"]}}]`
+	for pool, want := range map[string]string{"gpu-nics": "/run/rdma/alloc", "roce": ""} {
+		objs := render(t, "--set", "devicePlugin.allocDir=/run/rdma/alloc,cni.install=true,cni.mode=chained,cni.chained.pool="+pool,
+			"--set-json", pools)
+		entry := find(t, objs, "ConfigMap").Data["cni-plugin.json"]
+		c := parseEntry(t, entry)
+		if c.ResourceName != "rdma.kube-rdma.io/"+pool {
+			t.Errorf("pool %s: resource %q", pool, c.ResourceName)
+		}
+		if got := strings.Contains(entry, `"allocDir"`); got != (want != "") || (want != "" && c.AllocDir != want) {
+			t.Errorf("pool %s: plugin entry's allocDir %q (set: %v), want %q:\n%s", pool, c.AllocDir, got, want, entry)
 		}
 	}
 }

@@ -3,6 +3,9 @@
 # OCI image layout tar files, without a container engine (hack/ocibuild):
 #
 #   localhost/kube-rdma:e2e   this repository's static binaries, as the Dockerfile's image
+#   localhost/kube-rdma:e2e-fakerdma   the same built with the tag kuberdma_e2e: RDMA netlink
+#                             faked (internal/fakerdma) for the GPU-aligned phase, which needs
+#                             the exclusive RDMA netns mode this kernel cannot give
 #   localhost/pause:e2e       the sandbox image (e2e/local-node/pause)
 #   localhost/rdma-test:e2e   busybox-static plus rdma-core's ibv_devices/ibv_devinfo, from the
 #                             host's Debian suite (downloaded, unpacked, never installed)
@@ -38,6 +41,9 @@ gobuild -o "$WORK/bin/device-plugin" ./cmd/device-plugin
 gobuild -o "$WORK/bin/kube-rdma" ./cmd/cni
 gobuild -o "$WORK/bin/kubectl-rdma" ./cmd/kubectl-rdma
 gobuild -o "$WORK/pause" ./e2e/local-node/pause
+mkdir -p "$WORK/fakerdma"
+gobuild -tags kuberdma_e2e -o "$WORK/fakerdma/device-plugin" ./cmd/device-plugin
+gobuild -tags kuberdma_e2e -o "$WORK/fakerdma/kube-rdma" ./cmd/cni
 
 # The kube-rdma image: what the Dockerfile's final stage holds (distroless/static without CA
 # certificates and time zones, which the binaries do not use).
@@ -47,6 +53,13 @@ printf 'root:x:0:\nnonroot:x:65532:\n' >"$WORK/etc/group"
 "$WORK/ocibuild" -o "$OUT/kube-rdma.tar" -name "localhost/kube-rdma:$TAG" \
   -file "$WORK/bin/device-plugin:/usr/local/bin/device-plugin:0755" \
   -file "$WORK/bin/kube-rdma:/usr/local/bin/kube-rdma:0755" \
+  -file "$WORK/bin/kubectl-rdma:/usr/local/bin/kubectl-rdma:0755" \
+  -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
+  -dir /tmp:1777 -user 0:0 \
+  -entrypoint '["/usr/local/bin/device-plugin"]' -cmd '["run"]'
+"$WORK/ocibuild" -o "$OUT/kube-rdma-fakerdma.tar" -name "localhost/kube-rdma:$TAG-fakerdma" \
+  -file "$WORK/fakerdma/device-plugin:/usr/local/bin/device-plugin:0755" \
+  -file "$WORK/fakerdma/kube-rdma:/usr/local/bin/kube-rdma:0755" \
   -file "$WORK/bin/kubectl-rdma:/usr/local/bin/kubectl-rdma:0755" \
   -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
   -dir /tmp:1777 -user 0:0 \

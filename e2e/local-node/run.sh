@@ -141,3 +141,52 @@ export E2E_DAEMON_STATE=http://127.0.0.1:$METRICS_PORT/state
 export E2E_UNINSTALL=1 E2E_PARALLEL_PODS=${E2E_PARALLEL_PODS:-20} E2E_REPORT=$REPORT
 log "running the e2e suite"
 (cd "$REPO" && go test -count=1 -v -timeout 40m ./e2e/suite "$@")
+
+# --- GPU-aligned phase ---------------------------------------------------------------------------
+# The suite uninstalled the chart. Now the InfiniBand pool gets binding gpuAligned. Such a pool
+# needs the exclusive RDMA netns mode, which this kernel (no RDMA netlink) can neither report
+# nor provide, so this phase installs the image built with the tag kuberdma_e2e, whose binaries
+# fake RDMA netlink (internal/fakerdma: a state file of which netns each RDMA device is in);
+# the netdev moves, the kubelet, PodResources and containerd are real. fakegpu stands in for
+# NVIDIA's GPU device plugin: the fixture's two H100s as nvidia.com/gpu, by UUID.
+# E2E_GPU_ALIGNED=0 skips it.
+[[ ${E2E_GPU_ALIGNED:-1} == 1 ]] || exit 0
+log "GPU-aligned phase"
+FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
+[[ ! -e $FAKE_RDMA_DIR ]] || die "$FAKE_RDMA_DIR exists (left by an earlier run?)"
+echo "$FAKE_RDMA_DIR" >>"$NODE_RUN/host/created-dirs"
+(cd "$REPO" && go build -o "$NODE_RUN/fakegpu" ./e2e/local-node/fakegpu)
+start fakegpu "$NODE_RUN/fakegpu" -sysfs-root "$FIXTURE/sys" -proc-root "$FIXTURE/proc"
+# The answer key, from the fixture's layout (nodesim.LocalNode): each GPU's PCIe switch holds
+# one InfiniBand HCA. GPU UUIDs as the fixture's procfs gives them.
+gpu_uuid() { sed -n 's/^GPU UUID:[[:space:]]*//p' "$FIXTURE/proc/driver/nvidia/gpus/$1/information"; }
+E2E_GPU_NICS="$(gpu_uuid 0000:19:00.0)=mlx5_0/ibp24s0,$(gpu_uuid 0000:9b:00.0)=mlx5_1/ibp154s0"
+export E2E_GPU_NICS E2E_GPU_ALIGNED_POOL=ib E2E_FAKE_RDMA_STATE=$FAKE_RDMA_DIR/state.json
+"$HERE/hook.sh" node-state >"$NODE_RUN/node-state.gpualigned"
+cat >"$NODE_RUN/values-gpualigned.yaml" <<YAML
+image: {repository: localhost/kube-rdma, tag: e2e-fakerdma, pullPolicy: Never}
+config:
+  resourcePrefix: rdma.kube-rdma.io
+  pools:
+  - {name: ib, mode: exclusive, binding: gpuAligned, selectors: {linkLayers: [InfiniBand]}}
+devicePlugin:
+  cdiDir: "$NODE_RUN/cdi"
+  metricsPort: $METRICS_PORT
+  allocDir: "$NODE_RUN/alloc"
+  extraEnv:
+  - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+  - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
+cni:
+  install: true
+  binDir: "$NODE_RUN/cni/bin"
+  confDir: "$NODE_RUN/cni/net.d"
+  mode: chained
+  pluginConfig: {rdmaNetnsMode: exclusive, procRoot: "$FIXTURE/proc", stateDir: "$CNI_STATE_DIR", logFile: "$NODE_RUN/logs/kube-rdma-cni.log"}
+  chained: {pool: ib}
+YAML
+helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
+  -f "$NODE_RUN/values-gpualigned.yaml" --wait --timeout 180s >/dev/null
+kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
+export E2E_POOLS=ib:exclusive:2 E2E_CHAINED_POOL='' E2E_MEMLOCK='' E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.gpualigned
+(cd "$REPO" && go test -count=1 -v -timeout 15m ./e2e/suite -run '^(TestGPUAligned|TestUninstall)$')

@@ -36,7 +36,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
   containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
 done
-for i in pause kube-rdma rdma-test; do
+for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
   [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
 done
 
@@ -239,7 +239,7 @@ EOF
 # The shim finds runc through PATH.
 start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
 wait_for "containerd serving" 30 ctr version
-for i in pause kube-rdma rdma-test; do
+for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
   ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log" 2>&1
 done
 log "images imported: $(ctr images ls -q | grep -c '^localhost/') ($(elapsed)s)"

@@ -55,6 +55,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if $c.interfaceNames }}{{ $_ := set $conf "interfaceNames" $c.interfaceNames }}{{ end -}}
 {{- if $c.ipam }}{{ $_ := set $conf "ipam" $c.ipam }}{{ end -}}
 {{- if .Values.hostPaths.sysfsRoot }}{{ $_ := set $conf "sysfsRoot" .Values.hostPaths.sysfsRoot }}{{ end -}}
+{{- /* A gpuAligned pool's CNI fills the allocation directories the daemon makes. */ -}}
+{{- range .Values.config.pools }}{{ if and (eq .name $c.pool) (eq (.binding | default "") "gpuAligned") }}{{ $_ := set $conf "allocDir" $.Values.devicePlugin.allocDir }}{{ end }}{{ end -}}
 {{- mustMergeOverwrite $conf (deepCopy .Values.cni.pluginConfig) | toPrettyJson -}}
 {{- end -}}
 
