@@ -24,6 +24,10 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 )
 
+// DriverName is the DRA driver whose claims the records are (pkg/dra's
+// DriverName is this one).
+const DriverName = "rdma.kube-rdma.io"
+
 // DefaultDir is where the daemon keeps the records with its default
 // --dra-plugin-dir (the kubelet's plugin directory of the driver
 // rdma.kube-rdma.io, then claims/). The CNI runs on the host and the daemon
