@@ -87,11 +87,12 @@ manifests:
 	HELM=$(HELM) bash hack/render-manifests.sh >deploy/manifests/device-plugin.yaml.tmp
 	mv deploy/manifests/device-plugin.yaml.tmp deploy/manifests/device-plugin.yaml
 
-# Lint (defaults, each CNI mode, no node state, NRI with a pool memlock, a gpuAligned pool), the rendered manifests up to date, the render tests.
+# Lint (defaults, each CNI mode, chained to a dra pool, no node state, NRI with a pool memlock, a gpuAligned pool), the rendered manifests up to date, the render tests.
 helm-check:
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=multus --set-json 'cni.networks=[{"name":"rdma-ib","pool":"ib"}]'
+	$(HELM) lint --strict $(CHART) --set dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib --set-json 'config.pools=[{"name":"ib","mode":"exclusive","frontend":"dra","selectors":{"linkLayers":["InfiniBand"]}}]'
 	$(HELM) lint --strict $(CHART) --set nodeState.enabled=false
 	$(HELM) lint --strict $(CHART) --set nri.enabled=true --set-json 'config.pools=[{"name":"hca","mode":"exclusive","memlock":"64Gi","selectors":{"kinds":["PF"]}}]'
 	$(HELM) lint --strict $(CHART) --set-json 'config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}}]'

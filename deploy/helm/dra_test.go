@@ -15,6 +15,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
 )
 
 const draPools = `config.pools=[
@@ -177,6 +178,50 @@ func checkSelector(t *testing.T, expr, pool string) {
 			if err != nil || ok != (p == pool) {
 				t.Errorf("%q on %s published in pool %s: %v, %v; want %v", expr, d.API.Name, p, ok, err, p == pool)
 			}
+		}
+	}
+}
+
+// TestDRAChained: chained to a dra pool, the plugin entry reads the claims' records where the
+// daemon writes them (--dra-plugin-dir, mounted at its host path, then claims/), and nothing of
+// PodResources; chained to a device plugin pool with DRA on, the entry is as without DRA.
+func TestDRAChained(t *testing.T) {
+	for _, tc := range []struct {
+		kubeletDir string
+		want       string
+	}{
+		{"/var/lib/kubelet", claimrecord.DefaultDir},
+		{"/data/kubelet/", "/data/kubelet/plugins/rdma.kube-rdma.io/claims"},
+	} {
+		objs := render(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib",
+			"--set", "hostPaths.kubeletDir="+tc.kubeletDir, "--set-json", draPools)
+		c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"])
+		if !c.FromDRA() || c.DRAClaimsDir != tc.want || c.ResourceName != "" {
+			t.Errorf("kubeletDir %s: plugin entry: dra %v, claims dir %q, resource %q; want claims dir %s",
+				tc.kubeletDir, c.FromDRA(), c.DRAClaimsDir, c.ResourceName, tc.want)
+		}
+		var pluginDir string
+		for _, a := range daemonSet(t, objs).Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--dra-plugin-dir="); ok {
+				pluginDir = v
+			}
+		}
+		if got := dra.ClaimsDir(pluginDir); got != c.DRAClaimsDir {
+			t.Errorf("the daemon writes the records in %s, the plugin reads %s", got, c.DRAClaimsDir)
+		}
+	}
+	objs := render(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=roce", "--set-json", draPools)
+	if c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"]); c.FromDRA() || c.ResourceName != "rdma.kube-rdma.io/roce" {
+		t.Errorf("chained to a device plugin pool: dra %v, resource %q", c.FromDRA(), c.ResourceName)
+	}
+
+	for name, args := range map[string][]string{
+		"chained to a dra pool without dra.enabled": {"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", draPools},
+		"multus network of a dra pool": {"--set", "dra.enabled=true,cni.install=true,cni.mode=multus", "--set-json", draPools,
+			"--set-json", `cni.networks=[{"name":"rdma-ib","pool":"ib"}]`},
+	} {
+		if out, err := helmTemplate(t, args...); err == nil || !strings.Contains(string(out), "frontend dra") {
+			t.Errorf("%s: err %v, output %s", name, err, out)
 		}
 	}
 }

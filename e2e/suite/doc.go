@@ -2,7 +2,8 @@
 // named by E2E_KUBECONFIG (the node hook and helm named by E2E_* variables do what
 // the API cannot) and checks what a pod gets from kube-rdma: allocatable
 // resources, device nodes, environment, netdevs, the locked-memory limit a
-// non-root container gets through NRI, and that they survive port
+// non-root container gets through NRI, the NICs a gpuAligned pool binds next
+// to a pod's GPUs (gpualigned_test.go), and that they survive port
 // flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall.
 //
 // Everything is in _test.go files; without E2E_KUBECONFIG, or with E2E_SKIP=1,

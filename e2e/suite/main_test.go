@@ -26,6 +26,8 @@ package suite
 //	E2E_UNINSTALL=1        run the final uninstall test
 //	E2E_PARALLEL_PODS      pods of the parallel test (20)
 //	E2E_REPORT             file the parallel test appends its latency line to
+//	E2E_GPU_ALIGNED_POOL, E2E_GPU_NICS, E2E_GPU_RESOURCE, E2E_FAKE_RDMA_STATE
+//	                       TestGPUAligned's (gpualigned_test.go); unset: it skips
 
 import (
 	"context"

@@ -73,6 +73,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	mark("plan")
 	if planFor == nil {
+		if conf.FromDRA() {
+			if conf.PrevResult == nil {
+				return nil, errNoClaims(conf, pod)
+			}
+			log.Info("no DRA claim reserved for the pod; passing prevResult through", "claimsDir", conf.DRAClaimsDir, "podUID", pod.UID)
+			return passthrough(conf), nil
+		}
 		log.Info("no devices of the resource allocated to the pod; passing prevResult through", "resource", conf.ResourceName)
 		return passthrough(conf), nil
 	}
@@ -171,7 +178,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 // planFor means the pod has nothing of the resource: pass through.
 func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, pod podRef, res Resolver,
 	log *slog.Logger) (planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), gr *gpuRequest, err error) {
-	if conf.Standalone() {
+	if conf.Standalone() && !conf.FromDRA() {
 		if gr, err = p.gpuAlignedRequest(ctx, conf, pod, log); err != nil {
 			return nil, nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
 )
 
 // Check verifies that every device of the attachment is in the pod netns
@@ -120,7 +121,8 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 
 // Status reports whether the plugin can work on this node: RDMA netlink
 // answers (unless the mode is configured and every device is soft), the
-// state dir is writable and, in standalone mode, the kubelet answers.
+// state dir is writable and, in standalone mode, the kubelet answers (in
+// DRA mode, the claims dir can be read).
 func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := netconf.Parse(args.StdinData)
 	_, closeLog := p.logger(conf)
@@ -135,7 +137,11 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	if err := (p.store(conf)).Writable(); err != nil {
 		errs = append(errs, err)
 	}
-	if conf.Standalone() || conf.RequirePodResources {
+	if conf.FromDRA() {
+		if _, err := claimrecord.ReadAll(conf.DRAClaimsDir); err != nil {
+			errs = append(errs, fmt.Errorf("dra claims: %w", err))
+		}
+	} else if conf.Standalone() || conf.RequirePodResources {
 		// A pod the kubelet does not know is an answer: it is there.
 		_, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
 		if err != nil && !errors.Is(err, podres.ErrPodNotFound) {

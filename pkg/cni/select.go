@@ -111,9 +111,13 @@ func transient(err error) bool {
 }
 
 // selectDevices returns the device IDs this ADD attaches: the deviceID,
-// checked against the pod's allocation, or in standalone mode every device
-// of the resource allocated to the pod.
+// checked against the pod's allocation, in standalone mode every device
+// of the resource allocated to the pod, or in DRA mode every device of the
+// pod's claims.
 func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
+	if conf.FromDRA() {
+		return p.claimedDevices(conf, pod, res, log)
+	}
 	if !conf.Standalone() {
 		if !pod.known() && conf.RequirePodResources {
 			return nil, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)

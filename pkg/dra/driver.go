@@ -84,11 +84,18 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// The claims' records are there before the first Prepare: the CNI
+	// plugin tells "no claim for this pod" from "no DRA driver on this
+	// node" by the directory.
 	if err := os.MkdirAll(cfg.PluginDir, 0o750); err != nil {
 		return nil, fmt.Errorf("dra driver: create plugin dir: %w", err)
 	}
+	claims := ClaimsDir(cfg.PluginDir)
+	if err := os.MkdirAll(claims, 0o700); err != nil {
+		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
+	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, index: Index{}, changed: make(chan struct{})}
-	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: filepath.Join(cfg.PluginDir, "claims"), DevRoot: cfg.DevRoot, Devices: d}
+	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	h, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),
@@ -103,6 +110,10 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	d.helper = h
 	return d, nil
 }
+
+// ClaimsDir is where a driver with this plugin directory keeps the claims'
+// records (claimrecord.DefaultDir with the default plugin directory).
+func ClaimsDir(pluginDir string) string { return filepath.Join(pluginDir, "claims") }
 
 // Stop stops the kubelet plugin. The published slices stay: a restarted
 // daemon republishes, and the scheduler keeps the devices meanwhile.
@@ -164,6 +175,13 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 
 func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	claim := Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	for _, r := range c.Status.ReservedFor {
+		// The kubelet prepares a claim only for pods in reservedFor; the CNI
+		// finds a pod's claims by these.
+		if r.APIGroup == "" && r.Resource == "pods" {
+			claim.PodUIDs = append(claim.PodUIDs, string(r.UID))
+		}
+	}
 	if c.Status.Allocation != nil {
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver == DriverName {

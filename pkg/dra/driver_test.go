@@ -29,6 +29,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -272,6 +273,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	mlx50 := dra.DeviceName(node.RDMADevices[0])
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "nic", Driver: dra.DriverName, Pool: "node-a/nics", Device: mlx50}}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p1", UID: "0d6c1a35-0000-4000-8000-0000000000a1"}}
 	if claim, err = kube.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +297,12 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		}
 		if _, err := os.Stat(spec); err != nil {
 			t.Errorf("prepare #%d: %v", i+1, err)
+		}
+		// What the CNI plugin reads: the pod and the RDMA device.
+		recs, err := claimrecord.ReadAll(dra.ClaimsDir(filepath.Join(sockDir, "plugin")))
+		if err != nil || len(recs) != 1 || !recs[0].ForPod("0d6c1a35-0000-4000-8000-0000000000a1") ||
+			len(recs[0].Devices) != 1 || recs[0].Devices[0].RDMA != node.RDMADevices[0].Name {
+			t.Errorf("prepare #%d: claim records %+v, %v", i+1, recs, err)
 		}
 	}
 	unknown := &drapb.Claim{Namespace: "default", Name: "gone", Uid: "0d6c1a35-0000-4000-8000-000000000000"}

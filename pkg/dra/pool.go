@@ -4,11 +4,12 @@ import (
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
 )
 
 // DriverName is the DRA driver's name, the driver field of its
 // ResourceSlices and of the allocation results it prepares.
-const DriverName = "rdma.kube-rdma.io"
+const DriverName = claimrecord.DriverName
 
 // PoolName is the DRA pool of a configured pool on a node:
 // "<node>/<pool>". A DRA pool is the driver's, not the node's, so two nodes

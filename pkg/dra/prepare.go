@@ -1,11 +1,10 @@
 package dra
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,9 +12,9 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
 )
 
 // CDIKind is the CDI kind of the claims' devices. Each claim gets its own
@@ -38,11 +37,15 @@ type Lookup interface {
 	Device(pool, device string) (discovery.RDMADevice, bool)
 }
 
-// Claim is what Prepare needs of a ResourceClaim: its identity and the
-// allocation results of our driver, in the claim's order.
+// Claim is what Prepare needs of a ResourceClaim: its identity, the pods
+// it is reserved for and the allocation results of our driver, in the
+// claim's order.
 type Claim struct {
 	UID, Namespace, Name string
-	Results              []Result
+	// PodUIDs are the UIDs of status.reservedFor's pods. The record keeps
+	// them, sorted, for the CNI plugin, which finds a pod's devices by them.
+	PodUIDs []string
+	Results []Result
 }
 
 // Result is one allocated device.
@@ -67,9 +70,10 @@ type Prepared struct {
 }
 
 // Preparer prepares and unprepares claims. It keeps a record per prepared
-// claim in StateDir, so Unprepare works after a restart and Prepare can
-// refuse a device another claim holds. Prepare and Unprepare may be called
-// from several goroutines.
+// claim in StateDir (package claimrecord), so Unprepare works after a
+// restart, Prepare can refuse a device another claim holds, and the CNI
+// plugin can move the claimed NICs' netdevs into the pods. Prepare and
+// Unprepare may be called from several goroutines.
 type Preparer struct {
 	// CDIDir is where the claims' CDI specs go (/var/run/cdi).
 	CDIDir string
@@ -83,21 +87,13 @@ type Preparer struct {
 	mu sync.Mutex
 }
 
-// record is what Unprepare and the in-use check need of a prepared claim.
-type record struct {
-	UID       string   `json:"uid"`
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Devices   []Result `json:"devices"`
-}
-
 // Prepare writes the claim's CDI spec (one CDI device per request, with
 // the device nodes and the NCCL environment of that request's NICs) and
 // returns the CDI devices. Preparing a prepared claim again gives the same
 // answer and rewrites nothing that did not change.
 func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
-	if c.UID == "" || strings.ContainsAny(c.UID, `/\`) {
-		return nil, fmt.Errorf("prepare claim %s/%s: bad uid %q", c.Namespace, c.Name, c.UID)
+	if err := claimrecord.CheckUID(c.UID); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -108,6 +104,8 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	}
 	var requests []string
 	byRequest := map[string][]discovery.RDMADevice{}
+	rec := claimrecord.Record{UID: c.UID, Namespace: c.Namespace, Name: c.Name, PodUIDs: podUIDs(c.PodUIDs),
+		Devices: make([]claimrecord.Device, 0, len(c.Results))}
 	for _, r := range c.Results {
 		d, ok := p.Devices.Device(r.Pool, r.Device)
 		if !ok {
@@ -120,6 +118,8 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 			requests = append(requests, r.Request)
 		}
 		byRequest[r.Request] = append(byRequest[r.Request], d)
+		rec.Devices = append(rec.Devices, claimrecord.Device{Request: r.Request, Pool: r.Pool, Device: r.Device,
+			AdminAccess: r.AdminAccess, RDMA: d.Name, PCIAddress: d.PCIAddress, AuxDevice: d.AuxDevice})
 	}
 	spec := cdispec.Spec{Kind: CDIKind, Devices: []cdispec.Device{}}
 	if containeredits.Present(p.DevRoot, containeredits.RDMACM) {
@@ -141,7 +141,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	}
 	// Apply: the record first, so a crash between the two leaves a record
 	// Unprepare cleans up rather than a spec nothing knows of.
-	if err := p.writeRecord(record{UID: c.UID, Namespace: c.Namespace, Name: c.Name, Devices: slices.Clone(c.Results)}); err != nil {
+	if err := claimrecord.Write(p.StateDir, rec); err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	if err := containeredits.WriteSpec(p.specPath(c.UID), spec); err != nil {
@@ -163,16 +163,16 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 // not prepared (never was, already unprepared, or prepared before a reboot
 // cleared the state) is not an error.
 func (p *Preparer) Unprepare(uid string) error {
-	if uid == "" || strings.ContainsAny(uid, `/\`) {
-		return fmt.Errorf("unprepare claim: bad uid %q", uid)
+	if err := claimrecord.CheckUID(uid); err != nil {
+		return fmt.Errorf("unprepare claim: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := containeredits.RemoveSpec(p.specPath(uid)); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", uid, err)
 	}
-	if err := os.Remove(p.recordPath(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("unprepare claim %s: remove record: %w", uid, err)
+	if err := claimrecord.Remove(p.StateDir, uid); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", uid, err)
 	}
 	return nil
 }
@@ -215,47 +215,21 @@ func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
 	return out, nil
 }
 
-func (p *Preparer) records() ([]record, error) {
-	entries, err := os.ReadDir(p.StateDir)
-	if errors.Is(err, os.ErrNotExist) {
+// records lists the prepared claims; no directory yet is none.
+func (p *Preparer) records() ([]claimrecord.Record, error) {
+	recs, err := claimrecord.ReadAll(p.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read claim records: %w", err)
-	}
-	var out []record
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(p.StateDir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read claim record: %w", err)
-		}
-		var r record
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("read claim record %s: %w", e.Name(), err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return recs, err
 }
 
-func (p *Preparer) writeRecord(r record) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode claim record: %w", err)
-	}
-	if err := os.MkdirAll(p.StateDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	if err := atomicfile.Write(p.recordPath(r.UID), data, 0o600, ".kube-rdma-*.tmp"); err != nil {
-		return fmt.Errorf("write claim record: %w", err)
-	}
-	return nil
+// podUIDs is the pods' UIDs sorted, without repeats or empty ones.
+func podUIDs(uids []string) []string {
+	out := slices.DeleteFunc(slices.Clone(uids), func(s string) bool { return s == "" })
+	slices.Sort(out)
+	return slices.Compact(out)
 }
-
-func (p *Preparer) recordPath(uid string) string { return filepath.Join(p.StateDir, uid+".json") }
 
 func (p *Preparer) specPath(uid string) string {
 	return filepath.Join(p.CDIDir, "kube-rdma-claim-"+uid+".json")

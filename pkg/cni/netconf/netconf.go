@@ -62,8 +62,12 @@ type Conf struct {
 	MTU      int
 	// MAC is the address to give the pod interface (runtimeConfig.mac wins
 	// over mac); nil to keep the device's own.
-	MAC            net.HardwareAddr
-	ResourceName   string
+	MAC          net.HardwareAddr
+	ResourceName string
+	// DRAClaimsDir, when set, is DRA mode: the devices are those of the
+	// DRA claims the node agent prepared for the pod (K8S_POD_UID), read
+	// from its records in this directory (package claimrecord).
+	DRAClaimsDir   string
 	InterfaceNames []string
 	KubeletSocket  string
 	StateDir       string
@@ -88,9 +92,15 @@ type Conf struct {
 	ValidAttachments []types.GCAttachment
 }
 
-// Standalone reports whether devices come from the kubelet's PodResources
-// API rather than from a deviceID.
-func (c *Conf) Standalone() bool { return c.DeviceID == "" && c.ResourceName != "" }
+// Standalone reports whether ADD attaches the set of devices the node
+// allocated to the pod (the kubelet's PodResources API for resourceName,
+// the DRA claims' records for draClaimsDir) rather than one deviceID.
+func (c *Conf) Standalone() bool {
+	return c.DeviceID == "" && (c.ResourceName != "" || c.DRAClaimsDir != "")
+}
+
+// FromDRA reports whether the devices are the pod's DRA claims'.
+func (c *Conf) FromDRA() bool { return c.DeviceID == "" && c.DRAClaimsDir != "" }
 
 type runtimeConfig struct {
 	DeviceID string   `json:"deviceID,omitempty"`
@@ -115,6 +125,7 @@ type raw struct {
 	MTU            int      `json:"mtu,omitempty"`
 	MAC            string   `json:"mac,omitempty"`
 	ResourceName   string   `json:"resourceName,omitempty"`
+	DRAClaimsDir   string   `json:"draClaimsDir,omitempty"`
 	InterfaceNames []string `json:"interfaceNames,omitempty"`
 	KubeletSocket  string   `json:"kubeletSocket,omitempty"`
 	StateDir       string   `json:"stateDir,omitempty"`
@@ -150,6 +161,9 @@ func Parse(data []byte) (*Conf, error) {
 		return nil, err
 	}
 	if err := checkLinkFields(c); err != nil {
+		return nil, err
+	}
+	if err := checkDRA(c); err != nil {
 		return nil, err
 	}
 	if err := defaultAndCheckNetnsMode(c); err != nil {
@@ -195,7 +209,7 @@ func decode(data []byte) (*raw, error) {
 func fromRaw(r *raw) *Conf {
 	return &Conf{
 		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
-		ResourceName: r.ResourceName, InterfaceNames: r.InterfaceNames,
+		ResourceName: r.ResourceName, DRAClaimsDir: r.DRAClaimsDir, InterfaceNames: r.InterfaceNames,
 		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
 		ProcRoot: r.ProcRoot, AllocDir: r.AllocDir, GPUResourceName: r.GPUResource,
 		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
@@ -280,6 +294,22 @@ func checkLinkFields(c *Conf) error {
 	return nil
 }
 
+// checkDRA checks that draClaimsDir is the one source of the pod's
+// devices: a resourceName would be a second, a deviceID (Multus) a third.
+func checkDRA(c *Conf) error {
+	switch {
+	case c.DRAClaimsDir == "":
+		return nil
+	case !strings.HasPrefix(c.DRAClaimsDir, "/"):
+		return invalid("draClaimsDir %q is not absolute", c.DRAClaimsDir)
+	case c.ResourceName != "":
+		return invalid("draClaimsDir and resourceName both name where the pod's devices come from; configure one")
+	case c.DeviceID != "":
+		return invalid("draClaimsDir attaches the devices of the pod's DRA claims; it does not take a deviceID (%q)", c.DeviceID)
+	}
+	return nil
+}
+
 // defaultAndCheckNetnsMode defaults the RDMA netns mode to auto and checks it.
 func defaultAndCheckNetnsMode(c *Conf) error {
 	switch c.NetnsMode {
@@ -326,8 +356,8 @@ func parsePrevResult(ver string, data json.RawMessage) (*types100.Result, error)
 
 // RequireDevice checks that an ADD knows where its devices come from.
 func (c *Conf) RequireDevice() error {
-	if c.DeviceID == "" && c.ResourceName == "" {
-		return invalid("missing deviceID: set runtimeConfig.deviceID (Multus) or resourceName (PodResources)")
+	if c.DeviceID == "" && c.ResourceName == "" && c.DRAClaimsDir == "" {
+		return invalid("missing deviceID: set runtimeConfig.deviceID (Multus), resourceName (PodResources) or draClaimsDir (DRA)")
 	}
 	return nil
 }

@@ -48,10 +48,31 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The CNI plugin's netconf for chained (standalone) mode, as JSON. */}}
+{{/* kube-rdma.isDRAPool POOL: "true" when the pool has frontend dra, else nothing. */}}
+{{- define "kube-rdma.isDRAPool" -}}
+{{- range .root.Values.config.pools }}{{ if and (eq .name $.pool) (eq (.frontend | default "devicePlugin") "dra") }}true{{ end }}{{ end -}}
+{{- end -}}
+
+{{/* The DRA driver's kubelet plugin directory (--dra-plugin-dir), a host path. */}}
+{{- define "kube-rdma.draPluginDir" -}}
+{{ printf "%s/plugins/rdma.kube-rdma.io" (trimSuffix "/" .Values.hostPaths.kubeletDir) }}
+{{- end -}}
+
+{{/* The CNI plugin's netconf for chained (standalone) mode, as JSON: resourceName for a
+device plugin pool; for a dra pool, draClaimsDir, the records of the claims the daemon prepared
+(the CNI runs on the host and reads the host path; the daemon mounts it at the same path). */}}
 {{- define "kube-rdma.chainedPlugin" -}}
 {{- $c := .Values.cni.chained -}}
-{{- $conf := dict "type" "kube-rdma" "resourceName" (include "kube-rdma.resource" (dict "root" . "pool" $c.pool)) "kubeletSocket" (printf "%s/pod-resources/kubelet.sock" .Values.hostPaths.kubeletDir) -}}
+{{- $conf := dict "type" "kube-rdma" -}}
+{{- if include "kube-rdma.isDRAPool" (dict "root" . "pool" $c.pool) -}}
+{{- if not .Values.dra.enabled -}}
+{{- fail (printf "cni.chained.pool: pool %q has frontend dra: set dra.enabled, the CNI plugin reads the claims the DRA front end prepares" $c.pool) -}}
+{{- end -}}
+{{- $_ := set $conf "draClaimsDir" (printf "%s/claims" (include "kube-rdma.draPluginDir" .)) -}}
+{{- else -}}
+{{- $_ := set $conf "resourceName" (include "kube-rdma.resource" (dict "root" . "pool" $c.pool)) -}}
+{{- $_ := set $conf "kubeletSocket" (printf "%s/pod-resources/kubelet.sock" .Values.hostPaths.kubeletDir) -}}
+{{- end -}}
 {{- if $c.interfaceNames }}{{ $_ := set $conf "interfaceNames" $c.interfaceNames }}{{ end -}}
 {{- if $c.ipam }}{{ $_ := set $conf "ipam" $c.ipam }}{{ end -}}
 {{- if .Values.hostPaths.sysfsRoot }}{{ $_ := set $conf "sysfsRoot" .Values.hostPaths.sysfsRoot }}{{ end -}}

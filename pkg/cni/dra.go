@@ -1,0 +1,71 @@
+package cni
+
+// DRA mode (draClaimsDir): the devices of a pod are those of the DRA claims
+// the node agent prepared for it. The kubelet prepares a pod's claims
+// (NodePrepareResources) before it creates the sandbox, so at ADD the
+// agent's records (package claimrecord) name the pod (reservedFor) and each
+// claimed NIC; ADD then attaches them as standalone mode attaches the
+// devices PodResources reports. docs/dra.md, "Netdevs in the pod", says
+// why this and not PodResources or NRI.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+)
+
+// claimedDevices returns the RDMA names, in natural order, of the devices
+// of every claim reserved for the pod, leaving out admin-access results
+// (they hold no device). None is an empty answer, not an error.
+func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
+	if pod.UID == "" {
+		return nil, fmt.Errorf("%w: draClaimsDir mode needs K8S_POD_UID in CNI_ARGS", ErrBadEnvironment)
+	}
+	recs, err := claimrecord.ReadAll(conf.DRAClaimsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The driver creates it at start: no driver, no claims to find.
+		return nil, fmt.Errorf("%w: DRA claims dir %s does not exist (is the node agent running with --dra, its plugin dir at this host path?): %w",
+			ErrNotAvailable, conf.DRAClaimsDir, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, r := range recs {
+		if !r.ForPod(pod.UID) {
+			continue
+		}
+		for _, d := range r.Devices {
+			if d.AdminAccess {
+				continue
+			}
+			what := fmt.Sprintf("claim %s/%s (uid %s): device %s of pool %s", r.Namespace, r.Name, r.UID, d.Device, d.Pool)
+			if d.ID() == "" {
+				return nil, fmt.Errorf("%s: the record names no RDMA device (prepared by an older node agent?): %w", what, ErrDeviceNotFound)
+			}
+			dev, err := res.LookupRDMA(d.ID())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", what, lookupError(d.ID(), err))
+			}
+			if !slices.Contains(ids, dev.Name) {
+				ids = append(ids, dev.Name)
+			}
+		}
+		log.Info("dra claim of the pod", "claim", r.Namespace+"/"+r.Name, "uid", r.UID, "devices", len(r.Devices))
+	}
+	netconf.SortDevices(ids)
+	return ids, nil
+}
+
+// errNoClaims is ADD's answer in DRA mode, when not chained, for a pod
+// that has no claim: a network the pod asked for by name (Multus) that
+// gives it nothing is a mistake worth an error.
+func errNoClaims(conf *netconf.Conf, pod podRef) error {
+	return fmt.Errorf("no claim of DRA driver %s in %s is reserved for pod %s/%s (uid %s): %w",
+		claimrecord.DriverName, conf.DRAClaimsDir, pod.Namespace, pod.Name, pod.UID, ErrNotAllocated)
+}

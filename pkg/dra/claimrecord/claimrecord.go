@@ -1,0 +1,169 @@
+// Package claimrecord is the on-disk record of a DRA claim the node agent
+// prepared: <dir>/<claim UID>.json, one per claim. pkg/dra writes and
+// removes records (Prepare, Unprepare) and checks them for devices another
+// claim holds; the CNI plugin (pkg/cni) reads them to find the devices of a
+// pod (docs/dra.md, "Netdevs in the pod").
+//
+// It is the one definition of the format and imports the standard library
+// and internal/atomicfile only, so the CNI binary, which is exec'd for every
+// ADD and DEL, does not link the Kubernetes client libraries of pkg/dra. It
+// reads no sysfs and chooses nothing.
+package claimrecord
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+)
+
+// DriverName is the DRA driver whose claims the records are (pkg/dra's
+// DriverName is this one).
+const DriverName = "rdma.kube-rdma.io"
+
+// DefaultDir is where the daemon keeps the records with its default
+// --dra-plugin-dir (the kubelet's plugin directory of the driver
+// rdma.kube-rdma.io, then claims/). The CNI runs on the host and the daemon
+// mounts that directory at the same path, so both see it here.
+const DefaultDir = "/var/lib/kubelet/plugins/rdma.kube-rdma.io/claims"
+
+// tmpPattern names the temporary files of atomic writes; readers skip
+// names that start with ".".
+const tmpPattern = ".kube-rdma-*.tmp"
+
+// Record is one prepared claim.
+type Record struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// PodUIDs are the pods the claim was reserved for when it was prepared
+	// (status.reservedFor, entries of resource "pods"), sorted. The kubelet
+	// prepares a claim once per node: a pod that reserves it later is not
+	// added.
+	PodUIDs []string `json:"podUIDs,omitempty"`
+	// Devices are the claim's results of our driver, in the claim's order.
+	Devices []Device `json:"devices"`
+}
+
+// Device is one allocated device and, for the CNI, the RDMA device it
+// was when the claim was prepared.
+type Device struct {
+	// Request is the request (or "request/subrequest") it was allocated for.
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+	// AdminAccess: allocated for monitoring or maintenance alongside the
+	// claim that uses the device; it neither holds the device nor is
+	// refused for it, and its netdev is not moved.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// RDMA is the kernel's RDMA device name at Prepare ("mlx5_3").
+	RDMA string `json:"rdmaDevice,omitempty"`
+	// PCIAddress is the PCI function of a PF or VF ("0000:3b:00.0"); for
+	// an SF, the PF's; "" for a virtual device.
+	PCIAddress string `json:"pciAddress,omitempty"`
+	// AuxDevice is an SF's auxiliary device ("mlx5_core.sf.2").
+	AuxDevice string `json:"auxDevice,omitempty"`
+}
+
+// ID is the most stable name of the device on the node, the one its DRA
+// device name is derived from: an SF's auxiliary device, a PF's or VF's
+// PCI address, else (rxe, siw) its RDMA name. Probe order and udev renames
+// change RDMA names, not these.
+func (d Device) ID() string {
+	switch {
+	case d.AuxDevice != "":
+		return d.AuxDevice
+	case d.PCIAddress != "":
+		return d.PCIAddress
+	default:
+		return d.RDMA
+	}
+}
+
+// ForPod reports whether the claim was reserved for the pod.
+func (r Record) ForPod(podUID string) bool {
+	return podUID != "" && slices.Contains(r.PodUIDs, podUID)
+}
+
+// CheckUID refuses a UID that cannot be a file name of its own.
+func CheckUID(uid string) error {
+	if uid == "" || uid == "." || uid == ".." || strings.ContainsAny(uid, "/\\\x00") || strings.HasPrefix(uid, ".") {
+		return fmt.Errorf("bad claim uid %q", uid)
+	}
+	return nil
+}
+
+// Path is the record of claim uid in dir.
+func Path(dir, uid string) string { return filepath.Join(dir, uid+".json") }
+
+// Write stores r atomically (readers see the old record or the new, never
+// a part), creating dir. A record that is already there byte for byte is
+// not rewritten.
+func Write(dir string, r Record) error {
+	if err := CheckUID(r.UID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode claim record %s: %w", r.UID, err)
+	}
+	path := Path(dir, r.UID)
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create claim records dir: %w", err)
+	}
+	if err := atomicfile.Write(path, data, 0o600, tmpPattern); err != nil {
+		return fmt.Errorf("write claim record %s: %w", r.UID, err)
+	}
+	return nil
+}
+
+// Remove deletes the record of claim uid; one that is not there is fine.
+func Remove(dir, uid string) error {
+	if err := CheckUID(uid); err != nil {
+		return err
+	}
+	if err := os.Remove(Path(dir, uid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove claim record %s: %w", uid, err)
+	}
+	return nil
+}
+
+// ReadAll returns every record in dir, sorted by UID. A dir that does not
+// exist is an error that wraps fs.ErrNotExist; a record removed while it
+// is listed is left out.
+func ReadAll(dir string) ([]Record, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read claim records: %w", err)
+	}
+	var out []Record
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // unprepared meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read claim record: %w", err)
+		}
+		var r Record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("read claim record %s: %w", e.Name(), err)
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.UID, b.UID) })
+	return out, nil
+}
