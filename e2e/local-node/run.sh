@@ -152,6 +152,10 @@ log "running the e2e suite"
 # E2E_GPU_ALIGNED=0 skips it.
 [[ ${E2E_GPU_ALIGNED:-1} == 1 ]] || exit 0
 log "GPU-aligned phase"
+# A -run that left out the suite's TestUninstall left the chart installed.
+if helm status kube-rdma --namespace kube-rdma >/dev/null 2>&1; then
+  helm uninstall kube-rdma --namespace kube-rdma --wait --timeout 180s >/dev/null
+fi
 FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
 [[ ! -e $FAKE_RDMA_DIR ]] || die "$FAKE_RDMA_DIR exists (left by an earlier run?)"
 echo "$FAKE_RDMA_DIR" >>"$NODE_RUN/host/created-dirs"

@@ -44,16 +44,19 @@ func parseGPUNICs(s string) (map[string]gpuNIC, error) {
 
 // alignedScript prints what the CNI plugin bound to the pod, as key=value lines, then waits:
 // its GPUs (the GPU plugin's NVIDIA_VISIBLE_DEVICES), the pool's env file (the variables it
-// exports), nccl.conf (NCCL_CONF_FILE) and binding.json from the allocation directory, and
-// the pod's links.
+// exports), nccl.conf (NCCL_CONF_FILE) and binding.json from the allocation directory (a pod
+// without the pool's resource has none), and the pod's links. busybox sh exits when `.` fails.
 const alignedScript = `trap 'exit 0' TERM
 echo "gpus=$NVIDIA_VISIBLE_DEVICES"
 f=$(env | sed -n 's/^KUBE_RDMA_.*_ENV_FILE=//p' | head -1)
 echo "envfile=$f"
-. "$f" && echo "hca=$NCCL_IB_HCA"
-env | sed -n 's/^KUBE_RDMA_.*_\(RDMA_DEVICES\|NETDEVS\)=/\1=/p'
-echo "nccl=$(tr '\n' ' ' <"$NCCL_CONF_FILE")"
-echo "binding=$(tr -d ' \n' <"$(dirname "$f")/binding.json")"
+if [ -n "$f" ]; then
+  . "$f"
+  echo "hca=$NCCL_IB_HCA"
+  env | sed -n 's/^KUBE_RDMA_.*_\(RDMA_DEVICES\|NETDEVS\)=/\1=/p'
+  echo "nccl=$(tr '\n' ' ' <"$NCCL_CONF_FILE")"
+  echo "binding=$(tr -d ' \n' <"$(dirname "$f")/binding.json")"
+fi
 echo "links=$(ip -o link | sed -n 's/^[0-9]*: \([^:@]*\).*/\1/p' | tr '\n' ,)"
 echo end
 while :; do sleep 2 & wait $!; done
