@@ -124,11 +124,12 @@ CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 generate:
 	$(GO) run $(CONTROLLER_GEN) object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/helm/kube-rdma/crds
 
+# The last two lines check the local-node e2e's build of the binaries (tag kuberdma_e2e: fake RDMA
+# netlink, internal/fakerdma), which the others do not compile.
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
-	# The local-node e2e's build of the binaries (fake RDMA netlink, internal/fakerdma).
 	$(GO) vet -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 
