@@ -156,19 +156,22 @@ ga() {
 	fi
 }
 # ga_check: after a GPU-aligned ADD, the pod has the NIC PIX to its GPU as
-# net1, its RDMA device moved (in the fake), and binding.json and nccl.conf
-# say so.
+# net1 (its netdev left the host netns, the other NIC's did not), its RDMA
+# device moved (in the fake), and binding.json and nccl.conf say so.
 ga_check() {
-	local nic=${gn[nic]} b fail=
+	local nic=${gn[nic]} b fails=()
 	b=$(tr -d ' \n\t' <"$ga_allocdir/binding.json" 2>/dev/null || true)
-	[[ $(tr -d ' \n\t' <"$tmp/out") == *'"name":"net1"'* ]] || fail="the result has no net1"
-	ip -n "$pod" link show net1 >/dev/null 2>&1 || fail="no net1 in the pod netns"
-	grep -q "\"$nic\"" "$KUBE_RDMA_FAKE_RDMA_STATE" 2>/dev/null || fail="$nic is not in the pod (fake RDMA state)"
+	[[ $(tr -d ' \n\t' <"$tmp/out") == *'"name":"net1"'* ]] || fails+=("the result has no net1")
+	ip -n "$pod" link show net1 >/dev/null 2>&1 || fails+=("no net1 in the pod netns")
+	! ip -n "$host" link show "${gn[netdev]}" >/dev/null 2>&1 || fails+=("${gn[netdev]} is still in the host netns")
+	ip -n "$host" link show bench1 >/dev/null 2>&1 || fails+=("bench1, the other NIC's netdev, left the host netns")
+	grep -q "\"$nic\"" "$KUBE_RDMA_FAKE_RDMA_STATE" 2>/dev/null || fails+=("$nic is not in the pod (fake RDMA state)")
 	[[ $b == *'"nics":["'"$nic"'"]'* && $b == *'"level":"PIX"'* && $b == *"${gn[gpu]}"* ]] ||
-		fail="binding.json is not $nic PIX to ${gn[gpu]}: $b"
-	grep -qx "NCCL_IB_HCA==$nic" "$ga_allocdir/nccl.conf" 2>/dev/null || fail="nccl.conf does not name $nic"
-	if [[ -n $fail ]]; then
-		echo "bench-cni.sh: the GPU-aligned ADD did not bind: $fail" >&2
+		fails+=("binding.json is not $nic PIX to ${gn[gpu]}: $b")
+	grep -qx "NCCL_IB_HCA==$nic" "$ga_allocdir/nccl.conf" 2>/dev/null || fails+=("nccl.conf does not name $nic")
+	if ((${#fails[@]})); then
+		echo "bench-cni.sh: the GPU-aligned ADD did not bind as it must:" >&2
+		printf '  %s\n' "${fails[@]}" >&2
 		cat "$tmp/out" "$tmp/err" >&2
 		exit 1
 	fi
