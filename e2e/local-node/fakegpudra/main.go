@@ -157,7 +157,9 @@ func publish(gpus []discovery.GPU) ([]resourceapi.Device, cdispec.Spec, error) {
 
 // EnvName is the variable a container with the GPU at PCI address addr gets:
 // E2E_GPU_0000_19_00_0.
-func EnvName(addr string) string { return "E2E_GPU_" + strings.NewReplacer(":", "_", ".", "_").Replace(addr) }
+func EnvName(addr string) string {
+	return "E2E_GPU_" + strings.NewReplacer(":", "_", ".", "_").Replace(addr)
+}
 
 func dnsLabel(s string) string { return strings.NewReplacer(":", "-", ".", "-").Replace(s) }
 
