@@ -3,7 +3,10 @@
 // the API cannot) and checks what a pod gets from kube-rdma: allocatable
 // resources, device nodes, environment, netdevs, the locked-memory limit a
 // non-root container gets through NRI, and that they survive port
-// flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall.
+// flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall; and for
+// pools served as a DRA driver (dra_test.go), what a claim gets: from a
+// template, aligned with a GPU by matchAttribute, around a tainted device,
+// through an extended resource, and how fast against the device plugin.
 //
 // Everything is in _test.go files; without E2E_KUBECONFIG, or with E2E_SKIP=1,
 // every cluster test skips. The environment contract is in main_test.go.
