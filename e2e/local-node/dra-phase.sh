@@ -5,11 +5,15 @@
 #
 # 1. fakegpudra, a stand-in GPU DRA driver (gpu.e2e.kube-rdma.io), publishes the fixture's two
 #    GPUs with pcieRoot, pciBusID and kube-rdma.io/pcieSwitch; a DeviceClass of the same name.
-# 2. helm install with dra.enabled and three pools: ib (frontend dra, the two InfiniBand HCAs,
-#    one under each GPU's switch), vf (frontend dra, the first half of the RoCE VFs, all on
-#    GPU0's switch) and vf-dp (the device plugin, the other half); no CNI, no NRI: a claim's
-#    container and a device plugin pod's get the same kind of thing (CDI device nodes and
-#    NCCL environment), so their start latencies compare.
+# 2. helm install with dra.enabled and three pools: ib-dra (frontend dra, the two InfiniBand
+#    HCAs, one under each GPU's switch), vf-dra (frontend dra, the first half of the RoCE VFs,
+#    all on GPU0's switch) and vf-dp (the device plugin, the other half); no CNI, no NRI: a
+#    claim's container and a device plugin pod's get the same kind of thing (CDI device nodes
+#    and NCCL environment), so their start latencies compare. The dra pools are not named ib
+#    and vf: the earlier phases' device plugin advertised rdma.kube-rdma.io/ib and /vf, which
+#    the kubelet keeps in the node's allocatable at 0 once their plugin is gone, and the
+#    scheduler gives an extended resource the node lists to the device plugin, not to a
+#    DeviceClass's extendedResourceName.
 # 3. go test ./e2e/suite -run '^(TestDRA.*|TestUninstall)$': the claims (dra_test.go), then
 #    helm uninstall and the node-state check against the state taken before step 2.
 # 4. Once the driver is gone from the kubelet, no ResourceSlice of rdma.kube-rdma.io stays.
@@ -49,8 +53,8 @@ image: {repository: localhost/kube-rdma, tag: e2e, pullPolicy: Never}
 config:
   resourcePrefix: rdma.kube-rdma.io
   pools:
-  - {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}
-  - {name: vf, mode: exclusive, frontend: dra, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dra]}}
+  - {name: ib-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}
+  - {name: vf-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dra]}}
   - {name: vf-dp, mode: exclusive, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dp]}}
 dra: {enabled: true}
 devicePlugin:
@@ -66,12 +70,12 @@ start=$(date +%s.%N)
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
   -f "$NODE_RUN/values-dra.yaml" --wait --timeout 180s >/dev/null
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
-echo "dra: chart installed with dra.enabled (pools ib and vf frontend dra, vf-dp device plugin), DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
+echo "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
 
 export E2E_POOLS=vf-dp:exclusive:$((FIXTURE_VFS - half)) E2E_CHAINED_POOL='' E2E_MEMLOCK=''
-export E2E_DRA_POOLS=ib:2,vf:$half E2E_DRA_ALIGN_POOL=ib E2E_DRA_LATENCY_POOL=vf
+export E2E_DRA_POOLS=ib-dra:2,vf-dra:$half E2E_DRA_ALIGN_POOL=ib-dra E2E_DRA_LATENCY_POOL=vf-dra
 export E2E_DRA_LATENCY_PODS=${E2E_DRA_LATENCY_PODS:-5} E2E_DRA_GPU_DRIVER=$GPU_DRIVER
-# mlx5_0: the device a claim for any HCA of ib gets first (device names sort by PCI address),
+# mlx5_0: the device a claim for any HCA of ib-dra gets first (device names sort by PCI address),
 # so a claim that still gets it while it is tainted shows.
 export E2E_DRA_PORT_DEVICE=mlx5_0 E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.dra
 (cd "$REPO" && go test -count=1 -v -timeout 20m ./e2e/suite -run '^(TestDRA.*|TestUninstall)$')
