@@ -124,6 +124,7 @@ func testDRAAlign(t *testing.T, attr resourceapi.QualifiedName) {
 		}
 		report = append(report, fmt.Sprintf("%s->%s", bus, attrString(nic, attrRDMA)))
 		e.deletePod(t, ns, name)
+		e.waitClaimGone(t, ns, claim.Name) // its GPU and NIC are free for the next claim
 	}
 	line := fmt.Sprintf("dra: a GPU and a NIC with matchAttribute %s got the NIC under the GPU's %s: %s",
 		attr, map[resourceapi.QualifiedName]string{attrRoot: "host bridge", attrSwitch: "switch"}[attr], strings.Join(report, ", "))
