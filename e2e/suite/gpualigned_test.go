@@ -50,7 +50,7 @@ const alignedScript = `trap 'exit 0' TERM
 echo "gpus=$NVIDIA_VISIBLE_DEVICES"
 f=$(env | sed -n 's/^KUBE_RDMA_.*_ENV_FILE=//p' | head -1)
 echo "envfile=$f"
-. "$f" && echo "hca=$NCCL_IB_HCA"
+[ -z "$f" ] || { . "$f" && echo "hca=$NCCL_IB_HCA"; }
 env | sed -n 's/^KUBE_RDMA_.*_\(RDMA_DEVICES\|NETDEVS\)=/\1=/p'
 echo "nccl=$(tr '\n' ' ' <"$NCCL_CONF_FILE")"
 echo "binding=$(tr -d ' \n' <"$(dirname "$f")/binding.json")"
