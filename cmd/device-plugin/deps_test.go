@@ -10,10 +10,11 @@ import (
 // out of the binaries the image ships: the sysfs tree writer, the kubelet
 // stand-in, the demo script and the test helpers belong to tests and to
 // kube-rdma-demo only; the fake RDMA netlink to the local-node e2e's build
-// (tag kuberdma_e2e), which this default build must not link.
+// (tag kuberdma_e2e), which this default build must not link; and nothing
+// under e2e/ (the fake GPU drivers, the fixture writer).
 func TestShippedBinariesLinkNoScaffolding(t *testing.T) {
 	shipped := []string{"./cmd/device-plugin", "./cmd/cni", "./cmd/kubectl-rdma"}
-	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest", "/fakerdma"}
+	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest", "/fakerdma", "/e2e/"}
 	cmd := exec.Command("go", append([]string{"list", "-deps"}, shipped...)...)
 	cmd.Dir = "../.." // the module root
 	out, err := cmd.Output()

@@ -13,7 +13,8 @@
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
 #                               binary, every CNI config (canonical JSON digest), kube-rdma CDI
-#                               specs, kube-rdma device plugin sockets
+#                               specs, kube-rdma device plugin sockets, the DRA driver's
+#                               sockets and claim records
 #
 # Exit 0 on success; non-zero with a message on stderr.
 set -Eeuo pipefail
@@ -87,6 +88,14 @@ node_state() {
   done
   find "$NODE_RUN/cdi" -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'cdi %f\n' 2>/dev/null
   find /var/lib/kubelet/device-plugins -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'socket %f\n' 2>/dev/null
+  # The DRA driver's registration socket, its plugin socket and its claims' records.
+  for f in "$NODE_RUN"/kubelet/plugins_registry/rdma.kube-rdma.io*; do
+    [[ ! -e $f ]] || echo "dra-registration $(basename "$f")"
+  done
+  f=$NODE_RUN/kubelet/plugins/rdma.kube-rdma.io
+  if [[ -d $f ]]; then
+    find "$f" -mindepth 1 -maxdepth 2 \( -type s -o -path '*/claims/*' \) -printf 'dra %P\n'
+  fi
   return 0
 }
 

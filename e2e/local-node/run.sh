@@ -150,12 +150,8 @@ log "running the e2e suite"
 # the netdev moves, the kubelet, PodResources and containerd are real. fakegpu stands in for
 # NVIDIA's GPU device plugin: the fixture's two H100s as nvidia.com/gpu, by UUID.
 # E2E_GPU_ALIGNED=0 skips it.
-[[ ${E2E_GPU_ALIGNED:-1} == 1 ]] || exit 0
+gpu_aligned_phase() { # (body not indented, like its heredocs)
 log "GPU-aligned phase"
-# A -run that left out the suite's TestUninstall left the chart installed.
-if helm status kube-rdma --namespace kube-rdma >/dev/null 2>&1; then
-  helm uninstall kube-rdma --namespace kube-rdma --wait --timeout 180s >/dev/null
-fi
 FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
 [[ ! -e $FAKE_RDMA_DIR ]] || die "$FAKE_RDMA_DIR exists (left by an earlier run?)"
 echo "$FAKE_RDMA_DIR" >>"$NODE_RUN/host/created-dirs"
@@ -194,3 +190,16 @@ helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --cre
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 export E2E_POOLS=ib:exclusive:2 E2E_CHAINED_POOL='' E2E_MEMLOCK='' E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.gpualigned
 (cd "$REPO" && go test -count=1 -v -timeout 15m ./e2e/suite -run '^(TestGPUAligned|TestUninstall)$')
+}
+# The phases below install the chart again; a -run that left out the suite's TestUninstall left
+# it installed.
+if [[ ${E2E_GPU_ALIGNED:-1} == 1 || ${E2E_DRA:-1} == 1 ]] && helm status kube-rdma --namespace kube-rdma >/dev/null 2>&1; then
+  helm uninstall kube-rdma --namespace kube-rdma --wait --timeout 180s >/dev/null
+fi
+if [[ ${E2E_GPU_ALIGNED:-1} == 1 ]]; then gpu_aligned_phase; fi
+
+# --- DRA phase -----------------------------------------------------------------------------------
+# The pools served as a DRA driver: claims from templates, GPU and NIC aligned by matchAttribute
+# with a stand-in GPU DRA driver, port-down taints, extended resources through DeviceClasses,
+# pod start latency against the device plugin (dra-phase.sh says how). E2E_DRA=0 skips it.
+if [[ ${E2E_DRA:-1} == 1 ]]; then bash "$HERE/dra-phase.sh"; fi

@@ -148,6 +148,16 @@ wait_for() {
 elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}'; }
 
 # --- control plane -----------------------------------------------------------------------------
+# Alpha DRA features of 1.34 the DRA phase of run.sh uses, on in every component (one list: a
+# component ignores the gates it has no code for). DRADeviceTaints: the API server keeps the
+# taints of ResourceSlice devices and the scheduler honours them; with it the scheduler and the
+# controller manager also watch DeviceTaintRules, which are in resource.k8s.io/v1alpha3 only
+# (off by default): without that API their informers never sync. DRAConsumableCapacity: shared
+# devices' capacity (kube-rdma publishes none yet; on as a cluster using it would have it).
+# DRAExtendedResource: a DeviceClass's extendedResourceName (API server), a claim made for a
+# pod's extended resource (scheduler), prepared for its containers (kubelet).
+FEATURE_GATES=${E2E_FEATURE_GATES-DRADeviceTaints=true,DRAConsumableCapacity=true,DRAExtendedResource=true}
+RUNTIME_CONFIG=${E2E_RUNTIME_CONFIG-resource.k8s.io/v1alpha3=true}
 start etcd etcd --name e2e --data-dir "$NODE_RUN/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -166,17 +176,18 @@ start kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT"
   --kubelet-client-certificate "$NODE_RUN/pki/admin.crt" --kubelet-client-key "$NODE_RUN/pki/admin.key" \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$NODE_RUN/pki/sa.pub" \
   --service-account-signing-key-file "$NODE_RUN/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
-  --kubelet-preferred-address-types InternalIP --allow-privileged=true --profiling=false
+  --kubelet-preferred-address-types InternalIP --allow-privileged=true --profiling=false \
+  --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG"
 wait_for "kube-apiserver ready" 90 kubectl get --raw /readyz
 
 start kube-controller-manager kube-controller-manager --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --service-account-private-key-file "$NODE_RUN/pki/sa.key" --root-ca-file "$NODE_RUN/pki/ca.crt" \
   --cluster-signing-cert-file "$NODE_RUN/pki/ca.crt" --cluster-signing-key-file "$NODE_RUN/pki/ca.key" \
-  --leader-elect=false --secure-port 0 --profiling=false
+  --leader-elect=false --secure-port 0 --profiling=false --feature-gates "$FEATURE_GATES"
 start kube-scheduler kube-scheduler --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
-  --leader-elect=false --secure-port 0 --profiling=false
+  --leader-elect=false --secure-port 0 --profiling=false --feature-gates "$FEATURE_GATES"
 
 # --- containerd --------------------------------------------------------------------------------
 cp "$BIN"/cni/{bridge,host-local,loopback} "$NODE_RUN/cni/bin/"
@@ -277,6 +288,8 @@ serializeImagePulls: false
 # suite's helm upgrade changes the pools' ConfigMap and waits for the daemon to reload it.
 syncFrequency: 10s
 registerNode: true
+# The control plane's gates, as the config file's map.
+featureGates: {$(sed 's/=/: /g; s/,/, /g' <<<"$FEATURE_GATES")}
 EOF
 echo "$NODE_IP" >"$NODE_RUN/host/node-ip"
 start_kubelet

@@ -4,7 +4,10 @@
 // resources, device nodes, environment, netdevs, the locked-memory limit a
 // non-root container gets through NRI, the NICs a gpuAligned pool binds next
 // to a pod's GPUs (gpualigned_test.go), and that they survive port
-// flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall.
+// flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall; and for
+// pools served as a DRA driver (dra_test.go), what a claim gets: from a
+// template, aligned with a GPU by matchAttribute, around a tainted device,
+// through an extended resource, and how fast against the device plugin.
 //
 // Everything is in _test.go files; without E2E_KUBECONFIG, or with E2E_SKIP=1,
 // every cluster test skips. The environment contract is in main_test.go.

@@ -28,6 +28,8 @@ package suite
 //	E2E_REPORT             file the parallel test appends its latency line to
 //	E2E_GPU_ALIGNED_POOL, E2E_GPU_NICS, E2E_GPU_RESOURCE, E2E_FAKE_RDMA_STATE
 //	                       TestGPUAligned's (gpualigned_test.go); unset: it skips
+//
+// The DRA phase of e2e/local-node/run.sh (dra-phase.sh) adds the variables of dra_test.go.
 
 import (
 	"context"
@@ -44,6 +46,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	resourcev1client "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -81,6 +84,7 @@ type env struct {
 	config
 	core     corev1client.CoreV1Interface
 	apps     appsv1client.AppsV1Interface
+	draAPI   resourcev1client.ResourceV1Interface
 	dynamic  dynamic.Interface
 	hostname string // the node's kubernetes.io/hostname label
 }
@@ -129,6 +133,9 @@ func setup() (*env, error) {
 	}
 	if e.apps, err = appsv1client.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("apps client: %w", err)
+	}
+	if e.draAPI, err = resourcev1client.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("resource client: %w", err)
 	}
 	if e.dynamic, err = dynamic.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)

@@ -94,14 +94,25 @@ func podNames(prefix string, n int) []string {
 // the watcher saw it (wall clock, ms).
 func (e *env) startParallel(t *testing.T, ns, pool string, names []string) []time.Duration {
 	t.Helper()
+	var pods []*corev1.Pod
+	for _, name := range names {
+		pods = append(pods, e.devicePod(ns, name, pool, 1))
+	}
+	return e.startPods(t, ns, pods)
+}
+
+// startPods creates the pods, all in namespace ns, at once and returns each
+// one's start latency, creation to Ready, as the watcher saw it.
+func (e *env) startPods(t *testing.T, ns string, specs []*corev1.Pod) []time.Duration {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	rw, err := e.watchReady(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := e.createParallel(t, ns, pool, names)
-	pods := e.waitAllReady(t, ns, len(names))
+	created := e.createParallel(t, specs)
+	pods := e.waitAllReady(t, ns, len(specs))
 	var wall []time.Duration
 	for i := range pods {
 		if at, ok := rw.readyAt(pods[i].Name); ok {
@@ -113,23 +124,23 @@ func (e *env) startParallel(t *testing.T, ns, pool string, names []string) []tim
 	return wall
 }
 
-// createParallel creates one pod per name at once and returns when each
-// creation started.
-func (e *env) createParallel(t *testing.T, ns, pool string, names []string) map[string]time.Time {
+// createParallel creates the pods at once and returns when each creation
+// started, by pod name.
+func (e *env) createParallel(t *testing.T, pods []*corev1.Pod) map[string]time.Time {
 	t.Helper()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	created := map[string]time.Time{}
 	var errs []error
-	for _, name := range names {
+	for _, pod := range pods {
 		wg.Go(func() {
 			start := time.Now()
-			_, err := e.core.Pods(ns).Create(t.Context(), e.devicePod(ns, name, pool, 1), metav1.CreateOptions{})
+			_, err := e.core.Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
 			mu.Lock()
 			defer mu.Unlock()
-			created[name] = start
+			created[pod.Name] = start
 			if err != nil {
-				errs = append(errs, fmt.Errorf("create pod %s: %w", name, err))
+				errs = append(errs, fmt.Errorf("create pod %s: %w", pod.Name, err))
 			}
 		})
 	}

@@ -1,0 +1,310 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// The DRA phase's environment (e2e/local-node/dra-phase.sh sets it, with the chart's
+// dra.enabled and pools with frontend dra):
+//
+//	E2E_DRA_POOLS         name:count,... the pools with frontend dra and how many devices each
+//	                      publishes; unset: every TestDRA* skips
+//	E2E_DRA_ALIGN_POOL    a dra pool with a NIC under each GPU's host bridge and switch, and
+//	                      another NIC elsewhere (the fixture's ib); the alignment and taint
+//	                      tests use it
+//	E2E_DRA_LATENCY_POOL  the dra pool of the start latency test (the fixture's vf), compared
+//	                      with the device plugin's first exclusive pool of E2E_POOLS; also the
+//	                      extended resource test's
+//	E2E_DRA_LATENCY_PODS  pods of each kind in the start latency test (5)
+//	E2E_DRA_GPU_DRIVER    a GPU DRA driver whose devices have pciBusID, pcieRoot and
+//	                      kube-rdma.io/pcieSwitch (e2e/local-node/fakegpudra's
+//	                      gpu.e2e.kube-rdma.io); unset: the alignment tests skip
+//	E2E_DRA_GPU_CLASS     a DeviceClass of its GPUs (default: the driver's name)
+//	E2E_DRA_PORT_DEVICE   RDMA device of E2E_DRA_ALIGN_POOL the taint test takes down (port 1);
+//	                      best the one an unconstrained claim would get first
+
+const (
+	draDriver    = "rdma.kube-rdma.io"
+	attrPool     = "kube-rdma.io/pool"
+	attrRDMA     = "kube-rdma.io/rdmaDevice"
+	attrSwitch   = "kube-rdma.io/pcieSwitch"
+	attrRoot     = "resource.kubernetes.io/pcieRoot"
+	attrBusID    = "resource.kubernetes.io/pciBusID"
+	attrGIDIndex = "kube-rdma.io/rocev2GIDIndex"
+	taintPort    = "kube-rdma.io/port-down"
+)
+
+type draConfig struct {
+	pools       map[string]int
+	alignPool   string
+	latencyPool string
+	latencyPods int
+	gpuDriver   string
+	gpuClass    string
+	portDevice  string
+}
+
+func parseDRAConfig(getenv func(string) string) (draConfig, error) {
+	c := draConfig{pools: map[string]int{}, alignPool: getenv("E2E_DRA_ALIGN_POOL"),
+		latencyPool: getenv("E2E_DRA_LATENCY_POOL"), gpuDriver: getenv("E2E_DRA_GPU_DRIVER"),
+		gpuClass:   orDefault(getenv("E2E_DRA_GPU_CLASS"), getenv("E2E_DRA_GPU_DRIVER")),
+		portDevice: getenv("E2E_DRA_PORT_DEVICE"), latencyPods: 5}
+	for item := range strings.SplitSeq(getenv("E2E_DRA_POOLS"), ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, count, ok := strings.Cut(item, ":")
+		n, err := strconv.Atoi(count)
+		if !ok || name == "" || err != nil || n < 0 {
+			return c, fmt.Errorf("E2E_DRA_POOLS entry %q: want name:count", item)
+		}
+		c.pools[name] = n
+	}
+	for key, p := range map[string]string{"E2E_DRA_ALIGN_POOL": c.alignPool, "E2E_DRA_LATENCY_POOL": c.latencyPool} {
+		if _, ok := c.pools[p]; p != "" && !ok {
+			return c, fmt.Errorf("%s=%s is not in E2E_DRA_POOLS", key, p)
+		}
+	}
+	if v := getenv("E2E_DRA_LATENCY_PODS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("E2E_DRA_LATENCY_PODS=%q: want a positive number", v)
+		}
+		c.latencyPods = n
+	}
+	return c, nil
+}
+
+// needDRA returns the DRA phase's configuration and waits until the node publishes every
+// dra pool; it skips t outside the DRA phase.
+func (e *env) needDRA(t *testing.T) draConfig {
+	t.Helper()
+	c, err := parseDRAConfig(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.pools) == 0 {
+		t.Skip("E2E_DRA_POOLS unset (e2e/local-node/run.sh sets it in its DRA phase)")
+	}
+	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		devs, err := e.draDevices(ctx, draDriver)
+		if err != nil {
+			return err
+		}
+		got := map[string]int{}
+		for _, d := range devs {
+			got[attrString(d, attrPool)]++
+		}
+		if !maps.Equal(got, c.pools) {
+			return fmt.Errorf("node %s publishes %v devices by pool, want %v", e.node, got, c.pools)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// draClass is the chart's DeviceClass of a dra pool.
+func draClass(pool string) string {
+	return strings.ReplaceAll(strings.ToLower(pool), "_", "-") + "." + draDriver
+}
+
+// draDevices lists the devices the driver publishes for the node, in slice order.
+func (e *env) draDevices(ctx context.Context, driver string) ([]resourceapi.Device, error) {
+	list, err := e.draAPI.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.nodeName", e.node), fields.OneTermEqualSelector("spec.driver", driver)).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices of %s: %w", driver, err)
+	}
+	var out []resourceapi.Device
+	for _, s := range list.Items {
+		out = append(out, s.Spec.Devices...)
+	}
+	return out, nil
+}
+
+// draDevice returns the published device named name.
+func (e *env) draDevice(ctx context.Context, driver, name string) (resourceapi.Device, error) {
+	devs, err := e.draDevices(ctx, driver)
+	if err != nil {
+		return resourceapi.Device{}, err
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return resourceapi.Device{}, fmt.Errorf("driver %s publishes no device %s on node %s", driver, name, e.node)
+}
+
+func attrString(d resourceapi.Device, name resourceapi.QualifiedName) string {
+	if a, ok := d.Attributes[name]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+func attrInt(d resourceapi.Device, name resourceapi.QualifiedName) (int64, bool) {
+	if a, ok := d.Attributes[name]; ok && a.IntValue != nil {
+		return *a.IntValue, true
+	}
+	return 0, false
+}
+
+// request is one request of exactly one device of class, with CEL selectors.
+func request(name, class string, cel ...string) resourceapi.DeviceRequest {
+	r := resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
+	for _, x := range cel {
+		r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: x}})
+	}
+	return r
+}
+
+// createTemplate creates a ResourceClaimTemplate of these requests (and constraints).
+func (e *env) createTemplate(t *testing.T, ns, name string, spec resourceapi.DeviceClaim) {
+	t.Helper()
+	_, err := e.draAPI.ResourceClaimTemplates(ns).Create(t.Context(), &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: spec}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create resource claim template %s: %v", name, err)
+	}
+}
+
+// claimPod is a device pod (podScript) whose container uses a claim made from template.
+func (e *env) claimPod(ns, name, template string) *corev1.Pod {
+	p := e.devicePod(ns, name, "", 0)
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &template}}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devices"}}
+	return p
+}
+
+// podClaim returns the allocated claim of the pod (made from its template, or for its
+// extended resources), waiting for it.
+func (e *env) podClaim(t *testing.T, ns, pod string) *resourceapi.ResourceClaim {
+	t.Helper()
+	var claim *resourceapi.ResourceClaim
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		p, err := e.core.Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var name string
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+		if x := p.Status.ExtendedResourceClaimStatus; name == "" && x != nil {
+			name = x.ResourceClaimName
+		}
+		if name == "" {
+			return fmt.Errorf("pod %s names no claim in its status yet", pod)
+		}
+		if claim, err = e.draAPI.ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if claim.Status.Allocation == nil {
+			return fmt.Errorf("claim %s of pod %s is not allocated", name, pod)
+		}
+		for _, r := range claim.Status.ReservedFor {
+			if r.Name == pod && r.UID == p.UID {
+				return nil
+			}
+		}
+		return fmt.Errorf("claim %s is not reserved for pod %s: %v", name, pod, claim.Status.ReservedFor)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// allocated maps each request of the claim to the device it got (one per request).
+func allocated(t *testing.T, c *resourceapi.ResourceClaim) map[string]resourceapi.DeviceRequestAllocationResult {
+	t.Helper()
+	out := map[string]resourceapi.DeviceRequestAllocationResult{}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if _, dup := out[r.Request]; dup {
+			t.Fatalf("claim %s: request %s got more than one device: %+v", c.Name, r.Request, c.Status.Allocation.Devices.Results)
+		}
+		out[r.Request] = r
+	}
+	return out
+}
+
+// checkNICContainer checks what the container of pod got for the one NIC dev of our driver:
+// its device nodes (one uverbs, nothing else of ours) and NCCL_IB_HCA (and, for RoCE,
+// NCCL_IB_GID_INDEX) naming it; it returns the pod's environment.
+func (e *env) checkNICContainer(t *testing.T, ns, pod string, dev resourceapi.Device) map[string]string {
+	t.Helper()
+	l := e.waitLog(t, ns, pod, 1)
+	rdma := attrString(dev, attrRDMA)
+	problems := deviceProblems(l.ticks[0].dev, 1)
+	if got := l.env["NCCL_IB_HCA"]; got != "="+rdma {
+		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want %q (device %s)", got, "="+rdma, dev.Name))
+	}
+	if gid, ok := attrInt(dev, attrGIDIndex); ok && l.env["NCCL_IB_GID_INDEX"] != strconv.FormatInt(gid, 10) {
+		problems = append(problems, fmt.Sprintf("NCCL_IB_GID_INDEX=%q, want %d", l.env["NCCL_IB_GID_INDEX"], gid))
+	}
+	for _, s := range problems {
+		t.Errorf("pod %s: %s", pod, s)
+	}
+	t.Logf("pod %s: device %s (%s), /dev/infiniband %v", pod, dev.Name, rdma, l.ticks[0].dev)
+	return l.env
+}
+
+// waitClaimGone waits until the claim is deleted (a template's claim goes with its pod).
+func (e *env) waitClaimGone(t *testing.T, ns, name string) {
+	t.Helper()
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		_, err := e.draAPI.ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("claim %s still there (%v)", name, err)
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// waitTaint waits until the published device has the port-down taint (want) or none.
+func (e *env) waitTaint(t *testing.T, name string, want bool) resourceapi.Device {
+	t.Helper()
+	var d resourceapi.Device
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		var err error
+		if d, err = e.draDevice(ctx, draDriver, name); err != nil {
+			return err
+		}
+		tainted := slices.ContainsFunc(d.Taints, func(x resourceapi.DeviceTaint) bool {
+			return x.Key == taintPort && x.Effect == resourceapi.DeviceTaintEffectNoSchedule
+		})
+		if tainted != want {
+			return fmt.Errorf("device %s taints %+v, want %s: %v", name, d.Taints, taintPort, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
