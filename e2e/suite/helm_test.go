@@ -62,9 +62,18 @@ func (e *env) runHelm(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // restartDaemonSet restarts the release's DaemonSet as `kubectl rollout
-// restart` does and waits for the rollout.
+// restart` does and waits for the rollout and, with the node hook, until the
+// node shows what it showed before (hook node-state: the CNI entry back in the
+// conflist, the sockets back). The old pod's cni-chain takes the entry out
+// when it stops and the new one puts it back a moment after its pod is ready:
+// a sandbox created in between gets no RDMA netdev (docs/cni.md, Installing),
+// so the tests after a restart wait for the entry.
 func (e *env) restartDaemonSet(t *testing.T) {
 	t.Helper()
+	var before string
+	if e.hook != "" {
+		before = e.mustHook(t, 30*time.Second, "node-state")
+	}
 	dss := e.apps.DaemonSets(e.helm.namespace)
 	list, err := dss.List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + e.helm.release})
 	if err != nil {
@@ -93,6 +102,26 @@ func (e *env) restartDaemonSet(t *testing.T) {
 		t.Fatalf("DaemonSet %s: %v", name, err)
 	}
 	t.Logf("DaemonSet %s rolled out in %s", name, time.Since(start).Round(time.Millisecond))
+	if before == "" {
+		return
+	}
+	var diff string
+	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		now, err := runHook(ctx, e.hook, "node-state")
+		if err != nil {
+			return err
+		}
+		if diff = sameLines(before, now); diff != "" {
+			return fmt.Errorf("node state differs from before the restart")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the DaemonSet restart: %v; node-state (-before +now):\n%s", err, diff)
+	}
+	t.Logf("node state as before the restart %s after it began", time.Since(start).Round(time.Millisecond))
 }
 
 // rolledOut says why ds has not finished rolling out generation gen.
