@@ -52,9 +52,14 @@ func TestNodeState(t *testing.T) {
 	e.waitRunning(t, ns, name)
 	devs := e.waitLog(t, ns, name, 1).env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"]
 	took := time.Now()
+	// The daemon writes the state at most every 2 s (--node-state-interval): a state with
+	// the allocation may predate the CNI plugin's attachment record, which doctor checks.
 	withPod := e.waitNodeState(t, "the pod's allocation", func(s *v1alpha1.RDMANodeState) error {
 		for _, a := range s.Status.Allocations {
 			if a.Namespace == ns && a.Pod == name && strings.Join(a.RDMADevices, ",") == devs {
+				if p.name == e.chainedPool && len(a.Attached) == 0 {
+					return fmt.Errorf("allocation of %s to %s/%s without its CNI attachment yet", devs, ns, name)
+				}
 				return nil
 			}
 		}
