@@ -49,26 +49,16 @@ half=$((FIXTURE_VFS / 2))
 vf_dra=$(seq -s, -f 'mlx5_%g' 3 $((2 + half)))
 vf_dp=$(seq -s, -f 'mlx5_%g' $((3 + half)) $((2 + FIXTURE_VFS)))
 cat >"$NODE_RUN/values-dra.yaml" <<YAML
-image: {repository: localhost/kube-rdma, tag: e2e, pullPolicy: Never}
 config:
-  resourcePrefix: rdma.kube-rdma.io
   pools:
   - {name: ib-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}
   - {name: vf-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dra]}}
   - {name: vf-dp, mode: exclusive, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dp]}}
 dra: {enabled: true}
-devicePlugin:
-  cdiDir: "$NODE_RUN/cdi"
-  metricsPort: $METRICS_PORT
-  # No kube-proxy: the DRA driver and the node-state publisher go to the API server directly.
-  extraEnv:
-  - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
-  - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
-hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
 YAML
 start=$(date +%s.%N)
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
-  -f "$NODE_RUN/values-dra.yaml" --wait --timeout 180s >/dev/null
+  -f "$NODE_RUN/values-node.yaml" -f "$NODE_RUN/values-dra.yaml" --wait --timeout 180s >/dev/null
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 echo "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
 

@@ -72,32 +72,35 @@ else
 fi
 export E2E_MEMLOCK
 
-# Pools of every kind on the fixture node: exclusive InfiniBand HCAs, exclusive RoCE VFs whose
-# netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods.
-cat >"$NODE_RUN/values.yaml" <<YAML
+# What every phase's chart install shares (helm install -f values-node.yaml -f <phase's>): the
+# image, the node's paths and the API server's own address.
+cat >"$NODE_RUN/values-node.yaml" <<YAML
 image: {repository: localhost/kube-rdma, tag: e2e, pullPolicy: Never}
-config:
-  resourcePrefix: rdma.kube-rdma.io
-  pools:
-  - {name: ib, mode: exclusive, memlock: $ML_IB, selectors: {linkLayers: [InfiniBand]}}
-  - {name: vf, mode: exclusive$ML_OTHERS, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
-  - {name: roce-shared, mode: shared, slots: 8$ML_OTHERS, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
+config: {resourcePrefix: rdma.kube-rdma.io}
 devicePlugin:
   cdiDir: "$NODE_RUN/cdi"
   metricsPort: $METRICS_PORT
   # No kube-proxy on this node: the service address the in-cluster config names (10.96.0.1)
-  # does not answer, so the node-state publisher goes to the API server directly.
+  # does not answer, so the node-state publisher and the DRA driver go to the API server directly.
   extraEnv:
   - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
   - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
+cni: {binDir: "$NODE_RUN/cni/bin", confDir: "$NODE_RUN/cni/net.d"}
+YAML
+# Pools of every kind on the fixture node: exclusive InfiniBand HCAs, exclusive RoCE VFs whose
+# netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods.
+cat >"$NODE_RUN/values.yaml" <<YAML
+config:
+  pools:
+  - {name: ib, mode: exclusive, memlock: $ML_IB, selectors: {linkLayers: [InfiniBand]}}
+  - {name: vf, mode: exclusive$ML_OTHERS, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
+  - {name: roce-shared, mode: shared, slots: 8$ML_OTHERS, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
 # containerd runs with NRI on (up.sh): the daemon's NRI plugin sets RLIMIT_MEMLOCK of the
 # containers with our devices (the pools' memlock above).
 nri: {enabled: true, socket: "$NODE_RUN/nri/nri.sock"}
-hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
 cni:
   install: true
-  binDir: "$NODE_RUN/cni/bin"
-  confDir: "$NODE_RUN/cni/net.d"
   mode: chained
   # This kernel has no RDMA netlink: say the mode instead of asking it.
   pluginConfig: {rdmaNetnsMode: shared, stateDir: "$CNI_STATE_DIR", logFile: "$NODE_RUN/logs/kube-rdma-cni.log"}
@@ -126,7 +129,7 @@ echo "chart output accepted by the API server (dry-run) in CNI modes none, chain
 
 start=$(date +%s.%N)
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
-  -f "$NODE_RUN/values.yaml" --wait --timeout 180s >/dev/null
+  -f "$NODE_RUN/values-node.yaml" -f "$NODE_RUN/values.yaml" --wait --timeout 180s >/dev/null
 # helm's --wait can pass a DaemonSet whose status the controller has not filled in yet.
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 echo "chart installed, DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
@@ -164,29 +167,19 @@ E2E_GPU_NICS="$(gpu_uuid 0000:19:00.0)=mlx5_0/ibp24s0,$(gpu_uuid 0000:9b:00.0)=m
 export E2E_GPU_NICS E2E_GPU_ALIGNED_POOL=ib E2E_FAKE_RDMA_STATE=$FAKE_RDMA_DIR/state.json
 "$HERE/hook.sh" node-state >"$NODE_RUN/node-state.gpualigned"
 cat >"$NODE_RUN/values-gpualigned.yaml" <<YAML
-image: {repository: localhost/kube-rdma, tag: e2e-fakerdma, pullPolicy: Never}
+image: {tag: e2e-fakerdma}
 config:
-  resourcePrefix: rdma.kube-rdma.io
   pools:
   - {name: ib, mode: exclusive, binding: gpuAligned, selectors: {linkLayers: [InfiniBand]}}
-devicePlugin:
-  cdiDir: "$NODE_RUN/cdi"
-  metricsPort: $METRICS_PORT
-  allocDir: "$NODE_RUN/alloc"
-  extraEnv:
-  - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
-  - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
-hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
+devicePlugin: {allocDir: "$NODE_RUN/alloc"}
 cni:
   install: true
-  binDir: "$NODE_RUN/cni/bin"
-  confDir: "$NODE_RUN/cni/net.d"
   mode: chained
   pluginConfig: {rdmaNetnsMode: exclusive, procRoot: "$FIXTURE/proc", stateDir: "$CNI_STATE_DIR", logFile: "$NODE_RUN/logs/kube-rdma-cni.log"}
   chained: {pool: ib}
 YAML
 helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --create-namespace \
-  -f "$NODE_RUN/values-gpualigned.yaml" --wait --timeout 180s >/dev/null
+  -f "$NODE_RUN/values-node.yaml" -f "$NODE_RUN/values-gpualigned.yaml" --wait --timeout 180s >/dev/null
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 export E2E_POOLS=ib:exclusive:2 E2E_CHAINED_POOL='' E2E_MEMLOCK='' E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.gpualigned
 (cd "$REPO" && go test -count=1 -v -timeout 15m ./e2e/suite -run '^(TestGPUAligned|TestUninstall)$')

@@ -105,21 +105,8 @@ func (e *env) restartDaemonSet(t *testing.T) {
 	if before == "" {
 		return
 	}
-	var diff string
-	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		now, err := runHook(ctx, e.hook, "node-state")
-		if err != nil {
-			return err
-		}
-		if diff = sameLines(before, now); diff != "" {
-			return fmt.Errorf("node state differs from before the restart")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("after the DaemonSet restart: %v; node-state (-before +now):\n%s", err, diff)
+	if diff, err := e.waitNodeStateIs(t.Context(), before); err != nil {
+		t.Fatalf("after the DaemonSet restart: %v; node-state (-before the restart +now):\n%s", err, diff)
 	}
 	t.Logf("node state as before the restart %s after it began", time.Since(start).Round(time.Millisecond))
 }

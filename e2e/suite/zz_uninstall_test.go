@@ -13,6 +13,25 @@ import (
 	"time"
 )
 
+// waitNodeStateIs waits up to a minute until `hook node-state` prints want;
+// on timeout it returns the last difference (-want +now).
+func (e *env) waitNodeStateIs(ctx context.Context, want string) (string, error) {
+	var diff string
+	err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		now, err := runHook(ctx, e.hook, "node-state")
+		if err != nil {
+			return err
+		}
+		if diff = sameLines(want, now); diff != "" {
+			return fmt.Errorf("node state differs")
+		}
+		return nil
+	})
+	return diff, err
+}
+
 // TestUninstall (E2E_UNINSTALL=1): helm uninstall leaves the node as it was
 // before helm install, by `hook node-state` (E2E_NODE_STATE_BEFORE).
 func TestUninstall(t *testing.T) {
@@ -33,21 +52,8 @@ func TestUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	var diff string
-	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		now, err := runHook(ctx, e.hook, "node-state")
-		if err != nil {
-			return err
-		}
-		if diff = sameLines(string(before), now); diff != "" {
-			return fmt.Errorf("node state differs from before helm install")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("after helm uninstall: %v; node-state (-before +now):\n%s", err, diff)
+	if diff, err := e.waitNodeStateIs(t.Context(), string(before)); err != nil {
+		t.Fatalf("after helm uninstall: %v; node-state (-before helm install +now):\n%s", err, diff)
 	}
 	line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets) equal to before helm install %s after it returned",
 		strings.Count(string(before), "\n"), time.Since(start).Round(time.Millisecond))
