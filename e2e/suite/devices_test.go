@@ -162,17 +162,7 @@ func TestPending(t *testing.T) {
 				t.Fatal(err)
 			}
 			// It stays so: the scheduler retries and must keep failing.
-			err = consistently(t.Context(), 5*time.Second, func(ctx context.Context) error {
-				pod, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if pod.Status.Phase != corev1.PodPending || pod.Spec.NodeName != "" {
-					return fmt.Errorf("pod %s: phase %s on node %q, want Pending on none", name, pod.Status.Phase, pod.Spec.NodeName)
-				}
-				return nil
-			})
-			if err != nil {
+			if err := e.staysPending(t.Context(), ns, name, 5*time.Second); err != nil {
 				t.Error(err)
 			}
 		})

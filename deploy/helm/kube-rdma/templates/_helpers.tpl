@@ -53,6 +53,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- range .root.Values.config.pools }}{{ if and (eq .name $.pool) (eq (.frontend | default "devicePlugin") "dra") }}true{{ end }}{{ end -}}
 {{- end -}}
 
+{{/* kube-rdma.isGPUAlignedPool: "true" when the pool .pool has binding gpuAligned. */}}
+{{- define "kube-rdma.isGPUAlignedPool" -}}
+{{- range .root.Values.config.pools }}{{ if and (eq .name $.pool) (eq (.binding | default "") "gpuAligned") }}true{{ end }}{{ end -}}
+{{- end -}}
+
 {{/* The DRA driver's kubelet plugin directory (--dra-plugin-dir), a host path. */}}
 {{- define "kube-rdma.draPluginDir" -}}
 {{ printf "%s/plugins/rdma.kube-rdma.io" (trimSuffix "/" .Values.hostPaths.kubeletDir) }}
@@ -72,12 +77,12 @@ device plugin pool; for a dra pool, draClaimsDir, the records of the claims the 
 {{- else -}}
 {{- $_ := set $conf "resourceName" (include "kube-rdma.resource" (dict "root" . "pool" $c.pool)) -}}
 {{- $_ := set $conf "kubeletSocket" (printf "%s/pod-resources/kubelet.sock" .Values.hostPaths.kubeletDir) -}}
+{{- /* A gpuAligned pool's CNI fills the allocation directories the daemon makes. */ -}}
+{{- if include "kube-rdma.isGPUAlignedPool" (dict "root" . "pool" $c.pool) }}{{ $_ := set $conf "allocDir" .Values.devicePlugin.allocDir }}{{ end -}}
 {{- end -}}
 {{- if $c.interfaceNames }}{{ $_ := set $conf "interfaceNames" $c.interfaceNames }}{{ end -}}
 {{- if $c.ipam }}{{ $_ := set $conf "ipam" $c.ipam }}{{ end -}}
 {{- if .Values.hostPaths.sysfsRoot }}{{ $_ := set $conf "sysfsRoot" .Values.hostPaths.sysfsRoot }}{{ end -}}
-{{- /* A gpuAligned pool's CNI fills the allocation directories the daemon makes. */ -}}
-{{- range .Values.config.pools }}{{ if and (eq .name $c.pool) (eq (.binding | default "") "gpuAligned") }}{{ $_ := set $conf "allocDir" $.Values.devicePlugin.allocDir }}{{ end }}{{ end -}}
 {{- mustMergeOverwrite $conf (deepCopy .Values.cni.pluginConfig) | toPrettyJson -}}
 {{- end -}}
 
