@@ -15,7 +15,7 @@
 // torn by a machine crash, are ignored and removed when listed.
 //
 // It does no netlink and no logging.
-package state
+package attachment
 
 import (
 	"encoding/json"
