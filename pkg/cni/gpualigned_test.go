@@ -125,10 +125,7 @@ func (g *gpuEnv) writePoolFile(pf allocdir.PoolFile) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	if err := os.MkdirAll(allocdir.PoolDir(g.allocDir, pf.Pool), 0o755); err != nil {
-		g.t.Fatal(err)
-	}
-	if err := os.WriteFile(allocdir.PoolFilePath(g.allocDir, pf.Pool), b, 0o644); err != nil {
+	if err := allocdir.WritePoolFile(g.allocDir, pf.Pool, b); err != nil {
 		g.t.Fatal(err)
 	}
 }
