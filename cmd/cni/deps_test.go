@@ -30,7 +30,7 @@ func TestLinksNeitherGRPCNorHTTP(t *testing.T) {
 		if strings.HasPrefix(d, "google.golang.org/protobuf/") {
 			t.Errorf("the plugin links %s", d)
 		}
-		// DRA mode reads the claims' records through pkg/dra/claimrecord;
+		// DRA mode reads the claims' records through pkg/hostapi/claimrecord;
 		// pkg/dra itself links client-go.
 		if strings.HasPrefix(d, "k8s.io/client-go") || d == "github.com/kube-rdma/kube-rdma/pkg/dra" {
 			t.Errorf("the plugin links %s", d)

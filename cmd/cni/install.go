@@ -15,8 +15,8 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 const installUsage = `usage: kube-rdma install [flags]
@@ -43,7 +43,7 @@ func installCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if boot, err := state.ReadBootID("/proc"); err == nil {
+	if boot, err := attachment.ReadBootID("/proc"); err == nil {
 		o.BootID = boot
 	} else {
 		o.Log.Warn("records of earlier boots count as attached pods", "err", err)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 const (
@@ -141,11 +141,11 @@ func TestInstallWatchUntilSignal(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newInstallDirs(t, calicoList)
 			if tt.attached {
-				boot, err := state.ReadBootID("/proc")
+				boot, err := attachment.ReadBootID("/proc")
 				if err != nil {
 					t.Skipf("no boot id: %v", err)
 				}
-				if err := (state.Store{Dir: d.state, BootID: boot}).Save(state.Attachment{Key: state.Key{ContainerID: "c", IfName: "net1"}}); err != nil {
+				if err := (attachment.Store{Dir: d.state, BootID: boot}).Save(attachment.Attachment{Key: attachment.Key{ContainerID: "c", IfName: "net1"}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/version"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
@@ -95,11 +95,11 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	}
 	var records nodestate.RecordLister
 	if dir := cfg.nodeState.cniState; dir != "" {
-		boot, err := state.ReadBootID("/proc")
+		boot, err := attachment.ReadBootID("/proc")
 		if err != nil {
 			return nil, fmt.Errorf("run: --cni-state-dir: %w", err)
 		}
-		records = state.Store{Dir: dir, BootID: boot}
+		records = attachment.Store{Dir: dir, BootID: boot}
 	}
 	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})

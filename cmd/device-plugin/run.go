@@ -13,7 +13,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 // runCommand parses the `run` flags and runs the device plugin until ctx ends

@@ -38,8 +38,8 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 const (
@@ -102,11 +102,8 @@ func run(ctx context.Context, root, allocDir, socket string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(allocdir.PoolDir(allocDir, pool), 0o755); err != nil {
-		return fmt.Errorf("make pool dir: %w", err)
-	}
-	if err := os.WriteFile(allocdir.PoolFilePath(allocDir, pool), b, 0o644); err != nil {
-		return fmt.Errorf("write pool file: %w", err)
+	if err := allocdir.WritePoolFile(allocDir, pool, b); err != nil {
+		return err
 	}
 
 	// podrestest.Start wants a testing.TB; the server itself is a plain

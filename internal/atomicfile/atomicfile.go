@@ -16,18 +16,24 @@ import (
 // must exist, so readers that list the directory can skip it; it is removed
 // on any failure. perm is applied before the rename.
 func Write(path string, data []byte, perm os.FileMode, pattern string) error {
-	return write(path, perm, pattern, false, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
+	return write(path, perm, pattern, false, Bytes(data))
 }
 
 // WriteSynced is Write for files that must be whole after a machine crash
-// too (a binary a runtime execs, a CNI configuration): fill writes the
-// content, the temporary file is fsynced before the rename and the
+// too (a binary a runtime execs, a CNI configuration, the on-disk contracts
+// of pkg/hostapi that outlive a boot): fill writes the content (Bytes(data)
+// for a slice), the temporary file is fsynced before the rename and the
 // directory after it.
 func WriteSynced(path string, perm os.FileMode, pattern string, fill func(io.Writer) error) error {
 	return write(path, perm, pattern, true, fill)
+}
+
+// Bytes is a fill function for WriteSynced that writes data.
+func Bytes(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
 }
 
 func write(path string, perm os.FileMode, pattern string, sync bool, fill func(io.Writer) error) error {

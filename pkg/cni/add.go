@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -85,7 +85,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 
 	store := p.store(conf)
-	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	key := attachment.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 	// The attachment's own lock, held to the end: a DEL of it waits, a GC
 	// leaves it alone while it is in flight.
 	release, _, err := store.Hold(key, true)
@@ -177,7 +177,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 // gpuAligned pool (gr set), chosen from the claims under the lock. A nil
 // planFor means the pod has nothing of the resource: pass through.
 func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, pod podRef, res Resolver,
-	log *slog.Logger) (planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), gr *gpuRequest, err error) {
+	log *slog.Logger) (planFor func(claims map[string]attachment.Key) ([]netconf.Assignment, error), gr *gpuRequest, err error) {
 	if conf.Standalone() && !conf.FromDRA() {
 		if gr, err = p.gpuAlignedRequest(ctx, conf, pod, log); err != nil {
 			return nil, nil, err
@@ -191,7 +191,7 @@ func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel
 		if _, err := netconf.PlanNames(conf, args.IfName, make([]string, gr.size)); err != nil {
 			return nil, nil, err
 		}
-		return func(claims map[string]state.Key) ([]netconf.Assignment, error) {
+		return func(claims map[string]attachment.Key) ([]netconf.Assignment, error) {
 			ids, err := p.align(gr, claims, res, log)
 			if err != nil {
 				return nil, err
@@ -207,7 +207,7 @@ func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(map[string]state.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
+	return func(map[string]attachment.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
 }
 
 // openPodNetns checks the config and CNI environment and opens the pod's netns.
@@ -231,8 +231,8 @@ func openPodNetns(conf *netconf.Conf, args *skel.CmdArgs) (netns.NsHandle, error
 // prepareCandidates checks the attachment is new and resolves the plan
 // (planFor makes it from the claims) into unclaimed candidates, marking
 // which RDMA devices move; it changes nothing.
-func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key state.Key,
-	planFor func(claims map[string]state.Key) ([]netconf.Assignment, error), res Resolver, podNS netns.NsHandle) ([]candidate, error) {
+func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, key attachment.Key,
+	planFor func(claims map[string]attachment.Key) ([]netconf.Assignment, error), res Resolver, podNS netns.NsHandle) ([]candidate, error) {
 	if _, err := store.Load(key); err == nil {
 		return nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
 	}
@@ -258,18 +258,18 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store state.Store, key st
 }
 
 // newRecord builds the attachment record for the candidates, before any move.
-func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key state.Key, pod podRef, cands []candidate) state.Attachment {
-	rec := state.Attachment{Key: key, Netns: args.Netns, CNIVersion: conf.CNIVersion, Network: conf.Name}
+func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key attachment.Key, pod podRef, cands []candidate) attachment.Attachment {
+	rec := attachment.Attachment{Key: key, Netns: args.Netns, CNIVersion: conf.CNIVersion, Network: conf.Name}
 	if pod.known() {
-		rec.Pod = &state.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+		rec.Pod = &attachment.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	}
 	if conf.IPAMType != "" {
 		rec.IPAMConf = args.StdinData
 	}
 	for _, c := range cands {
-		d := state.Device{
+		d := attachment.Device{
 			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus,
-			Host: state.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
+			Host: attachment.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
 		}
 		if conf.MAC != nil {
 			d.PodMAC = conf.MAC.String() // so DEL finds it by MAC after a crash
@@ -281,7 +281,7 @@ func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key state.Key, pod podRef
 
 // settleFailedAdd runs the undo stack when err is set and deletes the record,
 // or keeps it for DEL if the rollback was incomplete; it returns the final error.
-func settleFailedAdd(err error, u *undo, store state.Store, rec state.Attachment, key state.Key, log *slog.Logger) error {
+func settleFailedAdd(err error, u *undo, store attachment.Store, rec attachment.Attachment, key attachment.Key, log *slog.Logger) error {
 	if err == nil {
 		return nil
 	}
@@ -301,7 +301,7 @@ func settleFailedAdd(err error, u *undo, store state.Store, rec state.Attachment
 
 // attachAll moves every candidate into the pod in order and returns the
 // pod interfaces' MTUs.
-func (p *Plugin) attachAll(podNS netns.NsHandle, rec *state.Attachment, cands []candidate, conf *netconf.Conf,
+func (p *Plugin) attachAll(podNS netns.NsHandle, rec *attachment.Attachment, cands []candidate, conf *netconf.Conf,
 	u *undo, log *slog.Logger) ([]int, error) {
 	mtus := make([]int, len(cands))
 	for i, c := range cands {
@@ -316,7 +316,7 @@ func (p *Plugin) attachAll(podNS netns.NsHandle, rec *state.Attachment, cands []
 // buildResult adds the pod interfaces to the passed-through result and runs
 // IPAM for each device when configured, merging its addresses, routes and DNS.
 func (p *Plugin) buildResult(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, podNS netns.NsHandle,
-	rec *state.Attachment, mtus []int, u *undo) (*types100.Result, error) {
+	rec *attachment.Attachment, mtus []int, u *undo) (*types100.Result, error) {
 	// The interface mtu field is 1.1.0's; older results do not have it.
 	hasMTU, _ := version.GreaterThanOrEqualTo(conf.CNIVersion, "1.1.0")
 
@@ -348,7 +348,7 @@ func (p *Plugin) buildResult(ctx context.Context, conf *netconf.Conf, args *skel
 // addIPAM runs IPAM ADD for one pod interface (pushing its release) and
 // configures the addresses and routes it returns on that interface.
 func (p *Plugin) addIPAM(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, podNS netns.NsHandle,
-	d *state.Device, idx int, u *undo) (*types100.Result, error) {
+	d *attachment.Device, idx int, u *undo) (*types100.Result, error) {
 	ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: d.PodIfName, Args: args.Args, Path: args.Path}
 	r, err := p.IPAM.Add(ctx, conf.IPAMType, args.StdinData, ia)
 	if err != nil {
@@ -397,7 +397,7 @@ func passthrough(conf *netconf.Conf) *types100.Result {
 
 // attach moves one device into the pod and pushes the steps that undo it.
 // It returns the MTU the pod interface has.
-func (p *Plugin) attach(podNS netns.NsHandle, d *state.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) (int, error) {
+func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) (int, error) {
 	moved, err := p.Links.Move(p.HostNS, c.host, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
 	if err != nil {
 		err = fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // allocTmpPattern names the temporary files of atomic writes in an
@@ -38,7 +38,7 @@ type bindingGPU struct {
 
 // allocFiles are the contents ADD writes into each allocation directory of
 // the pod, by file name.
-func (r *gpuRequest) allocFiles(rec *state.Attachment) (map[string][]byte, error) {
+func (r *gpuRequest) allocFiles(rec *attachment.Attachment) (map[string][]byte, error) {
 	var names, netdevs []string
 	var devs []discovery.RDMADevice
 	for _, d := range rec.Devices {
@@ -81,7 +81,7 @@ func (r *gpuRequest) allocFiles(rec *state.Attachment) (map[string][]byte, error
 // slots (creating a directory Allocate has not made), pushing their
 // removal: a failed ADD leaves no file naming NICs the pod does not have.
 // The directories themselves are the daemon's to remove.
-func (r *gpuRequest) writeAllocFiles(root string, rec *state.Attachment, u *undo) error {
+func (r *gpuRequest) writeAllocFiles(root string, rec *attachment.Attachment, u *undo) error {
 	files, err := r.allocFiles(rec)
 	if err != nil {
 		return err

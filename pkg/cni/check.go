@@ -12,8 +12,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // Check verifies that every device of the attachment is in the pod netns
@@ -27,9 +27,9 @@ func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 		return err
 	}
 	store := p.store(conf)
-	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	key := attachment.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 	rec, err := store.Load(key)
-	if errors.Is(err, state.ErrNotFound) {
+	if errors.Is(err, attachment.ErrNotFound) {
 		if conf.Standalone() {
 			log.Info("no attachment recorded for a standalone pod: nothing allocated")
 			return nil
@@ -163,9 +163,9 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	valid := map[state.Key]bool{}
+	valid := map[attachment.Key]bool{}
 	for _, a := range conf.ValidAttachments {
-		valid[state.Key{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+		valid[attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}] = true
 	}
 	store := p.store(conf)
 	unlock, err := store.Lock()
@@ -186,7 +186,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	// Under the node-wide lock: return the devices of each collected
 	// attachment and record that. Then, without it: IPAM, which may hang.
 	type collected struct {
-		rec     state.Attachment
+		rec     attachment.Attachment
 		release func()
 		err     error
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -36,7 +36,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	mark("parse")
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	store := p.store(conf)
-	key := state.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+	key := attachment.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 	// An ADD of the same attachment still in flight finishes first.
 	release, _, err := store.Hold(key, true)
 	if err != nil {
@@ -56,7 +56,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	}()
 	mark("lock")
 	rec, err := store.Load(key)
-	if errors.Is(err, state.ErrNotFound) {
+	if errors.Is(err, attachment.ErrNotFound) {
 		unlock()
 		locked = false
 		// Nothing attached; release what IPAM may hold for the interface (a
@@ -120,7 +120,7 @@ func openPodNS(log *slog.Logger, paths ...string) netns.NsHandle {
 	return netns.None()
 }
 
-func recordedIPAM(rec state.Attachment) (string, []byte) {
+func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 	if len(rec.IPAMConf) == 0 {
 		return "", nil
 	}
@@ -138,7 +138,7 @@ func recordedIPAM(rec state.Attachment) (string, []byte) {
 // returnDevices returns every device of rec not yet returned to the host
 // and marks it Returned, best effort: it goes on after an error and
 // returns them all.
-func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *state.Attachment, log *slog.Logger) error {
+func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, log *slog.Logger) error {
 	var errs []error
 	for i := len(rec.Devices) - 1; i >= 0; i-- {
 		d := &rec.Devices[i]
@@ -173,7 +173,7 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *state.Attachment, log 
 // releaseIPAM releases what IPAM holds for each pod interface of rec, best
 // effort. IPAM DEL of an address it does not hold succeeds (the CNI spec),
 // so a release repeated after a crash is harmless.
-func (p *Plugin) releaseIPAM(ctx context.Context, rec state.Attachment, ipamType string, ipamConf []byte, cniArgs, cniPath string) error {
+func (p *Plugin) releaseIPAM(ctx context.Context, rec attachment.Attachment, ipamType string, ipamConf []byte, cniArgs, cniPath string) error {
 	if ipamType == "" {
 		return nil
 	}
@@ -188,13 +188,13 @@ func (p *Plugin) releaseIPAM(ctx context.Context, rec state.Attachment, ipamType
 }
 
 // tempName is the host name a returned netdev gets when its own is taken.
-func tempName(d state.Device) string {
+func tempName(d attachment.Device) string {
 	sum := sha256.Sum256([]byte(d.RDMA + "/" + d.Host.Name))
 	return "krdma" + hex.EncodeToString(sum[:5])
 }
 
 // isOurs reports whether a host link is the device of d.
-func isOurs(l rdma.Link, d state.Device) bool {
+func isOurs(l rdma.Link, d attachment.Device) bool {
 	return l.MAC != "" && (l.MAC == d.Host.MAC || l.MAC == d.PodMAC)
 }
 
@@ -212,7 +212,7 @@ func kernelName(name string) bool {
 // when the pod netns is gone or no longer has it, on the host (already
 // returned, or returned by the kernel when the netns died). It returns the
 // host name used, "" when the netdev no longer exists.
-func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Logger) (string, error) {
+func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, log *slog.Logger) (string, error) {
 	mac, _ := net.ParseMAC(d.Host.MAC)
 	want := rdma.LinkConfig{Name: d.Host.Name, MTU: d.Host.MTU, MAC: mac, Up: d.Host.Up}
 	if l, err := p.Links.Get(p.HostNS, want.Name); err == nil && !isOurs(l, d) {
@@ -259,7 +259,7 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d state.Device, log *slog.Lo
 
 // findOnHost looks for d's netdev in the host netns: by MAC, under its own
 // name, its pod name, a temporary name or a kernel "devN" name.
-func (p *Plugin) findOnHost(d state.Device) (rdma.Link, bool, error) {
+func (p *Plugin) findOnHost(d attachment.Device) (rdma.Link, bool, error) {
 	links, err := p.Links.List(p.HostNS)
 	if err != nil {
 		return rdma.Link{}, false, err

@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -157,7 +157,7 @@ func TestDelHostNameTaken(t *testing.T) {
 	pod := netnstest.New(t)
 	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
 	mustAdd(t, e, a)
-	rec, err := state.Store{Dir: e.stateDir}.Load(state.Key{ContainerID: "c1", IfName: "net1"})
+	rec, err := attachment.Store{Dir: e.stateDir}.Load(attachment.Key{ContainerID: "c1", IfName: "net1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"slices"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // claimedDevices returns the RDMA names, in natural order, of the devices

@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -105,7 +105,7 @@ func TestDRAAttach(t *testing.T) {
 			if diff := cmp.Diff([]string{"net1", "net2"}, inPod); diff != "" {
 				t.Errorf("pod netdevs (-want +got):\n%s", diff)
 			}
-			rec, err := state.Store{Dir: e.stateDir}.Load(state.Key{ContainerID: "c1", IfName: "eth0"})
+			rec, err := attachment.Store{Dir: e.stateDir}.Load(attachment.Key{ContainerID: "c1", IfName: "eth0"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,9 +22,9 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // gpuRequest is what a gpuAligned ADD knows before the node-wide lock: the
@@ -183,7 +183,7 @@ func matchGPU(gpus []discovery.GPU, id string) (discovery.GPU, bool) {
 // whose netdev is in the host netns, the r.size closest to the pod's GPUs
 // (allocator.AlignToGPUs; a compact set, allocator.Closest, without GPUs).
 // It changes nothing.
-func (p *Plugin) align(r *gpuRequest, claims map[string]state.Key, res Resolver, log *slog.Logger) ([]string, error) {
+func (p *Plugin) align(r *gpuRequest, claims map[string]attachment.Key, res Resolver, log *slog.Logger) ([]string, error) {
 	var topo allocator.Topology
 	var free []string
 	r.chosen = map[string]discovery.RDMADevice{}
@@ -249,14 +249,14 @@ func requireExclusive(r *gpuRequest, cands []candidate) error {
 }
 
 // binding is the record's account of the choice.
-func (r *gpuRequest) binding() *state.Binding {
-	b := &state.Binding{Pool: r.pool.Pool}
+func (r *gpuRequest) binding() *attachment.Binding {
+	b := &attachment.Binding{Pool: r.pool.Pool}
 	for _, s := range r.slots {
 		b.AllocIDs = append(b.AllocIDs, allocdir.AllocID(s))
 	}
 	for _, pr := range r.alignment.Pairs {
 		g := r.gpus[pr.GPU]
-		b.Pairs = append(b.Pairs, state.BindingPair{GPU: g.PCIAddress, GPUID: r.gpuIDs[pr.GPU], NIC: pr.NIC, Level: string(pr.Level)})
+		b.Pairs = append(b.Pairs, attachment.BindingPair{GPU: g.PCIAddress, GPUID: r.gpuIDs[pr.GPU], NIC: pr.NIC, Level: string(pr.Level)})
 	}
 	return b
 }

@@ -23,10 +23,10 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -125,10 +125,7 @@ func (g *gpuEnv) writePoolFile(pf allocdir.PoolFile) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	if err := os.MkdirAll(allocdir.PoolDir(g.allocDir, pf.Pool), 0o755); err != nil {
-		g.t.Fatal(err)
-	}
-	if err := os.WriteFile(allocdir.PoolFilePath(g.allocDir, pf.Pool), b, 0o644); err != nil {
+	if err := allocdir.WritePoolFile(g.allocDir, pf.Pool, b); err != nil {
 		g.t.Fatal(err)
 	}
 }
@@ -179,9 +176,9 @@ func (g *gpuEnv) args(p gpuPod, podNS *netnstest.NS) *skel.CmdArgs {
 }
 
 // boundNICs reads the record's devices ("mlx5_0=net1") and binding.
-func (g *gpuEnv) bound(t *testing.T, p gpuPod) ([]string, *state.Binding) {
+func (g *gpuEnv) bound(t *testing.T, p gpuPod) ([]string, *attachment.Binding) {
 	t.Helper()
-	rec, err := state.Store{Dir: g.stateDir}.Load(state.Key{ContainerID: p.name, IfName: "eth0"})
+	rec, err := attachment.Store{Dir: g.stateDir}.Load(attachment.Key{ContainerID: p.name, IfName: "eth0"})
 	if err != nil {
 		t.Fatalf("record of %s: %v", p.name, err)
 	}
@@ -226,13 +223,13 @@ func TestGPUAlignedTwoPods(t *testing.T) {
 		pod     gpuPod
 		ns      *netnstest.NS
 		devices []string
-		pairs   []state.BindingPair
+		pairs   []attachment.BindingPair
 		hca     string
 	}{
-		{a, podA, []string{"mlx5_0=net1", "mlx5_1=net2"}, []state.BindingPair{
+		{a, podA, []string{"mlx5_0=net1", "mlx5_1=net2"}, []attachment.BindingPair{
 			{GPU: "0000:14:00.0", GPUID: g.uuids[1], NIC: "mlx5_1", Level: "PIX"},
 			{GPU: "0000:13:00.0", GPUID: g.uuids[0], NIC: "mlx5_0", Level: "PIX"}}, "mlx5_0,mlx5_1"},
-		{b, podB, []string{"mlx5_4=net1", "mlx5_6=net2"}, []state.BindingPair{
+		{b, podB, []string{"mlx5_4=net1", "mlx5_6=net2"}, []attachment.BindingPair{
 			{GPU: "0000:93:00.0", GPUID: "4", NIC: "mlx5_4", Level: "PIX"},
 			{GPU: "0000:b3:00.0", GPUID: "6", NIC: "mlx5_6", Level: "PIX"}}, "mlx5_4,mlx5_6"},
 	} {
@@ -244,7 +241,7 @@ func TestGPUAlignedTwoPods(t *testing.T) {
 		for _, c := range tc.pod.ctrs {
 			ids = append(ids, allocdir.AllocID(c.slots))
 		}
-		want := &state.Binding{Pool: gpuPool, Pairs: tc.pairs, AllocIDs: ids}
+		want := &attachment.Binding{Pool: gpuPool, Pairs: tc.pairs, AllocIDs: ids}
 		if diff := cmp.Diff(want, bind); diff != "" {
 			t.Errorf("%s: binding (-want +got):\n%s", tc.pod.name, diff)
 		}

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 func TestMatchGPU(t *testing.T) {
@@ -34,8 +34,7 @@ func TestFindGPUAlignedPool(t *testing.T) {
 	}
 	write := func(pf allocdir.PoolFile) {
 		b, _ := pf.Marshal()
-		os.MkdirAll(allocdir.PoolDir(root, pf.Pool), 0o755)
-		if err := os.WriteFile(allocdir.PoolFilePath(root, pf.Pool), b, 0o644); err != nil {
+		if err := allocdir.WritePoolFile(root, pf.Pool, b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // stallingIPAM runs the real IPAM plugin, but its ADD for one container
@@ -89,7 +89,7 @@ func TestIPAMHoldsNoNodeLock(t *testing.T) {
 	if err := e.p.GC(context.Background(), args("", nil, "", gc)); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	if _, err := (state.Store{Dir: e.stateDir, BootID: "test-boot"}).Load(state.Key{ContainerID: "slow", IfName: "net1"}); err != nil {
+	if _, err := (attachment.Store{Dir: e.stateDir, BootID: "test-boot"}).Load(attachment.Key{ContainerID: "slow", IfName: "net1"}); err != nil {
 		t.Fatalf("GC freed the attachment in flight: %v", err)
 	}
 	if got := netnstest.Links(t, slowPod); len(got) != 1 || got[0].Name != "net1" {

@@ -26,8 +26,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -125,7 +125,7 @@ func New(log io.Writer) (*Plugin, error) {
 		return nil, fmt.Errorf("open current netns: %w", err)
 	}
 	mark("hostns")
-	boot, err := state.ReadBootID("/proc")
+	boot, err := attachment.ReadBootID("/proc")
 	if err != nil {
 		host.Close()
 		return nil, err
@@ -145,8 +145,8 @@ func New(log io.Writer) (*Plugin, error) {
 	}, nil
 }
 
-func (p *Plugin) store(conf *netconf.Conf) state.Store {
-	return state.Store{Dir: conf.StateDir, BootID: p.BootID}
+func (p *Plugin) store(conf *netconf.Conf) attachment.Store {
+	return attachment.Store{Dir: conf.StateDir, BootID: p.BootID}
 }
 
 func scannerGPUs(sysfsRoot, procRoot string) GPUSource {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -242,7 +242,7 @@ func softType(d discovery.RDMADevice) string {
 // resolve checks every planned device against the node and the claims
 // without changing anything: it exists, nobody claimed it, its netdev is in
 // the host netns and its pod name is free.
-func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]state.Key, key state.Key,
+func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]attachment.Key, key attachment.Key,
 	podNS netns.NsHandle) ([]candidate, error) {
 	var out []candidate
 	seen := map[string]bool{}

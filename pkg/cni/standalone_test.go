@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 const podArgs = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
@@ -60,7 +60,7 @@ func TestStandalone(t *testing.T) {
 				t.Errorf("result ips (-want +got):\n%s", diff)
 			}
 			// mlx5_0 sorts first, so it is net1; mlx5_2 is net2.
-			rec, _ := state.Store{Dir: e.stateDir}.Load(state.Key{ContainerID: "c1", IfName: "eth0"})
+			rec, _ := attachment.Store{Dir: e.stateDir}.Load(attachment.Key{ContainerID: "c1", IfName: "eth0"})
 			var got []string
 			for _, d := range rec.Devices {
 				got = append(got, d.RDMA+"="+d.PodIfName)
@@ -69,7 +69,7 @@ func TestStandalone(t *testing.T) {
 				t.Errorf("devices (-want +got):\n%s", diff)
 			}
 			// The daemon's node state joins records to pods by this.
-			if diff := cmp.Diff(&state.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}, rec.Pod); diff != "" {
+			if diff := cmp.Diff(&attachment.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}, rec.Pod); diff != "" {
 				t.Errorf("record's pod (-want +got):\n%s", diff)
 			}
 			if err := e.p.Check(context.Background(), a); err != nil {

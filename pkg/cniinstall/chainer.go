@@ -11,7 +11,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // chainer keeps the entry in the conflist Run was asked for.
@@ -209,7 +209,7 @@ func (c *chainer) removeBinary() error {
 		c.Log.Info("binary kept: a network configuration names kube-rdma", "path", bin, "conf", name)
 		return nil
 	}
-	attached, err := state.Store{Dir: c.StateDir, BootID: c.BootID}.HasRecords()
+	attached, err := attachment.Store{Dir: c.StateDir, BootID: c.BootID}.HasRecords()
 	if err != nil {
 		return fmt.Errorf("check %s before removing the binary: %w", c.StateDir, err)
 	}

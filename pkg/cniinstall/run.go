@@ -32,7 +32,7 @@ type Options struct {
 	// is refused.
 	Versions []string
 	// StateDir and BootID say where the plugin's attachment records are
-	// (state.Store): RemoveOnExit keeps the binary while a pod is attached.
+	// (attachment.Store): RemoveOnExit keeps the binary while a pod is attached.
 	StateDir, BootID string
 	// Watch keeps the entry in the conflist until ctx is done.
 	Watch bool

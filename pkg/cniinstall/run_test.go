@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // logRecorder keeps the messages Run logs, to wait for one.
@@ -278,7 +278,7 @@ func TestWatchWaits(t *testing.T) {
 func TestStop(t *testing.T) {
 	record := func(boot string) func(e env) {
 		return func(e env) {
-			if err := (state.Store{Dir: e.state, BootID: boot}).Save(state.Attachment{Key: state.Key{ContainerID: "c1", IfName: "net1"}}); err != nil {
+			if err := (attachment.Store{Dir: e.state, BootID: boot}).Save(attachment.Attachment{Key: attachment.Key{ContainerID: "c1", IfName: "net1"}}); err != nil {
 				t.Fatal(err)
 			}
 		}

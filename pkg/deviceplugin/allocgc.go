@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 // AllocationLister lists the kubelet's device allocations, one entry per

@@ -22,8 +22,8 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 

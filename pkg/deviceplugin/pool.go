@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,11 +10,10 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 // snapshot is what a pool advertises at one moment.
@@ -86,25 +84,13 @@ func (s *poolServer) writePoolFile(f allocdir.PoolFile) {
 		return
 	}
 	if err == nil {
-		err = writePoolFile(s.alloc.allocDir, s.pool.Name, data)
+		err = allocdir.WritePoolFile(s.alloc.allocDir, s.pool.Name, data)
 	}
 	if err != nil {
 		s.log.Warn("write pool file", "err", err)
 		return
 	}
 	s.lastPoolFile = data
-}
-
-// writePoolFile writes pool.json atomically, creating the pool directory.
-func writePoolFile(root, pool string, data []byte) error {
-	dir := allocdir.PoolDir(root, pool)
-	if err := mkdirMode(dir, 0o755); err != nil {
-		return err
-	}
-	if err := atomicfile.Write(allocdir.PoolFilePath(root, pool), data, 0o644, ".kube-rdma-*.tmp"); err != nil {
-		return fmt.Errorf("write pool file: %w", err)
-	}
-	return nil
 }
 
 // removePoolFile removes pool.json of a pool that is no longer served as
@@ -114,10 +100,7 @@ func removePoolFile(root, pool string) error {
 	if root == "" {
 		return nil
 	}
-	if err := os.Remove(allocdir.PoolFilePath(root, pool)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove pool file: %w", err)
-	}
-	return nil
+	return allocdir.RemovePoolFile(root, pool)
 }
 
 // mkdirMode creates dir and its parents and gives dir mode perm whatever

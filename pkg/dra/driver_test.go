@@ -29,7 +29,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 

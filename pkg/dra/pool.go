@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // DriverName is the DRA driver's name, the driver field of its

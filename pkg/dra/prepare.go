@@ -14,7 +14,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // CDIKind is the CDI kind of the claims' devices. Each claim gets its own

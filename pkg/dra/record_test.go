@@ -9,7 +9,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
-	"github.com/kube-rdma/kube-rdma/pkg/dra/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // readRecord reads a claim's record as the CNI plugin does.

@@ -13,10 +13,10 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // Input is everything one status is built from.
@@ -25,9 +25,9 @@ type Input struct {
 	// Containers are the kubelet's allocations (PodResources List), of
 	// every resource: Build keeps those of the view's pools.
 	Containers []podres.ContainerDevices
-	// Attachments are the CNI plugin's records (state.Store.Records): the
+	// Attachments are the CNI plugin's records (attachment.Store.Records): the
 	// names the pods' devices have in the pods.
-	Attachments []state.Attachment
+	Attachments []attachment.Attachment
 	// CNIMode is the chart's CNI mode (--cni-mode); "" leaves status.cni out.
 	CNIMode       string
 	DaemonVersion string
@@ -106,7 +106,7 @@ func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView)
 
 // allocations keeps the containers' devices of the pools' resources and
 // names the RDMA devices and netdevs behind each device ID.
-func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []state.Attachment) []v1alpha1.Allocation {
+func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []attachment.Attachment) []v1alpha1.Allocation {
 	byResource := map[string]deviceplugin.PoolView{}
 	for _, p := range pools {
 		byResource[p.Resource] = p
@@ -152,7 +152,7 @@ func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, 
 // to pod ns/name (its complete records' binding of the pool): the kubelet's
 // device IDs there are slots, each standing for every member. nil for
 // another pool, or before the plugin bound any (the slots' members then).
-func boundDevices(recs []state.Attachment, ns, name string, p deviceplugin.PoolView) []string {
+func boundDevices(recs []attachment.Attachment, ns, name string, p deviceplugin.PoolView) []string {
 	if p.Binding != config.GPUAligned {
 		return nil
 	}
@@ -177,7 +177,7 @@ func boundDevices(recs []state.Attachment, ns, name string, p deviceplugin.PoolV
 // outlives its sandbox until DEL or GC: should two name it for the pod, the
 // greater container ID wins, so that the result does not depend on the
 // order the records were read in.
-func attached(recs []state.Attachment, ns, name string, names []string) []v1alpha1.AttachedDevice {
+func attached(recs []attachment.Attachment, ns, name string, names []string) []v1alpha1.AttachedDevice {
 	by := map[string]v1alpha1.AttachedDevice{}
 	from := map[string]string{}
 	for _, r := range recs {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
 
@@ -87,7 +87,7 @@ func TestBuild(t *testing.T) {
 		name  string
 		view  deviceplugin.View
 		ctrs  []podres.ContainerDevices
-		recs  []state.Attachment
+		recs  []attachment.Attachment
 		cni   string
 		patch func(*v1alpha1.RDMANodeStateStatus)
 	}{
@@ -120,19 +120,19 @@ func TestBuild(t *testing.T) {
 				{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:1b:00.0", "0000:19:00.0"}},
 				{Namespace: "a", Pod: "p1", Container: "d", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-0"}},
 			},
-			recs: []state.Attachment{
+			recs: []attachment.Attachment{
 				// two records name mlx5_2 for the pod: the greater container ID wins
-				{Key: state.Key{ContainerID: "s2", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &state.PodRef{Namespace: "a", Name: "p1"},
-					Devices: []state.Device{{RDMA: "mlx5_2", PodIfName: "net1", Host: state.HostLink{Name: "ib2"}}}},
-				{Key: state.Key{ContainerID: "s1", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &state.PodRef{Namespace: "a", Name: "p1"},
-					Devices: []state.Device{{RDMA: "mlx5_2", PodIfName: "old1", Host: state.HostLink{Name: "ib2"}},
-						{RDMA: "mlx5_10", PodIfName: "net2", PodRDMA: "rxe_p", Host: state.HostLink{Name: "ib10"}}}},
+				{Key: attachment.Key{ContainerID: "s2", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &attachment.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []attachment.Device{{RDMA: "mlx5_2", PodIfName: "net1", Host: attachment.HostLink{Name: "ib2"}}}},
+				{Key: attachment.Key{ContainerID: "s1", IfName: "net1"}, Complete: true, Network: "ib-net", Pod: &attachment.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []attachment.Device{{RDMA: "mlx5_2", PodIfName: "old1", Host: attachment.HostLink{Name: "ib2"}},
+						{RDMA: "mlx5_10", PodIfName: "net2", PodRDMA: "rxe_p", Host: attachment.HostLink{Name: "ib10"}}}},
 				// not complete, another pod, no pod, a device not in the allocation
-				{Key: state.Key{ContainerID: "s3", IfName: "net9"}, Pod: &state.PodRef{Namespace: "a", Name: "p1"},
-					Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "net9"}}},
-				{Key: state.Key{ContainerID: "s4", IfName: "net1"}, Complete: true, Pod: &state.PodRef{Namespace: "b", Name: "p1"},
-					Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "x"}}},
-				{Key: state.Key{ContainerID: "s5", IfName: "net1"}, Complete: true, Devices: []state.Device{{RDMA: "mlx5_30", PodIfName: "y"}}},
+				{Key: attachment.Key{ContainerID: "s3", IfName: "net9"}, Pod: &attachment.PodRef{Namespace: "a", Name: "p1"},
+					Devices: []attachment.Device{{RDMA: "mlx5_30", PodIfName: "net9"}}},
+				{Key: attachment.Key{ContainerID: "s4", IfName: "net1"}, Complete: true, Pod: &attachment.PodRef{Namespace: "b", Name: "p1"},
+					Devices: []attachment.Device{{RDMA: "mlx5_30", PodIfName: "x"}}},
+				{Key: attachment.Key{ContainerID: "s5", IfName: "net1"}, Complete: true, Devices: []attachment.Device{{RDMA: "mlx5_30", PodIfName: "y"}}},
 			},
 			patch: func(s *v1alpha1.RDMANodeStateStatus) {
 				s.Pools = pools(2, 1)
@@ -194,9 +194,9 @@ func TestBuildGPUAligned(t *testing.T) {
 		{Namespace: "a", Pod: "bound", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-0"}},
 		{Namespace: "a", Pod: "early", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-1"}},
 	}
-	recs := []state.Attachment{{Key: state.Key{ContainerID: "s1", IfName: "eth0"}, Complete: true,
-		Pod: &state.PodRef{Namespace: "a", Name: "bound"}, Binding: &state.Binding{Pool: "gpu"},
-		Devices: []state.Device{{RDMA: "mlx5_10", PodIfName: "net1", Host: state.HostLink{Name: "ib10"}}}}}
+	recs := []attachment.Attachment{{Key: attachment.Key{ContainerID: "s1", IfName: "eth0"}, Complete: true,
+		Pod: &attachment.PodRef{Namespace: "a", Name: "bound"}, Binding: &attachment.Binding{Pool: "gpu"},
+		Devices: []attachment.Device{{RDMA: "mlx5_10", PodIfName: "net1", Host: attachment.HostLink{Name: "ib10"}}}}}
 	got := Build(Input{View: view, Containers: ctrs, Attachments: recs, Now: now}).Allocations
 	var names []string
 	for _, a := range got {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 // Defaults of Config.
@@ -31,9 +31,9 @@ type PodLister interface {
 }
 
 // RecordLister lists the CNI plugin's attachment records
-// (state.Store.Records).
+// (attachment.Store.Records).
 type RecordLister interface {
-	Records() ([]state.Attachment, error)
+	Records() ([]attachment.Attachment, error)
 }
 
 // Writer writes the status of node's object, creating it when needed
@@ -93,7 +93,7 @@ type Publisher struct {
 
 	// Owned by Run.
 	containers []podres.ContainerDevices
-	records    []state.Attachment
+	records    []attachment.Attachment
 	written    *v1alpha1.RDMANodeStateStatus
 
 	mu     sync.Mutex

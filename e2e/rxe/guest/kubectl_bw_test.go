@@ -30,10 +30,10 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
@@ -63,7 +63,7 @@ type bwPod struct {
 // command inside the pod's netns with `ip netns exec`. The state is built by the daemon's own
 // nodestate.Build from a real discovery scan of the guest (taken before the pods, as the
 // device plugin saw the node when it allocated), the allocations a kubelet would report, and
-// the CNI binary's real attachment records (state.Store.Records). Everything bw does
+// the CNI binary's real attachment records (attachment.Store.Records). Everything bw does
 // itself is real: finding each pod's device and its pod-side names, the in-pod GID probe,
 // ib_write_bw on both ends over the rxe devices, parsing the result.
 //
@@ -188,11 +188,11 @@ func TestKubectlBWBetweenCNIPods(t *testing.T) {
 // a pool of the pods' devices, the kubelet's allocations of them, and the CNI binary's records.
 func bwNodeState(t *testing.T, node *discovery.Node, pods []*bwPod, ids map[string]string) *v1alpha1.RDMANodeState {
 	t.Helper()
-	boot, err := state.ReadBootID("/proc")
+	boot, err := attachment.ReadBootID("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := state.Store{Dir: netconf.DefaultStateDir, BootID: boot}.Records()
+	recs, err := attachment.Store{Dir: netconf.DefaultStateDir, BootID: boot}.Records()
 	if err != nil {
 		t.Fatalf("CNI attachment records: %v", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 )
 
 // FieldError is one validation failure; Field is the path in the file

@@ -4,10 +4,19 @@
 // claim holds; the CNI plugin (pkg/cni) reads them to find the devices of a
 // pod (docs/dra.md, "Netdevs in the pod").
 //
+// A record is a contract between the agent, which writes it, and the CNI
+// plugin, which reads it (docs/upgrades.md): it carries a "version",
+// Version is the one this binary writes, and ReadAll follows
+// internal/contractver: it reads Version and Version-1 (a record without
+// the key, as written before records had one, is version 1) and refuses a
+// newer one with an error wrapping contractver.ErrNewer. Version 2 is
+// version 1 plus the key, so a reader of version 1 reads it too.
+//
 // It is the one definition of the format and imports the standard library
-// and internal/atomicfile only, so the CNI binary, which is exec'd for every
-// ADD and DEL, does not link the Kubernetes client libraries of pkg/dra. It
-// reads no sysfs and chooses nothing.
+// and internal/ only, so the CNI binary, which is exec'd for every ADD and
+// DEL, does not link the Kubernetes client libraries of pkg/dra. Records
+// survive a reboot (the kubelet keeps claims prepared across one), so Write
+// fsyncs them. It reads no sysfs and chooses nothing.
 package claimrecord
 
 import (
@@ -22,7 +31,19 @@ import (
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
+
+// Version is the record format this binary writes.
+const Version = 2
+
+var format = contractver.Format{Kind: "claim record", Key: "version", First: 1, Current: Version, Unversioned: 1}
+
+// file is a record as stored: the version, then the record's keys.
+type file struct {
+	Version int `json:"version"`
+	Record
+}
 
 // DriverName is the DRA driver whose claims the records are (pkg/dra's
 // DriverName is this one).
@@ -103,14 +124,15 @@ func CheckUID(uid string) error {
 // Path is the record of claim uid in dir.
 func Path(dir, uid string) string { return filepath.Join(dir, uid+".json") }
 
-// Write stores r atomically (readers see the old record or the new, never
-// a part), creating dir. A record that is already there byte for byte is
-// not rewritten.
+// Write stores r as Version atomically and durably (readers see the old
+// record or the new, never a part, after a crash of the machine too),
+// creating dir. A record that is already there byte for byte is not
+// rewritten.
 func Write(dir string, r Record) error {
 	if err := CheckUID(r.UID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(r)
+	data, err := json.Marshal(file{Version: Version, Record: r})
 	if err != nil {
 		return fmt.Errorf("encode claim record %s: %w", r.UID, err)
 	}
@@ -121,7 +143,7 @@ func Write(dir string, r Record) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create claim records dir: %w", err)
 	}
-	if err := atomicfile.Write(path, data, 0o600, tmpPattern); err != nil {
+	if err := atomicfile.WriteSynced(path, 0o600, tmpPattern, atomicfile.Bytes(data)); err != nil {
 		return fmt.Errorf("write claim record %s: %w", r.UID, err)
 	}
 	return nil
@@ -140,7 +162,8 @@ func Remove(dir, uid string) error {
 
 // ReadAll returns every record in dir, sorted by UID. A dir that does not
 // exist is an error that wraps fs.ErrNotExist; a record removed while it
-// is listed is left out.
+// is listed is left out; a record of a version this binary does not read
+// is an error wrapping contractver.ErrNewer (or ErrOlder).
 func ReadAll(dir string) ([]Record, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -158,11 +181,15 @@ func ReadAll(dir string) ([]Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read claim record: %w", err)
 		}
-		var r Record
-		if err := json.Unmarshal(data, &r); err != nil {
+		path := filepath.Join(dir, e.Name())
+		if _, err := format.Check(path, data); err != nil {
+			return nil, err
+		}
+		var f file
+		if err := json.Unmarshal(data, &f); err != nil {
 			return nil, fmt.Errorf("read claim record %s: %w", e.Name(), err)
 		}
-		out = append(out, r)
+		out = append(out, f.Record)
 	}
 	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.UID, b.UID) })
 	return out, nil

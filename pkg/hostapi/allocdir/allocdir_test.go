@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -86,6 +85,7 @@ func TestPoolFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{
+  "version": 2,
   "pool": "gpu-nics",
   "resource": "rdma.example.com/gpu-nics",
   "binding": "gpuAligned",
@@ -99,10 +99,7 @@ func TestPoolFileRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(want, string(b)); diff != "" {
 		t.Errorf("encoding (-want +got)\n%s", diff)
 	}
-	if err := os.MkdirAll(PoolDir(root, "gpu-nics"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "gpu-nics", PoolFileName), b, 0o644); err != nil {
+	if err := WritePoolFile(root, "gpu-nics", b); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadPoolFile(root, "gpu-nics")

@@ -1,15 +1,15 @@
-package state
+package attachment
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/sys/unix"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -26,7 +26,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Schema = schemaV1
+	a.Schema = Version
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}
@@ -76,11 +76,11 @@ func TestLockIsExclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Errorf("second flock while held = %v, want EWOULDBLOCK", err)
 	}
 	unlock()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Errorf("flock after unlock = %v", err)
 	}
 }
@@ -237,7 +237,7 @@ func TestBindingCompatible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Schema = schemaV1
+	a.Schema = Version
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}

@@ -1,4 +1,4 @@
-// Package state keeps the kube-rdma CNI plugin's per-attachment records
+// Package attachment keeps the kube-rdma CNI plugin's per-attachment records
 // under a state directory (/var/lib/cni/kube-rdma) and the node-wide lock
 // that serializes device claims. A record is written before the first
 // change to a device, so a DEL or GC after a crash knows how to restore it.
@@ -14,8 +14,17 @@
 // carries the boot ID it was written under; records of another boot, or
 // torn by a machine crash, are ignored and removed when listed.
 //
-// It does no netlink and no logging.
-package state
+// A record is a contract between the CNI plugin, which writes it, and the
+// agent, which reads it for the node state (docs/upgrades.md): its "schema"
+// is the version, Version is the one this binary writes, and the reader
+// follows internal/contractver. Version 1 is the format's first, so this
+// binary reads version 1 only; a record of a newer version is an error
+// wrapping contractver.ErrNewer, never taken for a stale one (List does
+// not remove it).
+//
+// It imports the standard library and internal/ only (the flock and stat
+// calls are package syscall's), does no netlink and no logging.
+package attachment
 
 import (
 	"encoding/json"
@@ -25,9 +34,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
-	"golang.org/x/sys/unix"
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
 
 // ErrNotFound is returned by Load when there is no record.
@@ -37,9 +47,13 @@ const (
 	lockFile   = "lock"
 	recordExt  = ".json"
 	holdExt    = ".lock"
-	schemaV1   = 1
 	tmpPattern = ".tmp-*"
 )
+
+// Version is the record's schema this binary writes.
+const Version = 1
+
+var format = contractver.Format{Kind: "attachment record", Key: "schema", First: 1, Current: Version}
 
 // Key names one attachment, as the runtime does.
 type Key struct {
@@ -176,8 +190,8 @@ func (s Store) Lock() (unlock func(), err error) {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
 			break
 		}
 	}
@@ -185,7 +199,7 @@ func (s Store) Lock() (unlock func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
 // Save writes a record atomically (temporary file, rename).
@@ -194,7 +208,7 @@ func (s Store) Save(a Attachment) error {
 	if err != nil {
 		return err
 	}
-	a.Schema = schemaV1
+	a.Schema = Version
 	a.BootID = s.BootID
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
@@ -230,12 +244,15 @@ func (s Store) read(path string) (Attachment, error) {
 	if err != nil {
 		return Attachment{}, fmt.Errorf("read %s: %w", path, err)
 	}
+	// The version first: a record of a newer schema may not decode as
+	// this one, and must not be taken for a torn one and removed.
+	var verr *contractver.VersionError
+	if _, err := format.Check(path, data); errors.As(err, &verr) {
+		return Attachment{}, err
+	}
 	var a Attachment
 	if err := json.Unmarshal(data, &a); err != nil {
 		return Attachment{}, fmt.Errorf("decode %s: %w: %w", path, ErrStale, err)
-	}
-	if a.Schema != schemaV1 {
-		return Attachment{}, fmt.Errorf("decode %s: unknown schema %d", path, a.Schema)
 	}
 	if s.BootID != "" && a.BootID != s.BootID {
 		return Attachment{}, fmt.Errorf("record %s is from boot %s: %w", path, a.BootID, ErrStale)
@@ -369,9 +386,9 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("create state dir: %w", err)
 	}
-	how := unix.LOCK_EX
+	how := syscall.LOCK_EX
 	if !wait {
-		how |= unix.LOCK_NB
+		how |= syscall.LOCK_NB
 	}
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -379,12 +396,12 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 			return nil, false, fmt.Errorf("open hold file: %w", err)
 		}
 		for {
-			err = unix.Flock(int(f.Fd()), how)
-			if err != unix.EINTR {
+			err = syscall.Flock(int(f.Fd()), how)
+			if err != syscall.EINTR {
 				break
 			}
 		}
-		if err == unix.EWOULDBLOCK {
+		if err == syscall.EWOULDBLOCK {
 			f.Close()
 			return nil, false, nil
 		}
@@ -394,11 +411,11 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 		}
 		// The holder before us removes the file when it is done: a lock on
 		// a file no longer at path guards nothing, so take the new one.
-		var held, now unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+		var held, now syscall.Stat_t
+		if syscall.Fstat(int(f.Fd()), &held) == nil && syscall.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
 			return func() {
 				os.Remove(path)
-				unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				f.Close()
 			}, true, nil
 		}

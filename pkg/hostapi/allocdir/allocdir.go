@@ -4,17 +4,15 @@
 // directory Allocate creates and the CNI fills, the slot IDs and the
 // allocation ID both sides compute from them.
 //
-// It is pure: names, paths and the pool file's format. It does no I/O except
-// ReadPoolFile, and imports the standard library only, so the CNI binary can
+// It is names, paths and the pool file's format (poolfile.go, a versioned
+// contract: docs/upgrades.md). It does no I/O but the pool file's, and
+// imports the standard library and internal/ only, so the CNI binary can
 // use it without the daemon's dependencies.
 package allocdir
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -101,49 +99,6 @@ func ContainerNCCLConf(pool string) string { return ContainerPath(pool) + "/" + 
 
 // ContainerEnvFile is KUBE_RDMA_<POOL>_ENV_FILE's value: /var/run/kube-rdma/<pool>/env.
 func ContainerEnvFile(pool string) string { return ContainerPath(pool) + "/" + EnvFileName }
-
-// PoolFile is <root>/<pool>/pool.json: what the CNI knows of a gpuAligned
-// pool. Members and Healthy are RDMA device names, sorted.
-type PoolFile struct {
-	Pool     string   `json:"pool"`
-	Resource string   `json:"resource"`
-	Binding  string   `json:"binding"`
-	Members  []string `json:"members"`
-	Healthy  []string `json:"healthy"`
-}
-
-// Marshal encodes the file as the daemon writes it (indented, ending in a newline).
-func (p PoolFile) Marshal() ([]byte, error) {
-	if p.Members == nil {
-		p.Members = []string{}
-	}
-	if p.Healthy == nil {
-		p.Healthy = []string{}
-	}
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encode pool file of %s: %w", p.Pool, err)
-	}
-	return append(b, '\n'), nil
-}
-
-// ReadPoolFile reads <root>/<pool>/pool.json. A missing file wraps
-// fs.ErrNotExist (the daemon has not served the pool on this node).
-func ReadPoolFile(root, pool string) (PoolFile, error) {
-	var p PoolFile
-	path := PoolFilePath(root, pool)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return p, fmt.Errorf("read pool file: %w", err)
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("decode pool file %s: %w", path, err)
-	}
-	if p.Pool != pool {
-		return p, fmt.Errorf("pool file %s names pool %q", path, p.Pool)
-	}
-	return p, nil
-}
 
 // EnvName is a pool's name as an environment variable stem: upper case,
 // anything but letters and digits as "_" (KUBE_RDMA_<stem>_ENV_FILE,

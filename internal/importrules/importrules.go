@@ -1,0 +1,99 @@
+// Package importrules states which of kube-rdma's packages may link which,
+// and checks a module's package list against it (its test runs the check
+// on this module with `go list -deps -json`):
+//
+//   - the on-disk contracts (pkg/hostapi/...) link the standard library and
+//     internal/ only, so either side of a contract can read it without the
+//     other's dependencies;
+//   - the CNI plugin (pkg/cni/..., cmd/cni), exec'd for every ADD and DEL,
+//     links no front end of the agent and not the agent itself
+//     (pkg/deviceplugin/..., pkg/dra/..., pkg/nri/..., pkg/nodestate/...,
+//     pkg/nodewatch/...): it talks to them through pkg/hostapi only.
+//
+// It runs nothing itself and imports the standard library only.
+package importrules
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Module is kube-rdma's module path.
+const Module = "github.com/kube-rdma/kube-rdma"
+
+// Package is one entry of `go list -deps -json`: the fields the rules use.
+type Package struct {
+	ImportPath string
+	Standard   bool
+	Deps       []string // every package it links, transitively
+}
+
+// Rule forbids the packages under From to link what Forbids reports.
+type Rule struct {
+	Name string
+	// From are import paths: a package is under one when it is the path
+	// or below it.
+	From []string
+	// Forbids reports why dep may not be linked, "" when it may.
+	Forbids func(dep Package) string
+}
+
+// Rules are kube-rdma's.
+var Rules = []Rule{
+	{
+		Name: "contracts link std and internal/ only",
+		From: []string{Module + "/pkg/hostapi"},
+		Forbids: func(dep Package) string {
+			if dep.Standard || under(dep.ImportPath, Module+"/internal") {
+				return ""
+			}
+			return "neither the standard library nor internal/"
+		},
+	},
+	{
+		Name: "the CNI plugin links no front end and not the agent",
+		From: []string{Module + "/pkg/cni", Module + "/cmd/cni"},
+		Forbids: func(dep Package) string {
+			for _, p := range []string{"deviceplugin", "dra", "nri", "nodestate", "nodewatch"} {
+				if under(dep.ImportPath, Module+"/pkg/"+p) {
+					return "a front end or the agent (pkg/" + p + ")"
+				}
+			}
+			return ""
+		},
+	},
+}
+
+// Check returns one line per package of pkgs that links a dependency a
+// rule forbids, sorted. A dependency not in pkgs counts as not standard.
+func Check(pkgs []Package, rules []Rule) []string {
+	byPath := make(map[string]Package, len(pkgs))
+	for _, p := range pkgs {
+		byPath[p.ImportPath] = p
+	}
+	var out []string
+	for _, p := range pkgs {
+		for _, r := range rules {
+			if !slices.ContainsFunc(r.From, func(f string) bool { return under(p.ImportPath, f) }) {
+				continue
+			}
+			for _, d := range p.Deps {
+				dep, ok := byPath[d]
+				if !ok {
+					dep = Package{ImportPath: d}
+				}
+				if why := r.Forbids(dep); why != "" {
+					out = append(out, fmt.Sprintf("%s links %s, %s (rule: %s)", p.ImportPath, d, why, r.Name))
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// under reports whether path is root or a package below it.
+func under(path, root string) bool {
+	return path == root || strings.HasPrefix(path, root+"/")
+}

@@ -1,0 +1,123 @@
+package attachment
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
+)
+
+// goldenBoot and goldenKey are those of testdata/attachment-v1.json, a
+// record as the CNI plugin of 0009e5e wrote it (Store.Save, schema 1).
+const goldenBoot = "6f1c2a0e-3d4b-4c5d-8e9f-0a1b2c3d4e5f"
+
+var goldenKey = Key{"3f2a9c0b7d1e", "net1"}
+
+func goldenStore(t *testing.T, data []byte) Store {
+	t.Helper()
+	s := Store{Dir: t.TempDir(), BootID: goldenBoot}
+	if err := os.WriteFile(filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func readGolden(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/attachment-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestGoldenV1: this binary reads the record main wrote, and writes the
+// same bytes back (version 1 is still the current one).
+func TestGoldenV1(t *testing.T) {
+	golden := readGolden(t)
+	s := goldenStore(t, golden)
+	got, err := s.Load(goldenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Attachment{Schema: 1, BootID: goldenBoot, Key: goldenKey,
+		Pod:   &PodRef{Namespace: "team-a", Name: "trainer-0", UID: "0d6b3c1e-0000-4000-8000-0000000000aa"},
+		Netns: "/var/run/netns/cni-1234", CNIVersion: "1.1.0", Network: "rdma-gpu",
+		Devices: []Device{
+			{RDMA: "mlx5_0", PCIAddress: "0000:3b:00.0", Host: HostLink{Name: "ens1f0np0", Index: 7, MTU: 4200, MAC: "b8:ce:f6:00:00:01", Up: true},
+				PodIfName: "net1", PodMAC: "b8:ce:f6:00:00:01", RDMAExclusive: true, IPAM: true},
+			{RDMA: "rxe0", Host: HostLink{Name: "veth9", Index: 12, MTU: 1500, MAC: "02:00:00:00:00:09"},
+				PodIfName: "net2", SoftType: "rxe", PodRDMA: "rxe0", Returned: true},
+		},
+		Complete: true,
+		Binding: &Binding{Pool: "gpu-nics",
+			Pairs:    []BindingPair{{GPU: "0000:3a:00.0", GPUID: "GPU-0", NIC: "mlx5_0", Level: "PIX"}, {GPU: "0000:5d:00.0", GPUID: "GPU-1"}},
+			AllocIDs: []string{"b5871414ab800ca8"}},
+	}
+	var ipam bytes.Buffer
+	if err := json.Compact(&ipam, got.IPAMConf); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(`{"type":"host-local","ranges":[[{"subnet":"10.56.0.0/16"}]]}`, ipam.String()); diff != "" {
+		t.Errorf("ipamConf (-want +got)\n%s", diff)
+	}
+	got.IPAMConf = nil
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load (-want +got)\n%s", diff)
+	}
+	got.IPAMConf = json.RawMessage(ipam.String())
+	if err := s.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	again, err := os.ReadFile(filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(golden), string(again)); diff != "" {
+		t.Errorf("Save of the record read differs from what main wrote (-main +now)\n%s", diff)
+	}
+}
+
+// TestNewerRefused: a record of a newer schema is an error that names
+// both versions; it is not taken for a missing or stale record, List
+// leaves it in place and HasRecords counts it (the binary stays).
+func TestNewerRefused(t *testing.T) {
+	newer := bytes.Replace(readGolden(t), []byte(`"schema": 1,`), []byte(`"schema": 2,`), 1)
+	s := goldenStore(t, newer)
+	path := filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json")
+	_, err := s.Load(goldenKey)
+	if !errors.Is(err, contractver.ErrNewer) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) {
+		t.Fatalf("Load of schema 2 = %v, want contractver.ErrNewer only", err)
+	}
+	for _, want := range []string{"attachment record " + path, "version 2 is newer", "reads (1)", contractver.Remedy} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	recs, err := s.List()
+	if !errors.Is(err, contractver.ErrNewer) || len(recs) != 0 {
+		t.Errorf("List = %v, %v; want no record and contractver.ErrNewer", recs, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("List removed the newer record: %v", err)
+	}
+	if has, err := s.HasRecords(); !has || err != nil {
+		t.Errorf("HasRecords = %v, %v; want true", has, err)
+	}
+	// A record without a schema predates every release: refused too.
+	var m map[string]any
+	if err := json.Unmarshal(readGolden(t), &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "schema")
+	b, _ := json.Marshal(m)
+	if _, err := goldenStore(t, b).Load(goldenKey); !errors.Is(err, contractver.ErrOlder) {
+		t.Errorf("Load of a record without schema = %v, want contractver.ErrOlder", err)
+	}
+}
