@@ -43,8 +43,8 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{name: "help", args: []string{"--help"}, inStdout: "\n  version "},
 		{name: "-h", args: []string{"-h"}, inStdout: "CNI_COMMAND"},
-		{name: "help word", args: []string{"help"}, inStdout: "CNI spec versions: 0.4.0, 1.0.0, 1.1.0"},
-		{name: "version", args: []string{"--version"}, inStdout: "CNI spec versions: 0.4.0, 1.0.0, 1.1.0"},
+		{name: "help word", args: []string{"help"}, inStdout: "CNI spec versions: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
+		{name: "version", args: []string{"--version"}, inStdout: "CNI spec versions: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 		{name: "version word", args: []string{"version"}, inStdout: "kube-rdma "},
 		{name: "extra argument", args: []string{"--help", "x"}, exit: 2, inStderr: "--help takes no arguments"},
 		{name: "unknown", args: []string{"ADD"}, exit: 2, inStderr: `unknown command "ADD"`},
@@ -54,10 +54,10 @@ func TestCommandLine(t *testing.T) {
 		{name: "install, nothing to do", args: []string{"install"}, exit: 2, inStderr: "kube-rdma: install: nothing to install"},
 		{name: "install, stray argument", args: []string{"install", "x"}, exit: 2, inStderr: `install takes no arguments, got ["x"]`},
 		{name: "install, bad log format", args: []string{"install", "--bin-dir=/x", "--log-format=xml"}, exit: 2, inStderr: "--log-format"},
-		{name: "CNI VERSION", env: []string{"CNI_COMMAND=VERSION"}, inStdout: `"supportedVersions":["0.4.0","1.0.0","1.1.0"]`},
+		{name: "CNI VERSION", env: []string{"CNI_COMMAND=VERSION"}, inStdout: `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`},
 		{name: "CNI VERSION ignores arguments", args: []string{"--help"}, env: []string{"CNI_COMMAND=VERSION"},
-			inStdout: `"supportedVersions":["0.4.0","1.0.0","1.1.0"]`},
-		{name: "bare", inStderr: "CNI protocol versions supported: 0.4.0, 1.0.0, 1.1.0"},
+			inStdout: `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`},
+		{name: "bare", inStderr: "CNI protocol versions supported: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

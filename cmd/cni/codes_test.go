@@ -101,7 +101,7 @@ func TestDocumentedErrorCodes(t *testing.T) {
 		stdin string
 		env   []string
 	}{
-		{1, "unsupported cniVersion", `{"cniVersion":"0.3.1","name":"rdma","type":"kube-rdma"}`, env("ADD", "net1", "")},
+		{1, "unsupported cniVersion", `{"cniVersion":"0.2.0","name":"rdma","type":"kube-rdma"}`, env("ADD", "net1", "")},
 		{4, "standalone without pod name", conf(kubelet.Socket, `,"resourceName":"rdma/hca"`), env("ADD", "net1", "")},
 		{6, "malformed json", `{"cniVersion":"1.1.0",`, env("ADD", "net1", "")},
 		{7, "unknown field", conf(none, `,"master":"eth0"`+dev("mlx5_0")), env("ADD", "net1", "")},

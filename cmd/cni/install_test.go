@@ -92,7 +92,10 @@ func TestInstallChainExits(t *testing.T) {
 		errLine  string // the last line of stderr
 	}{
 		{name: "chained", conflist: calicoList},
-		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.3.1","name":"n","plugins":[{"type":"bridge"}]}`, exit: 1,
+		// Flannel's list (Cilium's too is 0.3.1): main refused it, the init container exited 1
+		// and the daemon never started on that node.
+		{name: "0.3.1 chained", conflist: `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`},
+		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.2.0","name":"n","plugins":[{"type":"bridge"}]}`, exit: 1,
 			errLine: "kube-rdma: install: chain kube-rdma into "},
 		{name: "no such conflist", conflist: calicoList, extra: []string{"--conflist=99-none.conflist", "--timeout=50ms"}, exit: 1,
 			errLine: "kube-rdma: install: no conflist 99-none.conflist in "},

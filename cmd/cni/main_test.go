@@ -122,7 +122,7 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 			t.Errorf("STATUS: exit %d, stdout %q", st.exit, st.stdout)
 		}
 	}
-	if v := invoke(t, host, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.4.0","1.0.0","1.1.0"]`) {
+	if v := invoke(t, host, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`) {
 		t.Errorf("VERSION = %q", v.stdout)
 	}
 }
@@ -155,7 +155,7 @@ func TestErrorsCarryCNIVersion(t *testing.T) {
 		{"malformed json", `{"cniVersion":"1.0.0",`, env("ADD"), types.ErrDecodingFailure, "1.1.0"},
 		{"unknown field", conf("1.0.0", `,"master":"eth0","runtimeConfig":{"deviceID":"mlx5_0"}`), env("ADD"), types.ErrInvalidNetworkConfig, "1.0.0"},
 		{"no name (skel)", `{"cniVersion":"0.4.0","type":"kube-rdma"}`, env("ADD"), types.ErrInvalidNetworkConfig, "0.4.0"},
-		{"unsupported version (skel)", conf("0.3.1", `,"runtimeConfig":{"deviceID":"mlx5_0"}`), env("ADD"), types.ErrIncompatibleCNIVersion, "1.1.0"},
+		{"unsupported version (skel)", conf("0.2.0", `,"runtimeConfig":{"deviceID":"mlx5_0"}`), env("ADD"), types.ErrIncompatibleCNIVersion, "1.1.0"},
 		{"no such device", conf("1.0.0", `,"runtimeConfig":{"deviceID":"mlx5_9"}`), env("ADD"), 100, "1.0.0"},
 		{"missing CNI_NETNS (skel)", conf("0.4.0", `,"runtimeConfig":{"deviceID":"mlx5_0"}`),
 			[]string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=ctr1", "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni"}, types.ErrInvalidEnvironmentVariables, "0.4.0"},

@@ -5,6 +5,7 @@
 package helm
 
 import (
+	"slices"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -109,6 +110,13 @@ type daemonSetSpec struct {
 					Path string `json:"path"`
 					Type string `json:"type"`
 				} `json:"hostPath"`
+				Projected *struct {
+					Sources []struct {
+						ServiceAccountToken *struct {
+							Path string `json:"path"`
+						} `json:"serviceAccountToken"`
+					} `json:"sources"`
+				} `json:"projected"`
 			} `json:"volumes"`
 		} `json:"spec"`
 	} `json:"template"`
@@ -208,4 +216,39 @@ func containerNames(cs []container) []string {
 		n = append(n, c.Name)
 	}
 	return n
+}
+
+// tokenContainers names the containers of the DaemonSet's pod that can read a service
+// account token: every container when the pod automounts one, else those that mount a
+// projected volume with a serviceAccountToken source at the path client-go reads.
+func tokenContainers(t *testing.T, objs []object) []string {
+	t.Helper()
+	spec := daemonSet(t, objs).Template.Spec
+	all := slices.Concat(spec.InitContainers, spec.Containers)
+	var names []string
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		for _, c := range all {
+			names = append(names, c.Name)
+		}
+		return names
+	}
+	tokens := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, s := range v.Projected.Sources {
+			if s.ServiceAccountToken != nil && s.ServiceAccountToken.Path == "token" {
+				tokens[v.Name] = true
+			}
+		}
+	}
+	for _, c := range all {
+		for _, m := range c.VolumeMounts {
+			if tokens[m.Name] && m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount" {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return names
 }

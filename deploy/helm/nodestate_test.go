@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestNodeStateRBAC: publishing RDMANodeState (the default) gives the ServiceAccount a token
+// TestNodeStateRBAC: publishing RDMANodeState (the default) gives the daemon container a token
 // and exactly the rules of files/node-state-rules.yaml (which pkg/nodestate's tests prove
 // sufficient and minimal against a real API server), with no wildcard, bound to it alone (release "rdma" in render).
 func TestNodeStateRBAC(t *testing.T) {
@@ -41,13 +41,16 @@ func TestNodeStateRBAC(t *testing.T) {
 	if got := string(binding.RoleRef); got != `{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"rdma-kube-rdma"}` {
 		t.Errorf("binding roleRef %s", got)
 	}
-	if sa := find(t, objs, "ServiceAccount"); sa.AutomountServiceAccountToken == nil || !*sa.AutomountServiceAccountToken {
-		t.Error("the ServiceAccount mounts no token; the daemon publishes RDMANodeState")
+	// The daemon publishes RDMANodeState: its container, and only it, reads a token.
+	if diff := cmp.Diff([]string{"device-plugin"}, tokenContainers(t, objs)); diff != "" {
+		t.Errorf("containers with a service account token (-want +got):\n%s", diff)
+	}
+	// Chained: install-cni and cni-chain make no API call and get no token.
+	chained := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib")
+	if diff := cmp.Diff([]string{"device-plugin"}, tokenContainers(t, chained)); diff != "" {
+		t.Errorf("chained: containers with a service account token (-want +got):\n%s", diff)
 	}
 	spec := daemonSet(t, objs).Template.Spec
-	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
-		t.Error("the pod mounts no service account token")
-	}
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--node-state=true", "--node-state-interval=2s", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
 		if !slices.Contains(args, a) {
@@ -64,13 +67,13 @@ func TestNodeStateOff(t *testing.T) {
 		t.Errorf("rendered kinds (-want +got):\n%s", diff)
 	}
 	if sa := find(t, objs, "ServiceAccount"); sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
-		t.Error("the ServiceAccount mounts a token; the pods never call the API")
+		t.Error("the ServiceAccount automounts a token")
+	}
+	if got := tokenContainers(t, objs); len(got) != 0 {
+		t.Errorf("containers %v read a service account token; the pods never call the API", got)
 	}
 	ds := daemonSet(t, objs)
 	spec := ds.Template.Spec
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("the pod mounts a service account token")
-	}
 	if _, ok := hostPaths(ds)["/var/lib/kubelet/pod-resources"]; ok {
 		t.Error("the pod mounts pod-resources without nodeState")
 	}

@@ -213,11 +213,8 @@ wait_for() {
   done
 }
 
-# kindnet writes its conflist (10-kindnet.conflist) with cniVersion 0.3.1; kube-rdma speaks
-# 0.4.0, 1.0.0 and 1.1.0, and `kube-rdma install` refuses a list it cannot join. kindnet's
-# plugins (ptp, portmap, host-local from the node image) speak 0.4.0, so a 0.3.1 list is
-# raised to 0.4.0 before the chart is installed. kindnet rewrites the file only when its pod
-# CIDR or MTU changes, or when kindnet restarts; then the cni-chain container would refuse it.
+# kindnet writes its conflist (10-kindnet.conflist) with cniVersion 0.3.1, which kube-rdma
+# speaks (0.3.0 to 1.1.0): the list is chained as kindnet wrote it.
 # CONFLIST: the first *.conflist in lexical order, the one the runtime and the chart use.
 prepare_conflists() {
   local n v dir=/etc/cni/net.d
@@ -226,10 +223,9 @@ prepare_conflists() {
   for n in "${WORKERS[@]}"; do
     wait_for "$n: $CONFLIST" 120 "$DOCKER" exec "$n" test -s "$CONFLIST"
     [[ $(first_conflist "$n") == "$CONFLIST" ]] || die "$n: the first conflist is $(first_conflist "$n"), not $CONFLIST"
-    "$DOCKER" exec "$n" sed -i -E 's/"cniVersion": *"0\.3\.1"/"cniVersion": "0.4.0"/' "$CONFLIST"
     v=$("$DOCKER" exec "$n" sed -nE 's/.*"cniVersion": *"([^"]+)".*/\1/p' "$CONFLIST" | head -n1)
     case $v in
-      0.4.0 | 1.0.0 | 1.1.0) log "$n: $CONFLIST at cniVersion $v" ;;
+      0.3.0 | 0.3.1 | 0.4.0 | 1.0.0 | 1.1.0) log "$n: $CONFLIST at cniVersion $v" ;;
       *) die "$n: $CONFLIST has cniVersion '$v', which kube-rdma does not speak" ;;
     esac
   done

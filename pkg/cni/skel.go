@@ -12,8 +12,11 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// Versions are the CNI spec versions the plugin speaks.
-var Versions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
+// Versions are the CNI spec versions the plugin speaks. 0.3.0 and 0.3.1 are
+// what Flannel's and Cilium's conflists still declare: chained into one, the
+// plugin must speak the list's version (results in 0.3.x form; no CHECK, which
+// the spec added in 0.4.0, and skel refuses it there).
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 // Funcs adapts the handlers to skel: results are printed in the
 // configuration's cniVersion, errors in the CNI error format.

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-var versions = []string{"0.4.0", "1.0.0", "1.1.0"}
+var versions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 const (
 	ours     = `{"type":"kube-rdma","resourceName":"rdma/hca"}`
@@ -70,7 +70,10 @@ func TestChain(t *testing.T) {
 		{name: "already there, other key order and spacing", conflist: conflistOf(calico, "{ \"resourceName\": \"rdma/hca\",\n \"type\": \"kube-rdma\" }"), plugin: ours},
 		{name: "0.4.0", conflist: `{"cniVersion":"0.4.0","name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours,
 			want: `{"cniVersion":"0.4.0","name":"n","plugins":[{"type":"bridge"},` + ours + `]}`},
-		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.3.1","name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours, err: ErrUnsupportedVersion},
+		// Flannel's and Cilium's lists.
+		{name: "0.3.1", conflist: `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel"},{"type":"portmap"}]}`, plugin: ours,
+			want: `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel"},{"type":"portmap"},` + ours + `]}`},
+		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.2.0","name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours, err: ErrUnsupportedVersion},
 		{name: "no cniVersion", conflist: `{"name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours, err: ErrUnsupportedVersion},
 		{name: "single plugin conf", conflist: `{"cniVersion":"1.0.0","name":"n","type":"bridge"}`, plugin: ours, err: ErrNotList},
 		{name: "empty plugins", conflist: `{"cniVersion":"1.0.0","name":"n","plugins":[]}`, plugin: ours, err: ErrNotList},
@@ -135,8 +138,8 @@ func TestUnchain(t *testing.T) {
 		{name: "middle", conflist: conflistOf(calico, ours, portmap), want: conflistOf(calico, portmap)},
 		{name: "every entry", conflist: conflistOf(ours, calico, oldOurs), want: conflistOf(calico)},
 		{name: "none", conflist: conflistOf(calico, portmap)},
-		{name: "unsupported cniVersion still cleaned", conflist: `{"cniVersion":"0.3.1","plugins":[{"type":"bridge"},` + ours + `]}`,
-			want: `{"cniVersion":"0.3.1","plugins":[{"type":"bridge"}]}`},
+		{name: "unsupported cniVersion still cleaned", conflist: `{"cniVersion":"0.2.0","plugins":[{"type":"bridge"},` + ours + `]}`,
+			want: `{"cniVersion":"0.2.0","plugins":[{"type":"bridge"}]}`},
 		{name: "not a list", conflist: `{"cniVersion":"1.0.0","type":"kube-rdma"}`, err: ErrNotList},
 	}
 	for _, tt := range tests {

@@ -85,9 +85,9 @@ func TestEditFile(t *testing.T) {
 	}
 
 	// A refused conflist is left alone, with no temporary.
-	write(t, path, `{"cniVersion":"0.3.1","plugins":[{"type":"bridge"}]}`, 0o640)
+	write(t, path, `{"cniVersion":"0.2.0","plugins":[{"type":"bridge"}]}`, 0o640)
 	if _, err := editFile(path, chainEdit); !errors.Is(err, ErrUnsupportedVersion) {
-		t.Errorf("edit of a 0.3.1 conflist = %v, want ErrUnsupportedVersion", err)
+		t.Errorf("edit of a 0.2.0 conflist = %v, want ErrUnsupportedVersion", err)
 	}
 	if diff := cmp.Diff([]string{"10-calico.conflist"}, names(t, dir)); diff != "" {
 		t.Errorf("directory (-want +got):\n%s", diff)

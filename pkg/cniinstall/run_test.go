@@ -158,7 +158,7 @@ func TestRunFails(t *testing.T) {
 		err      error
 	}{
 		{name: "timeout", plugin: ours},
-		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.3.1","name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours, err: ErrUnsupportedVersion},
+		{name: "unsupported cniVersion", conflist: `{"cniVersion":"0.2.0","name":"n","plugins":[{"type":"bridge"}]}`, plugin: ours, err: ErrUnsupportedVersion},
 		{name: "not a list", conflist: `{"cniVersion":"1.0.0","name":"n","type":"bridge"}`, plugin: ours, err: ErrNotList},
 		{name: "plugin config with name", conflist: conflistOf(calico), plugin: `{"type":"kube-rdma","name":"rdma"}`, err: ErrBadPlugin},
 	}
