@@ -7,12 +7,13 @@
 // handed to another. Code that picks devices itself (the GPU-aligned NIC
 // binding) takes the same Lock and reads Claimed.
 //
-// Records describe network namespaces, which do not outlive a boot, so they
-// are written atomically (temporary file, rename) but not fsynced: a crash
-// of the plugin loses nothing (the page cache survives it), and after a
-// crash of the machine the records are meaningless anyway. Each record
-// carries the boot ID it was written under; records of another boot, or
-// torn by a machine crash, are ignored and removed when listed.
+// Records are written atomically (temporary file, rename) and fsynced, file
+// and directory, like every contract of pkg/hostapi: the network namespace a
+// record names does not outlive a boot, but the IPAM lease it names does
+// (host-local keeps its leases on disk), so a record of a previous boot must
+// still be whole to be released. Each record carries the boot ID it was
+// written under; records of another boot are not this boot's claims, and a
+// record that does not decode is ignored and removed when listed.
 //
 // A record is a contract between the CNI plugin, which writes it, and the
 // agent, which reads it for the node state (docs/upgrades.md): its "schema"
@@ -217,7 +218,7 @@ func (s Store) Save(a Attachment) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(s.Dir, name), data, 0o600, tmpPattern); err != nil {
+	if err := atomicfile.WriteSynced(filepath.Join(s.Dir, name), 0o600, tmpPattern, atomicfile.Bytes(data)); err != nil {
 		return fmt.Errorf("write record %s: %w", a.Key, err)
 	}
 	return nil
