@@ -138,7 +138,7 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 		errs = append(errs, err)
 	}
 	if conf.FromDRA() {
-		if _, err := claimrecord.ReadAll(conf.DRAClaimsDir); err != nil {
+		if _, _, err := claimrecord.ReadAll(conf.DRAClaimsDir); err != nil {
 			errs = append(errs, fmt.Errorf("dra claims: %w", err))
 		}
 	} else if conf.Standalone() || conf.RequirePodResources {

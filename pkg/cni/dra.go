@@ -26,7 +26,12 @@ func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, lo
 	if pod.UID == "" {
 		return nil, fmt.Errorf("%w: draClaimsDir mode needs K8S_POD_UID in CNI_ARGS", ErrBadEnvironment)
 	}
-	recs, err := claimrecord.ReadAll(conf.DRAClaimsDir)
+	recs, damaged, err := claimrecord.ReadAll(conf.DRAClaimsDir)
+	for _, d := range damaged {
+		// Moved aside: it costs only its own claim (whose pod, unknown from a
+		// torn file, then gets none of its devices here).
+		log.Error("dra claim record does not decode; moved aside", "path", d.Path, "movedTo", d.Moved, "err", d.Err)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		// The driver creates it at start: no driver, no claims to find.
 		return nil, fmt.Errorf("%w: DRA claims dir %s does not exist (is the node agent running with --dra, its plugin dir at this host path?): %w",

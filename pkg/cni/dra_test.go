@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -305,5 +306,37 @@ func TestDRARollback(t *testing.T) {
 			t.Logf("ADD error: %v", err)
 			requireRolledBack(t, e.env, pod, before)
 		})
+	}
+}
+
+// TestDRATornRecord: one claim record that does not decode costs only its
+// own claim. main failed every ADD on the node in DRA chained mode (code
+// 999), pods with no claim included.
+func TestDRATornRecord(t *testing.T) {
+	e := newDRAEnv(t, 2, "shared")
+	e.prepare("claim-a", []string{"pod-a"}, 0)
+	if err := os.WriteFile(claimrecord.Path(e.claims, "claim-torn"), []byte(`{"version":2,"uid":"cla`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pod := netnstest.New(t)
+	none := e.args("c0", pod, "pod-none", draPrev)
+	res := mustAdd(t, e.env, none)
+	if len(res.Interfaces) != 1 || res.Interfaces[0].Name != "eth0" {
+		t.Errorf("pod without a claim: result = %+v, want prevResult", res)
+	}
+	if err := e.p.Del(context.Background(), none); err != nil {
+		t.Errorf("DEL: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.claims, claimrecord.QuarantineDir, "claim-torn.json")); err != nil {
+		t.Errorf("torn record not moved aside: %v", err)
+	}
+	podA := netnstest.New(t)
+	a := e.args("c1", podA, "pod-a", draPrev)
+	res = mustAdd(t, e.env, a)
+	if len(res.Interfaces) != 2 {
+		t.Errorf("pod with a claim beside a torn record: result = %+v, want eth0 and its NIC", res)
+	}
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Errorf("DEL: %v", err)
 	}
 }

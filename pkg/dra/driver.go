@@ -95,7 +95,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, index: Index{}, changed: make(chan struct{})}
-	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d}
+	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	h, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),

@@ -299,7 +299,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 			t.Errorf("prepare #%d: %v", i+1, err)
 		}
 		// What the CNI plugin reads: the pod and the RDMA device.
-		recs, err := claimrecord.ReadAll(dra.ClaimsDir(filepath.Join(sockDir, "plugin")))
+		recs, _, err := claimrecord.ReadAll(dra.ClaimsDir(filepath.Join(sockDir, "plugin")))
 		if err != nil || len(recs) != 1 || !recs[0].ForPod("0d6c1a35-0000-4000-8000-0000000000a1") ||
 			len(recs[0].Devices) != 1 || recs[0].Devices[0].RDMA != node.RDMADevices[0].Name {
 			t.Errorf("prepare #%d: claim records %+v, %v", i+1, recs, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,9 @@ type Preparer struct {
 	// DevRoot is where this process sees the host's /dev (is rdma_cm there?).
 	DevRoot string
 	Devices Lookup
+	// Log gets the records that did not decode and were moved aside
+	// (claimrecord.Damaged), once each; nil discards.
+	Log *slog.Logger
 
 	mu sync.Mutex
 }
@@ -216,10 +220,18 @@ func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
 }
 
 // records lists the prepared claims; no directory yet is none.
+// A record that does not decode is moved aside and logged; it costs only its
+// own claim, which the kubelet prepares again.
 func (p *Preparer) records() ([]claimrecord.Record, error) {
-	recs, err := claimrecord.ReadAll(p.StateDir)
+	recs, damaged, err := claimrecord.ReadAll(p.StateDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
+	}
+	if p.Log != nil {
+		for _, d := range damaged {
+			p.Log.Error("claim record does not decode; moved aside, its claim is prepared again when the kubelet asks",
+				"path", d.Path, "movedTo", d.Moved, "err", d.Err)
+		}
 	}
 	return recs, err
 }

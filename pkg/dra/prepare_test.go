@@ -290,3 +290,43 @@ func TestIndexFollowsPublication(t *testing.T) {
 		t.Errorf("found by RDMA name")
 	}
 }
+
+// TestPrepareTornRecord: a claim record that does not decode (a machine crash
+// before records were fsynced) costs only its own claim. main failed every
+// Prepare on the node, a repeated Prepare of a prepared claim too.
+func TestPrepareTornRecord(t *testing.T) {
+	f := newFixture(t)
+	p := f.preparer()
+	if _, err := p.Prepare(f.claim("uid-1", "ib:mlx5_0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Prepare(f.claim("uid-torn", "ib:mlx5_1")); err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(f.stateDir, "uid-torn.json")
+	if err := os.WriteFile(torn, []byte(`{"version":2,"uid":"uid-to`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = f.preparer() // a restarted daemon
+	// Another claim, and the prepared one again.
+	if _, err := p.Prepare(f.claim("uid-2", "roce:mlx5_3")); err != nil {
+		t.Errorf("Prepare of another claim beside a torn record: %v", err)
+	}
+	if _, err := p.Prepare(f.claim("uid-1", "ib:mlx5_0")); err != nil {
+		t.Errorf("repeated Prepare of a prepared claim beside a torn record: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.stateDir, "quarantine", "uid-torn.json")); err != nil {
+		t.Errorf("torn record not moved aside: %v", err)
+	}
+	// The kubelet prepares the torn claim again: its record is written anew.
+	if _, err := p.Prepare(f.claim("uid-torn", "ib:mlx5_1")); err != nil {
+		t.Fatalf("Prepare of the claim whose record was torn: %v", err)
+	}
+	got, err := p.PreparedClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"uid-1", "uid-2", "uid-torn"}, got); diff != "" {
+		t.Errorf("prepared claims (-want +got):\n%s", diff)
+	}
+}

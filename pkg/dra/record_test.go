@@ -15,7 +15,7 @@ import (
 // readRecord reads a claim's record as the CNI plugin does.
 func readRecord(t *testing.T, dir, uid string) (claimrecord.Record, bool) {
 	t.Helper()
-	recs, err := claimrecord.ReadAll(dir)
+	recs, _, err := claimrecord.ReadAll(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

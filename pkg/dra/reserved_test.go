@@ -38,7 +38,7 @@ func TestPrepareRecordsReservedPods(t *testing.T) {
 	if res := d.prepare(c); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	recs, err := claimrecord.ReadAll(dir)
+	recs, _, err := claimrecord.ReadAll(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

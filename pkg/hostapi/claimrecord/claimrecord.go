@@ -160,37 +160,86 @@ func Remove(dir, uid string) error {
 	return nil
 }
 
-// ReadAll returns every record in dir, sorted by UID. A dir that does not
-// exist is an error that wraps fs.ErrNotExist; a record removed while it
-// is listed is left out; a record of a version this binary does not read
-// is an error wrapping contractver.ErrNewer (or ErrOlder).
-func ReadAll(dir string) ([]Record, error) {
+// QuarantineDir is the directory, under the records' dir, where ReadAll
+// moves the files that do not decode.
+const QuarantineDir = "quarantine"
+
+// Damaged is a record file that did not decode (torn by a crash of the
+// machine before records were fsynced, or not a record at all): ReadAll
+// moved it from Path to Moved ("" when it could not be moved, say on a
+// read-only mount; Err then says why too).
+type Damaged struct {
+	Path  string
+	Moved string
+	Err   error
+}
+
+// ReadAll returns every record in dir, sorted by UID, and the files it
+// moved aside. A dir that does not exist is an error that wraps
+// fs.ErrNotExist; a record removed while it is listed is left out; a
+// record of a version this binary does not read is an error wrapping
+// contractver.ErrNewer (or ErrOlder), for the whole read: it is an upgrade
+// done halfway, which must be seen. A file that does not decode is not an
+// error of the others: it is moved to dir/quarantine/ and returned in
+// damaged, once (the caller logs it), so it costs only its own claim,
+// which the kubelet's next Prepare writes again.
+func ReadAll(dir string) (recs []Record, damaged []Damaged, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read claim records: %w", err)
+		return nil, nil, fmt.Errorf("read claim records: %w", err)
 	}
-	var out []Record
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") || e.IsDir() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // unprepared meanwhile
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read claim record: %w", err)
+			return nil, nil, fmt.Errorf("read claim record: %w", err)
 		}
-		path := filepath.Join(dir, e.Name())
-		if _, err := format.Check(path, data); err != nil {
-			return nil, err
+		_, err = format.Check(path, data)
+		if errors.Is(err, contractver.ErrNewer) || errors.Is(err, contractver.ErrOlder) {
+			return nil, nil, err
 		}
 		var f file
-		if err := json.Unmarshal(data, &f); err != nil {
-			return nil, fmt.Errorf("read claim record %s: %w", e.Name(), err)
+		if err == nil {
+			if err = json.Unmarshal(data, &f); err != nil {
+				err = fmt.Errorf("decode claim record %s: %w", path, err)
+			}
 		}
-		out = append(out, f.Record)
+		if err != nil {
+			damaged = append(damaged, quarantine(dir, e.Name(), err))
+			continue
+		}
+		recs = append(recs, f.Record)
 	}
-	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.UID, b.UID) })
-	return out, nil
+	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.UID, b.UID) })
+	return recs, damaged, nil
+}
+
+// quarantine moves dir/name to dir/quarantine/name, keeping an earlier
+// file of that name there (the newer one gets a suffix).
+func quarantine(dir, name string, cause error) Damaged {
+	d := Damaged{Path: filepath.Join(dir, name), Err: cause}
+	qdir := filepath.Join(dir, QuarantineDir)
+	if err := os.MkdirAll(qdir, 0o700); err != nil {
+		d.Err = errors.Join(cause, fmt.Errorf("move aside: %w", err))
+		return d
+	}
+	to := filepath.Join(qdir, name)
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(to); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		to = filepath.Join(qdir, fmt.Sprintf("%s.%d", name, i))
+	}
+	if err := os.Rename(d.Path, to); err != nil {
+		d.Err = errors.Join(cause, fmt.Errorf("move aside: %w", err))
+		return d
+	}
+	d.Moved = to
+	return d
 }

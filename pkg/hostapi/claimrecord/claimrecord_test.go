@@ -5,14 +5,17 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
 
 func TestReadAll(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "claims")
-	if _, err := ReadAll(dir); !errors.Is(err, fs.ErrNotExist) {
+	if _, _, err := ReadAll(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadAll of a missing dir = %v, want fs.ErrNotExist", err)
 	}
 	b := Record{UID: "b", PodUIDs: []string{"p1"}, Devices: []Device{{Request: "nic", Pool: "n/ib", Device: "pci-0000-01-00-0", PCIAddress: "0000:01:00.0"}}}
@@ -28,9 +31,9 @@ func TestReadAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := ReadAll(dir)
-	if err != nil {
-		t.Fatal(err)
+	got, damaged, err := ReadAll(dir)
+	if err != nil || len(damaged) != 0 {
+		t.Fatal(err, damaged)
 	}
 	if diff := cmp.Diff([]Record{a, b}, got); diff != "" {
 		t.Errorf("ReadAll (-want +got):\n%s", diff)
@@ -41,11 +44,66 @@ func TestReadAll(t *testing.T) {
 	if err := Remove(dir, "b"); err != nil {
 		t.Errorf("second Remove: %v", err)
 	}
-	if err := os.WriteFile(Path(dir, "torn"), []byte(`{"uid":`), 0o600); err != nil {
+}
+
+// TestReadAllTorn: a record that does not decode costs only itself. main
+// failed the whole read, and with it every ADD on the node (DRA chained
+// mode, pods without a claim too) and every Prepare.
+func TestReadAllTorn(t *testing.T) {
+	dir := t.TempDir()
+	good := Record{UID: "good", Devices: []Device{{Request: "nic", Pool: "n/ib", Device: "d0"}}}
+	if err := Write(dir, good); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadAll(dir); err == nil {
-		t.Error("a record that is not JSON was read")
+	torn := map[string]string{"torn": `{"uid":"torn","dev`, "zero": "", "array": `[1]`, "badver": `{"version":"x"}`}
+	for uid, data := range torn {
+		if err := os.WriteFile(Path(dir, uid), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A file of that name quarantined before is kept.
+	if err := os.MkdirAll(filepath.Join(dir, QuarantineDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, QuarantineDir, "torn.json"), []byte("earlier"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, damaged, err := ReadAll(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Record{good}, got); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if len(damaged) != len(torn) {
+		t.Fatalf("damaged = %v, want %d", damaged, len(torn))
+	}
+	for _, d := range damaged {
+		uid := strings.TrimSuffix(filepath.Base(d.Path), ".json")
+		if d.Err == nil || d.Moved == "" || filepath.Dir(d.Moved) != filepath.Join(dir, QuarantineDir) {
+			t.Errorf("%s: %+v, want moved to the quarantine dir with its cause", uid, d)
+			continue
+		}
+		if data, err := os.ReadFile(d.Moved); err != nil || string(data) != torn[uid] {
+			t.Errorf("%s: quarantined as %q, %v; want its content %q", d.Moved, data, err, torn[uid])
+		}
+		if _, err := os.Stat(d.Path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still in place: %v", d.Path, err)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, QuarantineDir, "torn.json")); string(data) != "earlier" {
+		t.Errorf("the earlier quarantined file was replaced: %q", data)
+	}
+	// Moved once: the next read sees only the good record.
+	if got, damaged, err := ReadAll(dir); err != nil || len(damaged) != 0 || len(got) != 1 {
+		t.Errorf("second ReadAll = %v, %v, %v; want the good record alone", got, damaged, err)
+	}
+	// A record of a newer version still fails the read, by name.
+	if err := os.WriteFile(Path(dir, "newer"), []byte(`{"version":99,"uid":"newer"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadAll(dir); !errors.Is(err, contractver.ErrNewer) {
+		t.Errorf("ReadAll with a newer record = %v, want ErrNewer", err)
 	}
 }
 

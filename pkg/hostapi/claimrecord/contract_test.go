@@ -39,7 +39,7 @@ func readGolden(t *testing.T) []byte {
 func TestGoldenV1(t *testing.T) {
 	golden := readGolden(t)
 	dir := goldenDir(t, golden)
-	got, err := ReadAll(dir)
+	got, _, err := ReadAll(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestGoldenV1(t *testing.T) {
 // both versions.
 func TestNewerRefused(t *testing.T) {
 	dir := goldenDir(t, []byte(`{"version":3,`+string(readGolden(t)[1:])))
-	_, err := ReadAll(dir)
+	_, _, err := ReadAll(dir)
 	if !errors.Is(err, contractver.ErrNewer) {
 		t.Fatalf("ReadAll of version 3 = %v, want contractver.ErrNewer", err)
 	}
