@@ -110,6 +110,10 @@ type PoolFile struct {
 	Binding  string   `json:"binding"`
 	Members  []string `json:"members"`
 	Healthy  []string `json:"healthy"`
+	// NoNCCL: the pool does not set NCCL's variables (config nccl: false),
+	// so the CNI writes none into nccl.conf and the env file. Absent in the
+	// files of earlier versions, which set them for every pool.
+	NoNCCL bool `json:"noNCCL,omitempty"`
 }
 
 // Marshal encodes the file as the daemon writes it (indented, ending in a newline).
