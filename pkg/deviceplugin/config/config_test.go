@@ -159,11 +159,11 @@ func TestParseBad(t *testing.T) {
 				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
 		{"a dra pool and a device plugin pool set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + dra("roce", "{linkLayers: [Ethernet]}", true),
 			`pools[1].nccl: pools "roce" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a pod with a claim of the dra pool and the other pool's resource gets two NCCL_IB_HCA values (the kubelet's and the claim's CDI environment) and keeps one, so NCCL uses only one pool's NICs; ` +
+				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
 				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
-		{"two dra pools of different link layers set NCCL's variables", head + dra("ib", "{linkLayers: [InfiniBand]}", true) + dra("roce", "{linkLayers: [Ethernet]}", true),
-			`pools[1].nccl: pools "roce" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a claim with devices of both would give NCCL one NCCL_IB_HCA over link layers Ethernet and InfiniBand, and no NCCL_IB_GID_INDEX serves both; ` +
+		{"two dra pools set NCCL's variables", head + dra("rail0", "{rdmaDevices: [mlx5_0]}", true) + dra("rail1", "{rdmaDevices: [mlx5_1]}", true),
+			`pools[1].nccl: pools "rail1" and "rail0" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
+				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
 				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
 		{"binding with wrong case", head + "- name: a\n  mode: exclusive\n  binding: GPUAligned\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].binding: "GPUAligned" is not gpuAligned (or empty)`},
@@ -298,12 +298,9 @@ func TestNCCLPoolsAccepted(t *testing.T) {
 		"a device plugin pool that is not NCCL's beside an NCCL dra pool": head +
 			"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n" +
 			"- {name: roce, mode: shared, nccl: false, selectors: {linkLayers: [Ethernet]}}\n",
-		"two NCCL dra pools of one link layer": head +
-			"- {name: rail0, mode: exclusive, frontend: dra, selectors: {rdmaDevices: [mlx5_0], linkLayers: [InfiniBand]}}\n" +
-			"- {name: rail1, mode: exclusive, frontend: dra, selectors: {rdmaDevices: [mlx5_1], linkLayers: [InfiniBand]}}\n",
-		"two NCCL dra pools, one link layer left open": head +
-			"- {name: rail0, mode: exclusive, frontend: dra, selectors: {rdmaDevices: [mlx5_0]}}\n" +
-			"- {name: rail1, mode: exclusive, frontend: dra, selectors: {rdmaDevices: [mlx5_1], linkLayers: [InfiniBand]}}\n",
+		"an NCCL dra pool beside a dra pool that is not": head +
+			"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n" +
+			"- {name: vf, mode: exclusive, frontend: dra, nccl: false, selectors: {linkLayers: [Ethernet]}}\n",
 	}
 	for name, text := range tests {
 		t.Run(name, func(t *testing.T) {
