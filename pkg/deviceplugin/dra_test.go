@@ -26,7 +26,7 @@ type fakeDRA struct {
 	down  []string            // unhealthy members of the dra pools
 }
 
-func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error {
+func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, _ map[string]bool, healthy map[string]bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
