@@ -66,7 +66,7 @@ type helmConfig struct{ bin, release, namespace, chart string }
 
 type config struct {
 	// ncclPools are E2E_NCCL_POOLS; nil when unset (every pool).
-	ncclPools []string
+	ncclPools    []string
 	node         string
 	hook         string
 	image        string
@@ -345,6 +345,6 @@ func TestParseConfig(t *testing.T) {
 }
 
 // nccl reports whether pool sets NCCL's variables (E2E_NCCL_POOLS).
-func (c config) nccl(pool string) bool {
+func (c *config) nccl(pool string) bool {
 	return c.ncclPools == nil || slices.Contains(c.ncclPools, pool)
 }
