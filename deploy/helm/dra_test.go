@@ -20,7 +20,7 @@ import (
 
 const draPools = `config.pools=[
  {"name":"ib","mode":"exclusive","frontend":"dra","selectors":{"linkLayers":["InfiniBand"]}},
- {"name":"roce","mode":"shared","selectors":{"linkLayers":["Ethernet"],"kinds":["PF"]}}]`
+ {"name":"roce","mode":"shared","nccl":false,"selectors":{"linkLayers":["Ethernet"],"kinds":["PF"]}}]`
 
 type deviceClassSpec struct {
 	Selectors []struct {

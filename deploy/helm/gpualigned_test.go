@@ -15,7 +15,7 @@ import (
 func TestGPUAligned(t *testing.T) {
 	objs := render(t, "--set", "devicePlugin.allocDir=/run/rdma/alloc", "--set-json",
 		`config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}},`+
-			`{"name":"roce","mode":"exclusive","selectors":{"linkLayers":["Ethernet"]}}]`)
+			`{"name":"roce","mode":"exclusive","nccl":false,"selectors":{"linkLayers":["Ethernet"]}}]`)
 	c, err := config.Parse([]byte(find(t, objs, "ConfigMap").Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("the rendered pools do not load: %v", err)
@@ -71,7 +71,7 @@ func TestGPUAlignedWithoutNodeState(t *testing.T) {
 // dir (the CNI fills the directories Allocate makes there); another pool's entry does not.
 func TestGPUAlignedChained(t *testing.T) {
 	pools := `config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}},` +
-		`{"name":"roce","mode":"exclusive","selectors":{"linkLayers":["Ethernet"]}}]`
+		`{"name":"roce","mode":"exclusive","nccl":false,"selectors":{"linkLayers":["Ethernet"]}}]`
 	for pool, want := range map[string]string{"gpu-nics": "/run/rdma/alloc", "roce": ""} {
 		objs := render(t, "--set", "devicePlugin.allocDir=/run/rdma/alloc,cni.install=true,cni.mode=chained,cni.chained.pool="+pool,
 			"--set-json", pools)

@@ -52,8 +52,8 @@ cat >"$NODE_RUN/values-dra.yaml" <<YAML
 config:
   pools:
   - {name: ib-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}
-  - {name: vf-dra, mode: exclusive, frontend: dra, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dra]}}
-  - {name: vf-dp, mode: exclusive, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dp]}}
+  - {name: vf-dra, mode: exclusive, frontend: dra, nccl: false, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dra]}}
+  - {name: vf-dp, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet], kinds: [VF], rdmaDevices: [$vf_dp]}}
 dra: {enabled: true}
 YAML
 start=$(date +%s.%N)
@@ -62,7 +62,8 @@ helm install kube-rdma "$REPO/deploy/helm/kube-rdma" --namespace kube-rdma --cre
 kubectl -n kube-rdma rollout status ds/kube-rdma --timeout=120s >/dev/null
 echo "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}') s" >>"$REPORT"
 
-export E2E_POOLS=vf-dp:exclusive:$((FIXTURE_VFS - half)) E2E_CHAINED_POOL='' E2E_MEMLOCK=''
+# ib-dra is NCCL's fabric: the VF pools set no NCCL_* (a config with two NCCL pools is refused).
+export E2E_POOLS=vf-dp:exclusive:$((FIXTURE_VFS - half)) E2E_CHAINED_POOL='' E2E_MEMLOCK='' E2E_NCCL_POOLS=ib-dra
 export E2E_DRA_POOLS=ib-dra:2,vf-dra:$half E2E_DRA_ALIGN_POOL=ib-dra E2E_DRA_LATENCY_POOL=vf-dra
 export E2E_DRA_LATENCY_PODS=${E2E_DRA_LATENCY_PODS:-5} E2E_DRA_GPU_DRIVER=$GPU_DRIVER
 # mlx5_0: the device a claim for any HCA of ib-dra gets first (device names sort by PCI address),

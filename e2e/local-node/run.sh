@@ -89,13 +89,14 @@ hostPaths: {sysfsRoot: "$FIXTURE/sys", kubeletDir: "$NODE_RUN/kubelet"}
 cni: {binDir: "$NODE_RUN/cni/bin", confDir: "$NODE_RUN/cni/net.d"}
 YAML
 # Pools of every kind on the fixture node: exclusive InfiniBand HCAs, exclusive RoCE VFs whose
-# netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods.
+# netdevs the chained CNI entry moves into pods, the RoCE PF shared by 8 pods. ib is NCCL's
+# fabric; the others set no NCCL_* (nccl: false), so a pod with ib and vf gets ib's NCCL_IB_HCA.
 cat >"$NODE_RUN/values.yaml" <<YAML
 config:
   pools:
   - {name: ib, mode: exclusive, memlock: $ML_IB, selectors: {linkLayers: [InfiniBand]}}
-  - {name: vf, mode: exclusive$ML_OTHERS, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
-  - {name: roce-shared, mode: shared, slots: 8$ML_OTHERS, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
+  - {name: vf, mode: exclusive, nccl: false$ML_OTHERS, selectors: {kinds: [VF], linkLayers: [Ethernet]}}
+  - {name: roce-shared, mode: shared, slots: 8, nccl: false$ML_OTHERS, selectors: {kinds: [PF], linkLayers: [Ethernet]}}
 # containerd runs with NRI on (up.sh): the daemon's NRI plugin sets RLIMIT_MEMLOCK of the
 # containers with our devices (the pools' memlock above).
 nri: {enabled: true, socket: "$NODE_RUN/nri/nri.sock"}
@@ -137,7 +138,7 @@ echo "chart installed, DaemonSet ready: $(awk -v s="$start" -v n="$(date +%s.%N)
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE=$NODE_NAME E2E_NODE_HOOK=$HERE/hook.sh E2E_IMAGE=localhost/rdma-test:e2e
 export E2E_IMAGE_PULL_POLICY=Never E2E_RESOURCE_PREFIX=rdma.kube-rdma.io
 export E2E_POOLS="ib:exclusive:2,vf:exclusive:$FIXTURE_VFS,roce-shared:shared:8"
-export E2E_CHAINED_POOL=vf E2E_PORT_DEVICE=mlx5_1 E2E_FIXTURE_DEVICES=1
+export E2E_CHAINED_POOL=vf E2E_NCCL_POOLS=ib E2E_PORT_DEVICE=mlx5_1 E2E_FIXTURE_DEVICES=1
 export E2E_HELM=$BIN/helm E2E_HELM_RELEASE=kube-rdma E2E_HELM_NAMESPACE=kube-rdma
 export E2E_CHART=$REPO/deploy/helm/kube-rdma E2E_NODE_STATE_BEFORE=$NODE_RUN/node-state.before
 export E2E_DAEMON_STATE=http://127.0.0.1:$METRICS_PORT/state

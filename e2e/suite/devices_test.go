@@ -76,7 +76,7 @@ func (e *env) checkSharedPod(t *testing.T, ns string, p pool) {
 		}
 	}
 	problems := deviceProblems(l.ticks[0].dev, max(uverbs, 1))
-	problems = append(problems, envProblems(l.env, p.name, max(uverbs, 1))...)
+	problems = append(problems, envProblems(l.env, p.name, max(uverbs, 1), e.nccl(p.name))...)
 	for _, s := range problems {
 		t.Error(s)
 	}
@@ -100,7 +100,7 @@ func (e *env) checkDevicePod(t *testing.T, ns string, p pool, n int) {
 	}
 	name, l := e.runDevicePod(t, ns, p, n)
 	problems := deviceProblems(l.ticks[0].dev, n)
-	problems = append(problems, envProblems(l.env, p.name, n)...)
+	problems = append(problems, envProblems(l.env, p.name, n, e.nccl(p.name))...)
 	if chained {
 		problems = append(problems, netdevProblems(l.ticks[0].links, n)...)
 	}

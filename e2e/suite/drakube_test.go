@@ -252,17 +252,26 @@ func allocated(t *testing.T, c *resourceapi.ResourceClaim) map[string]resourceap
 
 // checkNICContainer checks what the container of pod got for the one NIC dev of our driver:
 // its device nodes (one uverbs, nothing else of ours) and NCCL_IB_HCA (and, for RoCE,
-// NCCL_IB_GID_INDEX) naming it; it returns the pod's environment.
+// NCCL_IB_GID_INDEX) naming it when its pool sets NCCL's variables (E2E_NCCL_POOLS), none
+// when it does not; it returns the pod's environment.
 func (e *env) checkNICContainer(t *testing.T, ns, pod string, dev resourceapi.Device) map[string]string {
 	t.Helper()
 	l := e.waitLog(t, ns, pod, 1)
 	rdma := attrString(dev, attrRDMA)
 	problems := deviceProblems(l.ticks[0].dev, 1)
-	if got := l.env["NCCL_IB_HCA"]; got != "="+rdma {
-		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want %q (device %s)", got, "="+rdma, dev.Name))
-	}
-	if gid, ok := attrInt(dev, attrGIDIndex); ok && l.env["NCCL_IB_GID_INDEX"] != strconv.FormatInt(gid, 10) {
-		problems = append(problems, fmt.Sprintf("NCCL_IB_GID_INDEX=%q, want %d", l.env["NCCL_IB_GID_INDEX"], gid))
+	if pool := attrString(dev, attrPool); !e.nccl(pool) {
+		for _, k := range []string{"NCCL_IB_HCA", "NCCL_IB_GID_INDEX"} {
+			if v, set := l.env[k]; set {
+				problems = append(problems, fmt.Sprintf("%s=%q, want it unset: pool %s has nccl: false (device %s)", k, v, pool, dev.Name))
+			}
+		}
+	} else {
+		if got := l.env["NCCL_IB_HCA"]; got != "="+rdma {
+			problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want %q (device %s)", got, "="+rdma, dev.Name))
+		}
+		if gid, ok := attrInt(dev, attrGIDIndex); ok && l.env["NCCL_IB_GID_INDEX"] != strconv.FormatInt(gid, 10) {
+			problems = append(problems, fmt.Sprintf("NCCL_IB_GID_INDEX=%q, want %d", l.env["NCCL_IB_GID_INDEX"], gid))
+		}
 	}
 	for _, s := range problems {
 		t.Errorf("pod %s: %s", pod, s)

@@ -275,7 +275,8 @@ func planChange(all, user map[string]any, pools []pool, prefix string) (valuesCh
 		return valuesChange{what: fmt.Sprintf("shared pool %s: slots %d -> %d", name, slots, newSlots),
 			values: values, allocatable: want}, nil
 	}
-	cfg["pools"] = append(list, map[string]any{"name": extraPool, "mode": "shared", "slots": 1,
+	// nccl: false: the configuration allows one pool that sets NCCL's variables.
+	cfg["pools"] = append(list, map[string]any{"name": extraPool, "mode": "shared", "slots": 1, "nccl": false,
 		"selectors": map[string]any{"rdmaDevices": []any{"e2e-nonexistent"}}})
 	return valuesChange{what: "new shared pool " + extraPool + " selecting no device", values: values, inCapacity: extraPool}, nil
 }

@@ -14,6 +14,8 @@ package suite
 //	E2E_RESOURCE_PREFIX    rdma.kube-rdma.io
 //	E2E_POOLS              name:mode:count,... count = expected allocatable
 //	E2E_CHAINED_POOL       pool whose netdevs the chained CNI moves into pods
+//	E2E_NCCL_POOLS         pools that set NCCL's variables (config nccl), comma-separated;
+//	                       unset: every pool
 //	E2E_PORT_DEVICE        RDMA device of an exclusive pool the port-down test toggles (port 1)
 //	E2E_FIXTURE_DEVICES=1  the node's RDMA devices are fixtures (device nodes with no driver behind
 //	                       them, no RDMA device in the kernel): doctor's in-container checks of
@@ -36,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,6 +65,8 @@ type pool struct {
 type helmConfig struct{ bin, release, namespace, chart string }
 
 type config struct {
+	// ncclPools are E2E_NCCL_POOLS; nil when unset (every pool).
+	ncclPools    []string
 	node         string
 	hook         string
 	image        string
@@ -201,6 +206,9 @@ func parseConfig(getenv func(string) string) (config, error) {
 		uninstall:   getenv("E2E_UNINSTALL") == "1",
 		report:      getenv("E2E_REPORT"),
 	}
+	if v := getenv("E2E_NCCL_POOLS"); v != "" {
+		c.ncclPools = strings.Split(v, ",")
+	}
 	switch c.pullPolicy {
 	case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
 	default:
@@ -334,4 +342,9 @@ func TestParseConfig(t *testing.T) {
 			t.Errorf("parseConfig(%v): no error", bad)
 		}
 	}
+}
+
+// nccl reports whether pool sets NCCL's variables (E2E_NCCL_POOLS).
+func (c *config) nccl(pool string) bool {
+	return c.ncclPools == nil || slices.Contains(c.ncclPools, pool)
 }

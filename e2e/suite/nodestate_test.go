@@ -99,6 +99,9 @@ func TestNodeState(t *testing.T) {
 		"/dev/infiniband device nodes openable":   "FAIL No such device or address",
 		"NCCL environment matches the allocation": "PASS NCCL_IB_HCA=",
 	}
+	if !e.nccl(p.name) {
+		want["NCCL environment matches the allocation"] = "SKIP none of the container's pools"
+	}
 	if p.name == e.chainedPool {
 		// Found by its name in the pod (the CNI renamed it), from the state's attached devices.
 		want["netdev up with an address"] = "PASS net1 up inet "

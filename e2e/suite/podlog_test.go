@@ -128,8 +128,10 @@ func deviceProblems(dev []string, n int) []string {
 	return problems
 }
 
-// envProblems checks the environment of a pod given n devices of pool.
-func envProblems(env map[string]string, pool string, n int) []string {
+// envProblems checks the environment of a pod given n devices of pool:
+// NCCL_IB_HCA names them when the pool sets NCCL's variables (nccl), and
+// is unset when it does not.
+func envProblems(env map[string]string, pool string, n int, nccl bool) []string {
 	key := "KUBE_RDMA_" + envName(pool) + "_RDMA_DEVICES"
 	v, ok := env[key]
 	if !ok {
@@ -140,8 +142,12 @@ func envProblems(env map[string]string, pool string, n int) []string {
 	if sorted := slices.Compact(slices.Sorted(slices.Values(names))); len(names) != n || len(sorted) != n || slices.Contains(names, "") {
 		problems = append(problems, fmt.Sprintf("%s=%q: want %d distinct names", key, v, n))
 	}
-	if got := env["NCCL_IB_HCA"]; got != "="+v {
+	got, set := env["NCCL_IB_HCA"]
+	switch {
+	case nccl && got != "="+v:
 		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want %q", got, "="+v))
+	case !nccl && set:
+		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want it unset: pool %s has nccl: false", got, pool))
 	}
 	return problems
 }
@@ -198,10 +204,10 @@ func TestChecks(t *testing.T) {
 		{"stranger", deviceProblems([]string{"uverbs0", "mystery"}, 1), 1},
 		{"rxe: no umad", deviceProblems([]string{"uverbs0"}, 1), 0},
 		{"half a pair", deviceProblems([]string{"uverbs0", "umad0", "issm0", "umad1"}, 1), 1},
-		{"env ok", envProblems(map[string]string{"KUBE_RDMA_ROCE_SHARED_RDMA_DEVICES": "mlx5_0,mlx5_10", "NCCL_IB_HCA": "=mlx5_0,mlx5_10"}, "roce-shared", 2), 0},
-		{"env count", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_0", "NCCL_IB_HCA": "=mlx5_0,mlx5_0"}, "ib", 2), 1},
-		{"nccl differs", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "mlx5_0"}, "ib", 1), 1},
-		{"env missing", envProblems(map[string]string{}, "ib", 1), 1},
+		{"env ok", envProblems(map[string]string{"KUBE_RDMA_ROCE_SHARED_RDMA_DEVICES": "mlx5_0,mlx5_10", "NCCL_IB_HCA": "=mlx5_0,mlx5_10"}, "roce-shared", 2, true), 0},
+		{"env count", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_0", "NCCL_IB_HCA": "=mlx5_0,mlx5_0"}, "ib", 2, true), 1},
+		{"nccl differs", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "mlx5_0"}, "ib", 1, true), 1},
+		{"env missing", envProblems(map[string]string{}, "ib", 1, true), 1},
 		{"netdevs ok", netdevProblems([]string{"eth0", "lo", "net1", "net2"}, 2), 0},
 		{"netdev missing and extra", netdevProblems([]string{"net2", "net3"}, 2), 2},
 	}

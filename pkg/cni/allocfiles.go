@@ -48,12 +48,18 @@ func (r *gpuRequest) allocFiles(rec *attachment.Attachment) (map[string][]byte, 
 	}
 	hca := strings.Join(names, ",")
 	var nccl, env strings.Builder
-	// "=" makes NCCL match the names exactly (mlx5_1 does not also pick mlx5_10).
-	fmt.Fprintf(&nccl, "NCCL_IB_HCA==%s\n", hca)
-	fmt.Fprintf(&env, "export NCCL_IB_HCA=%s\n", shellQuote("="+hca))
-	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
-		fmt.Fprintf(&nccl, "NCCL_IB_GID_INDEX=%d\n", idx)
-		fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
+	// A pool with nccl: false names its NICs in KUBE_RDMA_<POOL>_* only:
+	// another pool is NCCL's fabric, and a container sourcing every env
+	// file must not get two NCCL_IB_HCA (the daemon sets no NCCL_CONF_FILE
+	// for it either; nccl.conf is left empty).
+	if !r.pool.NoNCCL {
+		// "=" makes NCCL match the names exactly (mlx5_1 does not also pick mlx5_10).
+		fmt.Fprintf(&nccl, "NCCL_IB_HCA==%s\n", hca)
+		fmt.Fprintf(&env, "export NCCL_IB_HCA=%s\n", shellQuote("="+hca))
+		if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
+			fmt.Fprintf(&nccl, "NCCL_IB_GID_INDEX=%d\n", idx)
+			fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
+		}
 	}
 	stem := "KUBE_RDMA_" + allocdir.EnvName(r.pool.Pool)
 	fmt.Fprintf(&env, "export %s_RDMA_DEVICES=%s\n", stem, shellQuote(hca))

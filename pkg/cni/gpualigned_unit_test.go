@@ -5,8 +5,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
 func TestMatchGPU(t *testing.T) {
@@ -60,5 +63,39 @@ func TestFindGPUAlignedPool(t *testing.T) {
 	}
 	if pf, ok, err := findGPUAlignedPool(root, "r/a"); !ok || err != nil || pf.Pool != "a" {
 		t.Errorf("r/a beside an unreadable pool file: %+v ok=%v err=%v", pf, ok, err)
+	}
+}
+
+// TestAllocFilesNCCL: a gpuAligned pool that is NCCL's writes NCCL's
+// variables into nccl.conf and the env file; one with nccl: false names its
+// NICs in KUBE_RDMA_<POOL>_* only, so a container with both pools' env files
+// sourced still has one NCCL_IB_HCA, the NCCL pool's.
+func TestAllocFilesNCCL(t *testing.T) {
+	roce := discovery.RDMADevice{Name: "mlx5_3", Ports: []discovery.Port{{Port: 1, LinkLayer: "Ethernet", RoCEv2GIDIndexes: []int{3}}}}
+	rec := &attachment.Attachment{Devices: []attachment.Device{{RDMA: "mlx5_3", PodIfName: "net1"}}}
+	tests := []struct {
+		name          string
+		noNCCL        bool
+		nccl, envFile string
+	}{
+		{"nccl pool", false, "NCCL_IB_HCA==mlx5_3\nNCCL_IB_GID_INDEX=3\n",
+			"export NCCL_IB_HCA='=mlx5_3'\nexport NCCL_IB_GID_INDEX=3\nexport KUBE_RDMA_STORAGE_RDMA_DEVICES='mlx5_3'\nexport KUBE_RDMA_STORAGE_NETDEVS='net1'\n"},
+		{"nccl: false", true, "",
+			"export KUBE_RDMA_STORAGE_RDMA_DEVICES='mlx5_3'\nexport KUBE_RDMA_STORAGE_NETDEVS='net1'\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &gpuRequest{pool: allocdir.PoolFile{Pool: "storage", NoNCCL: tt.noNCCL}, chosen: map[string]discovery.RDMADevice{"mlx5_3": roce}}
+			files, err := r.allocFiles(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.nccl, string(files[allocdir.NCCLConfName])); diff != "" {
+				t.Errorf("nccl.conf (-want +got)\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.envFile, string(files[allocdir.EnvFileName])); diff != "" {
+				t.Errorf("env (-want +got)\n%s", diff)
+			}
+		})
 	}
 }

@@ -93,8 +93,9 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 // aligned answers for slots of a gpuAligned pool (docs/gpu-aligned.md):
 // the device nodes of every member, the allocation directory (created here,
 // empty, filled by the CNI at sandbox creation) mounted read-only, and the
-// environment that points at its files. No NCCL_IB_HCA: an environment
-// variable would override nccl.conf. No CDI device: CDI names fixed devices.
+// environment that points at its files (NCCL_CONF_FILE only when the pool
+// sets NCCL's variables). No NCCL_IB_HCA: an environment variable would
+// override nccl.conf. No CDI device: CDI names fixed devices.
 func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	var members []discovery.RDMADevice
 	for _, id := range ids {
@@ -123,11 +124,12 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 	if err := os.Chtimes(host, now, now); err != nil {
 		return nil, fmt.Errorf("allocation directory: %w", err)
 	}
+	env := map[string]string{"KUBE_RDMA_" + config.EnvName(pool.Name) + "_ENV_FILE": allocdir.ContainerEnvFile(pool.Name)}
+	if pool.SetsNCCL() {
+		env["NCCL_CONF_FILE"] = allocdir.ContainerNCCLConf(pool.Name)
+	}
 	r := &pluginapi.ContainerAllocateResponse{
-		Envs: map[string]string{
-			"NCCL_CONF_FILE": allocdir.ContainerNCCLConf(pool.Name),
-			"KUBE_RDMA_" + config.EnvName(pool.Name) + "_ENV_FILE": allocdir.ContainerEnvFile(pool.Name),
-		},
+		Envs:   env,
 		Mounts: []*pluginapi.Mount{{ContainerPath: allocdir.ContainerPath(pool.Name), HostPath: host, ReadOnly: true}},
 	}
 	nodes := containeredits.DeviceNodes(members)
@@ -157,8 +159,11 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// envs names what the container got. NCCL_IB_HCA uses the "=" prefix so
-// NCCL matches the names exactly (mlx5_1 does not also pick mlx5_10).
+// envs names what the container got: KUBE_RDMA_<POOL>_*, and NCCL's
+// variables when the pool sets them. NCCL_IB_HCA uses the "=" prefix so NCCL
+// matches the names exactly (mlx5_1 does not also pick mlx5_10). The config
+// allows one device plugin pool to set them, so the kubelet never has two
+// values of one to choose from (config.Validate).
 func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
 	var names, pcis []string
 	for _, d := range devs {
@@ -168,7 +173,10 @@ func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
 		}
 	}
 	stem := "KUBE_RDMA_" + config.EnvName(pool.Name)
-	e := containeredits.NCCLEnv(devs)
+	e := map[string]string{}
+	if pool.SetsNCCL() {
+		e = containeredits.NCCLEnv(devs)
+	}
 	e[stem+"_RDMA_DEVICES"] = strings.Join(names, ",")
 	e[stem+"_PCI_ADDRESSES"] = strings.Join(pcis, ",")
 	return e

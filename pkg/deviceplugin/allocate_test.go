@@ -22,10 +22,10 @@ import (
 
 const roceConfig = `resourcePrefix: rdma.example.com
 pools:
-- {name: pf, mode: exclusive, selectors: {kinds: [PF]}}
+- {name: pf, mode: exclusive, nccl: false, selectors: {kinds: [PF]}}
 - {name: vf-gpu0, mode: exclusive, selectors: {pfNames: [gpu0rdma0]}}
-- {name: sf, mode: exclusive, selectors: {kinds: [SF]}}
-- {name: numa1, mode: shared, slots: 3, selectors: {kinds: [PF], pciAddresses: ["0000:95:00.0", "0000:96:00.0"]}}
+- {name: sf, mode: exclusive, nccl: false, selectors: {kinds: [SF]}}
+- {name: numa1, mode: shared, slots: 3, nccl: false, selectors: {kinds: [PF], pciAddresses: ["0000:95:00.0", "0000:96:00.0"]}}
 `
 
 func startRoCE(t *testing.T, cdi bool) *env {
@@ -83,12 +83,15 @@ func TestAllocate(t *testing.T) {
 		ids  []string
 		want *pluginapi.ContainerAllocateResponse
 	}{
-		{"two PFs, same RoCE v2 IPv4 GID index", "pf", []string{"0000:16:00.0", "0000:15:00.0"}, &pluginapi.ContainerAllocateResponse{
+		// Only vf-gpu0 sets NCCL's variables: the others name their devices
+		// in KUBE_RDMA_<POOL>_* only, so a container with several pools has
+		// one NCCL_IB_HCA, the NCCL pool's, whatever order the kubelet
+		// merges the responses in.
+		{"two PFs of a pool that is not NCCL's", "pf", []string{"0000:16:00.0", "0000:15:00.0"}, &pluginapi.ContainerAllocateResponse{
 			Devices: e.spec("/dev/infiniband/uverbs0", "/dev/infiniband/umad0", "/dev/infiniband/issm0",
 				"/dev/infiniband/uverbs1", "/dev/infiniband/umad1", "/dev/infiniband/issm1", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_PF_RDMA_DEVICES": "mlx5_0,mlx5_1", "KUBE_RDMA_PF_PCI_ADDRESSES": "0000:15:00.0,0000:16:00.0",
-				"NCCL_IB_HCA": "=mlx5_0,mlx5_1", "NCCL_IB_GID_INDEX": "3",
 			}}},
 		{"VF without IPv4: first RoCE v2 index", "vf-gpu0", []string{"0000:15:00.3"}, &pluginapi.ContainerAllocateResponse{
 			Devices: e.spec("/dev/infiniband/uverbs9", "/dev/infiniband/umad9", "/dev/infiniband/issm9", "/dev/infiniband/rdma_cm"),
@@ -96,18 +99,16 @@ func TestAllocate(t *testing.T) {
 				"KUBE_RDMA_VF_GPU0_RDMA_DEVICES": "mlx5_9", "KUBE_RDMA_VF_GPU0_PCI_ADDRESSES": "0000:15:00.3",
 				"NCCL_IB_HCA": "=mlx5_9", "NCCL_IB_GID_INDEX": "1",
 			}}},
-		{"SF", "sf", []string{"mlx5_core.sf.2"}, &pluginapi.ContainerAllocateResponse{
+		{"SF of a pool that is not NCCL's", "sf", []string{"mlx5_core.sf.2"}, &pluginapi.ContainerAllocateResponse{
 			Devices: e.spec("/dev/infiniband/uverbs12", "/dev/infiniband/umad12", "/dev/infiniband/issm12", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_SF_RDMA_DEVICES": "mlx5_12", "KUBE_RDMA_SF_PCI_ADDRESSES": "0000:35:00.0",
-				"NCCL_IB_HCA": "=mlx5_12", "NCCL_IB_GID_INDEX": "3",
 			}}},
-		{"shared slot gets the whole set", "numa1", []string{"numa1-2"}, &pluginapi.ContainerAllocateResponse{
+		{"shared slot gets the whole set, no NCCL variables", "numa1", []string{"numa1-2"}, &pluginapi.ContainerAllocateResponse{
 			Devices: e.spec("/dev/infiniband/uverbs4", "/dev/infiniband/umad4", "/dev/infiniband/issm4",
 				"/dev/infiniband/uverbs5", "/dev/infiniband/umad5", "/dev/infiniband/issm5", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_NUMA1_RDMA_DEVICES": "mlx5_4,mlx5_5", "KUBE_RDMA_NUMA1_PCI_ADDRESSES": "0000:95:00.0,0000:96:00.0",
-				"NCCL_IB_HCA": "=mlx5_4,mlx5_5", "NCCL_IB_GID_INDEX": "3",
 			}}},
 	}
 	for _, tt := range tests {

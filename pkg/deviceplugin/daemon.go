@@ -91,7 +91,7 @@ type Config struct {
 // served dra pool (configured pool name -> devices; a pool with none is
 // there, empty) and the node's health. It replaces what was published.
 type DRAFrontend interface {
-	Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error
+	Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error
 }
 
 // nodeSource is what the daemon needs from the node watcher.
@@ -118,7 +118,9 @@ type Daemon struct {
 	pools    map[string]*poolServer
 	// draPools are the members of the served dra pools.
 	draPools map[string][]discovery.RDMADevice
-	numa     int
+	// draNoNCCL are the served dra pools with nccl: false.
+	draNoNCCL map[string]bool
+	numa      int
 
 	snap *nodewatch.Snapshot // the last one handed to the pools
 

@@ -89,15 +89,19 @@ func (d *Daemon) push(snap *nodewatch.Snapshot) {
 	}
 	if members {
 		d.draPools = map[string][]discovery.RDMADevice{}
+		d.draNoNCCL = map[string]bool{}
 		for _, p := range d.conf.Pools {
 			if p.DRA() && d.refusal(p) == "" {
 				d.draPools[p.Name] = append([]discovery.RDMADevice{}, assigned[p.Name]...)
+				if !p.SetsNCCL() {
+					d.draNoNCCL[p.Name] = true
+				}
 			}
 		}
 	}
 	if d.cfg.DRA != nil {
 		// Every snapshot: a health change is a taint change.
-		if err := d.cfg.DRA.Publish(d.draPools, snap.Healthy); err != nil {
+		if err := d.cfg.DRA.Publish(d.draPools, d.draNoNCCL, snap.Healthy); err != nil {
 			d.log.Warn("publish dra pools", "err", err)
 		}
 	}

@@ -26,7 +26,7 @@ type fakeDRA struct {
 	down  []string            // unhealthy members of the dra pools
 }
 
-func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error {
+func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, _ map[string]bool, healthy map[string]bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -60,7 +60,7 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
-		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
 	fake := &fakeDRA{}
 	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf; c.DRA = fake })
 	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
@@ -109,7 +109,7 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 	// The pool moves to the device plugin: registered there, gone from DRA.
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"+
-		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
 	e.waitFor(t, 5*time.Second, "ib pool on the device plugin", func(k *kubeletstub.Kubelet) bool {
 		d, _ := k.Devices("rdma.example.com/ib")
 		return len(d) == 8
@@ -126,7 +126,7 @@ func TestDRAPoolRefusedWithoutFrontend(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
-		"- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
+		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
 	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
 	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
 	st := e.d.State()

@@ -32,7 +32,7 @@ import (
 const alignedConfig = `resourcePrefix: rdma.example.com
 pools:
 - {name: gpu-nics, mode: exclusive, binding: gpuAligned, selectors: {linkLayers: [InfiniBand]}}
-- {name: roce, mode: exclusive, selectors: {linkLayers: [Ethernet]}}
+- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}
 `
 
 const aligned = "rdma.example.com/gpu-nics"

@@ -218,7 +218,8 @@ func alignedSnapshot(pool config.Pool, members []discovery.RDMADevice, health ma
 // poolFile is the pool file of a gpuAligned pool: members and healthy
 // members by name, in natural order.
 func poolFile(pool config.Pool, resource string, members []discovery.RDMADevice, health map[string]bool) allocdir.PoolFile {
-	f := allocdir.PoolFile{Pool: pool.Name, Resource: resource, Binding: string(pool.Binding), Members: []string{}, Healthy: []string{}}
+	f := allocdir.PoolFile{Pool: pool.Name, Resource: resource, Binding: string(pool.Binding), Members: []string{}, Healthy: []string{},
+		NoNCCL: !pool.SetsNCCL()}
 	for _, d := range members {
 		f.Members = append(f.Members, d.Name)
 		if health[d.Name] {

@@ -23,7 +23,7 @@ func TestChangedPoolReregisters(t *testing.T) {
 	pools := func(slots string) string {
 		return "resourcePrefix: rdma.example.com\npools:\n" +
 			"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n" +
-			"- {name: roce, mode: shared, slots: " + slots + ", selectors: {linkLayers: [Ethernet]}}\n"
+			"- {name: roce, mode: shared, nccl: false, slots: " + slots + ", selectors: {linkLayers: [Ethernet]}}\n"
 	}
 	writeFile(t, conf, pools("2"))
 	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
@@ -169,7 +169,7 @@ func TestCDISpecsRemovedOnStop(t *testing.T) {
 	}
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	ib := "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"
-	writeFile(t, conf, ib+"- {name: roce, mode: shared, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
+	writeFile(t, conf, ib+"- {name: roce, mode: shared, nccl: false, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
 	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
 		c.CDIDir = cdi
 		c.ConfigFile = conf

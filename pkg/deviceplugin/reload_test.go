@@ -25,7 +25,7 @@ func TestConfigReload(t *testing.T) {
 	// RoCE pool appears.
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"+
-		"- {name: roce, mode: shared, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
+		"- {name: roce, mode: shared, nccl: false, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
 	e.waitFor(t, 2*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool {
 		d, _ := k.Devices("rdma.example.com/roce")
 		return len(d) == 2

@@ -33,6 +33,8 @@ type PoolView struct {
 	Name, Resource string
 	Mode           config.Mode
 	Binding        config.Binding
+	// NoNCCL: the pool does not set NCCL's variables (config nccl: false).
+	NoNCCL bool
 	// Slots is a shared pool's slot count; 0 for an exclusive pool.
 	Slots int
 	// Members are the pool's RDMA device names.
@@ -74,7 +76,7 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 	for _, name := range sortedKeys(d.pools) {
 		p := d.pools[name]
 		s, _ := p.current()
-		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, ByID: make(map[string][]string, len(s.byID)),
+		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, NoNCCL: !p.pool.SetsNCCL(), ByID: make(map[string][]string, len(s.byID)),
 			Memlock: p.pool.MemlockLimit()}
 		if p.pool.Mode == config.Shared {
 			pv.Slots = p.pool.SlotCount()

@@ -58,7 +58,7 @@ type Driver struct {
 	helper *kubeletplugin.Helper
 
 	mu      sync.Mutex
-	index   Index
+	index   *Index
 	health  []kubeletplugin.DeviceHealth
 	changed chan struct{} // closed when health changes
 }
@@ -94,7 +94,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	if err := os.MkdirAll(claims, 0o700); err != nil {
 		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, index: Index{}, changed: make(chan struct{})}
+	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{})}
 	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	h, err := kubeletplugin.Start(ctx, d,
@@ -119,12 +119,13 @@ func ClaimsDir(pluginDir string) string { return filepath.Join(pluginDir, "claim
 // daemon republishes, and the scheduler keeps the devices meanwhile.
 func (d *Driver) Stop() { d.helper.Stop() }
 
-// Publish replaces the published pools: configured pool name -> members.
-// Devices whose names collide are left out and reported in the error; the
-// rest is published.
-func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, healthy map[string]bool) error {
+// Publish replaces the published pools: configured pool name -> members;
+// noNCCL names the pools that do not set NCCL's variables. Devices whose
+// names collide are left out and reported in the error; the rest is
+// published.
+func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
-	ix := Index{}
+	ix := &Index{}
 	var health []kubeletplugin.DeviceHealth
 	var errs []error
 	now := time.Now()
@@ -134,6 +135,9 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, healthy map[st
 		InPool(devs, name)
 		pool := PoolName(d.cfg.NodeName, name)
 		ix.Add(pool, devs)
+		if noNCCL[name] {
+			ix.SetNoNCCL(pool)
+		}
 		var sl []resourceslice.Slice
 		for _, s := range Slices(devs) {
 			sl = append(sl, resourceslice.Slice{Devices: s})
@@ -162,6 +166,13 @@ func (d *Driver) Device(pool, device string) (discovery.RDMADevice, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.index.Device(pool, device)
+}
+
+// NCCL implements Lookup over the last publication.
+func (d *Driver) NCCL(pool string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.index.NCCL(pool)
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.

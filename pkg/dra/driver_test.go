@@ -184,7 +184,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	_, node := scan(t, nodesim.LocalNode(1))
 	healthy := health(node)
 	pools := map[string][]discovery.RDMADevice{"nics": node.RDMADevices}
-	if err := d.Publish(pools, healthy); err != nil {
+	if err := d.Publish(pools, nil, healthy); err != nil {
 		t.Fatal(err)
 	}
 	published := func() map[string]resourceapi.Device {
@@ -230,7 +230,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 
 	// mlx5_1's port goes down: tainted in the API, unhealthy to the kubelet.
 	healthy["mlx5_1"] = false
-	if err := d.Publish(pools, healthy); err != nil {
+	if err := d.Publish(pools, nil, healthy); err != nil {
 		t.Fatal(err)
 	}
 	pollFor(t, 10*time.Second, "taint stored", func() bool { return len(published()[mlx51].Taints) == 1 })
@@ -245,7 +245,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	// update of the slice) keeps the taint's time.
 	time.Sleep(1100 * time.Millisecond) // TimeAdded has a resolution of one second
 	healthy["mlx5_2"] = false
-	if err := d.Publish(pools, healthy); err != nil {
+	if err := d.Publish(pools, nil, healthy); err != nil {
 		t.Fatal(err)
 	}
 	mlx52 := dra.DeviceName(node.RDMADevices[2])
@@ -254,7 +254,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		t.Errorf("taint after republish %+v, was %+v", again, taint)
 	}
 	healthy["mlx5_1"], healthy["mlx5_2"] = true, true
-	if err := d.Publish(pools, healthy); err != nil {
+	if err := d.Publish(pools, nil, healthy); err != nil {
 		t.Fatal(err)
 	}
 	pollFor(t, 10*time.Second, "taints removed", func() bool {
@@ -474,7 +474,7 @@ func TestTaintsWithoutTheFeatureGate(t *testing.T) {
 	}
 	t.Cleanup(d.Stop)
 	_, node := scan(t, nodesim.PortDown())
-	if err := d.Publish(map[string][]discovery.RDMADevice{"ib": node.RDMADevices}, health(node)); err != nil {
+	if err := d.Publish(map[string][]discovery.RDMADevice{"ib": node.RDMADevices}, nil, health(node)); err != nil {
 		t.Fatal(err)
 	}
 	down := dra.DeviceName(node.RDMADevices[1])

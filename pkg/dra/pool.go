@@ -22,19 +22,37 @@ func PoolName(node, pool string) string {
 
 // Index finds published devices by pool and name; it is the Lookup a
 // Preparer uses. Build a new one for every publication.
-type Index map[string]map[string]discovery.RDMADevice
+type Index struct {
+	devices map[string]map[string]discovery.RDMADevice
+	noNCCL  map[string]bool
+}
 
 // Add records a pool's published devices.
-func (ix Index) Add(pool string, devs []Device) {
+func (ix *Index) Add(pool string, devs []Device) {
 	m := make(map[string]discovery.RDMADevice, len(devs))
 	for _, d := range devs {
 		m[d.API.Name] = d.RDMA
 	}
-	ix[pool] = m
+	if ix.devices == nil {
+		ix.devices = map[string]map[string]discovery.RDMADevice{}
+	}
+	ix.devices[pool] = m
+}
+
+// SetNoNCCL records that a pool does not set NCCL's variables (config
+// nccl: false).
+func (ix *Index) SetNoNCCL(pool string) {
+	if ix.noNCCL == nil {
+		ix.noNCCL = map[string]bool{}
+	}
+	ix.noNCCL[pool] = true
 }
 
 // Device implements Lookup.
-func (ix Index) Device(pool, device string) (discovery.RDMADevice, bool) {
-	d, ok := ix[pool][device]
+func (ix *Index) Device(pool, device string) (discovery.RDMADevice, bool) {
+	d, ok := ix.devices[pool][device]
 	return d, ok
 }
+
+// NCCL implements Lookup.
+func (ix *Index) NCCL(pool string) bool { return !ix.noNCCL[pool] }

@@ -36,6 +36,8 @@ var (
 // Lookup finds the RDMA device behind a published device.
 type Lookup interface {
 	Device(pool, device string) (discovery.RDMADevice, bool)
+	// NCCL reports whether the pool sets NCCL's variables.
+	NCCL(pool string) bool
 }
 
 // Claim is what Prepare needs of a ResourceClaim: its identity, the pods
@@ -92,8 +94,13 @@ type Preparer struct {
 }
 
 // Prepare writes the claim's CDI spec (one CDI device per request, with
-// the device nodes and the NCCL environment of that request's NICs) and
-// returns the CDI devices. Preparing a prepared claim again gives the same
+// the device nodes of that request's NICs) and returns the CDI devices.
+// NCCL's variables are computed once over the NICs of the claim's NCCL
+// pools (Lookup.NCCL), whichever requests hold them, and each request with
+// such a NIC carries the same values: the runtime keeps one value per
+// variable of a container's CDI devices, so per-request values would name
+// one request's NICs in a container that uses several. A request with no
+// NCCL NIC carries none. Preparing a prepared claim again gives the same
 // answer and rewrites nothing that did not change.
 func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	if err := claimrecord.CheckUID(c.UID); err != nil {
@@ -108,6 +115,8 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	}
 	var requests []string
 	byRequest := map[string][]discovery.RDMADevice{}
+	var ncclDevs []discovery.RDMADevice
+	ncclRequest := map[string]bool{}
 	rec := claimrecord.Record{UID: c.UID, Namespace: c.Namespace, Name: c.Name, PodUIDs: podUIDs(c.PodUIDs),
 		Devices: make([]claimrecord.Device, 0, len(c.Results))}
 	for _, r := range c.Results {
@@ -122,6 +131,10 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 			requests = append(requests, r.Request)
 		}
 		byRequest[r.Request] = append(byRequest[r.Request], d)
+		if p.Devices.NCCL(r.Pool) && !slices.ContainsFunc(ncclDevs, func(x discovery.RDMADevice) bool { return x.Name == d.Name }) {
+			ncclDevs = append(ncclDevs, d)
+			ncclRequest[r.Request] = true
+		}
 		rec.Devices = append(rec.Devices, claimrecord.Device{Request: r.Request, Pool: r.Pool, Device: r.Device,
 			AdminAccess: r.AdminAccess, RDMA: d.Name, PCIAddress: d.PCIAddress, AuxDevice: d.AuxDevice})
 	}
@@ -134,9 +147,11 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		devs := byRequest[req]
 		name := cdiDeviceName(c.UID, req)
 		var env []string
-		e := containeredits.NCCLEnv(devs)
-		for _, k := range slices.Sorted(maps.Keys(e)) {
-			env = append(env, k+"="+e[k])
+		if ncclRequest[req] {
+			e := containeredits.NCCLEnv(ncclDevs)
+			for _, k := range slices.Sorted(maps.Keys(e)) {
+				env = append(env, k+"="+e[k])
+			}
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: cdispec.ContainerEdits{
 			Env: env, DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs)),

@@ -3,6 +3,7 @@ package dra_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +23,7 @@ const pool = "node-a/hca"
 // fixture is the local node's devices published as one pool, and the
 // directories a Preparer works in.
 type fixture struct {
-	ix                     dra.Index
+	ix                     *dra.Index
 	byRDMA                 map[string]dra.Device
 	cdiDir, stateDir, devs string
 }
@@ -34,7 +35,7 @@ func newFixture(t *testing.T) fixture {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	f := fixture{ix: dra.Index{}, byRDMA: map[string]dra.Device{}, cdiDir: filepath.Join(t.TempDir(), "cdi"),
+	f := fixture{ix: &dra.Index{}, byRDMA: map[string]dra.Device{}, cdiDir: filepath.Join(t.TempDir(), "cdi"),
 		stateDir: filepath.Join(t.TempDir(), "claims"), devs: t.TempDir()}
 	f.ix.Add(pool, devs)
 	for _, d := range devs {
@@ -98,8 +99,11 @@ func nodes(d cdispec.Device) []string {
 }
 
 // TestPrepareWritesTheClaimsSpec: one CDI device per request with the
-// device nodes and NCCL environment of exactly that request's NICs, the
-// RoCE GID index where every NIC is RoCE, rdma_cm for all.
+// device nodes of exactly that request's NICs, rdma_cm for all, and NCCL's
+// variables computed once over the claim's NICs: a container that uses
+// both requests gets one NCCL_IB_HCA naming all three, whichever CDI
+// device the runtime applies last, and no GID index (the NICs are not all
+// RoCE).
 func TestPrepareWritesTheClaimsSpec(t *testing.T) {
 	f := newFixture(t)
 	p := f.preparer()
@@ -130,15 +134,87 @@ func TestPrepareWritesTheClaimsSpec(t *testing.T) {
 	if diff := cmp.Diff(wantIB, nodes(ib)); diff != "" || len(wantIB) == 0 {
 		t.Errorf("ib request's nodes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, env(ib)); diff != "" {
+	claimEnv := map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_1,mlx5_3"}
+	if diff := cmp.Diff(claimEnv, env(ib)); diff != "" {
 		t.Errorf("ib request's env (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(f.byRDMA["mlx5_3"].RDMA.CharDevices, nodes(roce)); diff != "" {
 		t.Errorf("roce request's nodes (-want +got):\n%s", diff)
 	}
-	// LocalNode's VFs carry an IPv4-mapped RoCE v2 GID at index 3.
-	if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_3", "NCCL_IB_GID_INDEX": "3"}, env(roce)); diff != "" {
+	if diff := cmp.Diff(claimEnv, env(roce)); diff != "" {
 		t.Errorf("roce request's env (-want +got):\n%s", diff)
+	}
+}
+
+// TestPrepareClaimOfTwoPools: a claim with devices of an NCCL pool and of a
+// pool with nccl: false. NCCL's variables name the NCCL pool's NICs only,
+// no RoCE GID index reaches the InfiniBand HCA, and the other pool's
+// request carries none. Two requests of RoCE NICs of the NCCL pool get
+// their common GID index.
+func TestPrepareClaimOfTwoPools(t *testing.T) {
+	_, node := scan(t, nodesim.LocalNode(2))
+	devs, errs := dra.Devices(node.RDMADevices, health(node))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	byRDMA := map[string]dra.Device{}
+	var ib, vf []dra.Device
+	for _, d := range devs {
+		byRDMA[d.RDMA.Name] = d
+		if d.RDMA.LinkLayer == "InfiniBand" {
+			ib = append(ib, d)
+		} else {
+			vf = append(vf, d)
+		}
+	}
+	devDir := t.TempDir()
+	tests := []struct {
+		name    string
+		noNCCL  string // the pool with nccl: false
+		results []dra.Result
+		want    map[string]map[string]string // request -> env
+	}{
+		{"ib is NCCL's, vf is not", "n/vf",
+			[]dra.Result{{Request: "ib", Pool: "n/ib", Device: byRDMA["mlx5_0"].API.Name}, {Request: "vf", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}},
+			map[string]map[string]string{"ib": {"NCCL_IB_HCA": "=mlx5_0"}, "vf": {}}},
+		{"one request spans both pools", "n/vf",
+			[]dra.Result{{Request: "nics", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}, {Request: "nics", Pool: "n/ib", Device: byRDMA["mlx5_1"].API.Name}},
+			map[string]map[string]string{"nics": {"NCCL_IB_HCA": "=mlx5_1"}}},
+		{"vf is NCCL's: two requests, one GID index", "n/ib",
+			[]dra.Result{{Request: "a", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}, {Request: "b", Pool: "n/vf", Device: byRDMA["mlx5_4"].API.Name},
+				{Request: "c", Pool: "n/ib", Device: byRDMA["mlx5_0"].API.Name}},
+			// LocalNode's VFs carry an IPv4-mapped RoCE v2 GID at index 3.
+			map[string]map[string]string{"a": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3"},
+				"b": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3"}, "c": {}}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := &dra.Index{}
+			ix.Add("n/ib", ib)
+			ix.Add("n/vf", vf)
+			ix.SetNoNCCL(tt.noNCCL)
+			cdiDir := t.TempDir()
+			p := &dra.Preparer{CDIDir: cdiDir, StateDir: t.TempDir(), DevRoot: devDir, Devices: ix}
+			uid := fmt.Sprintf("uid-%d", i)
+			if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", Results: tt.results}); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join(cdiDir, "kube-rdma-claim-"+uid+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec cdispec.Spec
+			if err := json.Unmarshal(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]map[string]string{}
+			for _, d := range spec.Devices {
+				got[strings.TrimPrefix(d.Name, uid+"-")] = env(d)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("env by request (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -279,7 +355,7 @@ func TestAdminAccessSharesTheDevice(t *testing.T) {
 
 // TestIndexFollowsPublication: an Index answers for what was added to it only.
 func TestIndexFollowsPublication(t *testing.T) {
-	ix := dra.Index{}
+	ix := &dra.Index{}
 	d := discovery.RDMADevice{Name: "mlx5_0", Kind: discovery.KindPF, PCIAddress: "0000:18:00.0"}
 	devs, _ := dra.Devices([]discovery.RDMADevice{d}, map[string]bool{"mlx5_0": true})
 	ix.Add(dra.PoolName("node-a", "My_Pool"), devs)

@@ -19,7 +19,7 @@ import (
 func TestPrepareRecordsReservedPods(t *testing.T) {
 	dev := discovery.RDMADevice{Name: "mlx5_0", Kind: discovery.KindPF, PCIAddress: "0000:18:00.0"}
 	devs, _ := Devices([]discovery.RDMADevice{dev}, map[string]bool{"mlx5_0": true})
-	ix := Index{}
+	ix := &Index{}
 	ix.Add("node-a/nics", devs)
 	dir := t.TempDir()
 	d := &Driver{index: ix}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -57,6 +58,14 @@ func containerAllocation(pod *corev1.Pod, container, res string, want int64, s *
 		c.Verdict, c.Detail = Warn, "no allocation yet: the pod is Pending"
 		c.Fix = "the kubelet allocates when it starts the container: kubectl describe pod " + pod.Name
 		return c, nil
+	case i < 0 && stateOlderThan(s, pod):
+		// The daemon writes the state at most every --node-state-interval:
+		// a container that started after the last write is not in it yet.
+		c.Verdict = Warn
+		c.Detail = fmt.Sprintf("the node's state (written %s) is older than the pod's containers (started %s): the allocation of %s to container %s is not in it yet",
+			s.Status.LastUpdate.UTC().Format(time.RFC3339), podStarted(pod).UTC().Format(time.RFC3339), res, container)
+		c.Fix = "run doctor again in a few seconds (the daemon writes the state every few seconds, nodeState.interval)"
+		return c, nil
 	case i < 0:
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("the node's state has no allocation of %s to container %s", res, container)
 		c.Fix = "the daemon's view of the kubelet lags or the pod started before the daemon: see the daemon's logs, recreate the pod"
@@ -102,4 +111,26 @@ func gpuLevelCheck(pod *corev1.Pod, s *v1alpha1.RDMANodeState) Check {
 		c.Fix = "use NICs under the GPUs' PCIe switches: a pool with binding: gpuAligned binds them (docs/gpu-aligned.md); kubectl rdma topo " + s.Name + " shows the matrix"
 	}
 	return c
+}
+
+// podStarted is when the pod's last container started (its start time
+// when none has).
+func podStarted(pod *corev1.Pod) time.Time {
+	var t time.Time
+	if pod.Status.StartTime != nil {
+		t = pod.Status.StartTime.Time
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if r := cs.State.Running; r != nil && r.StartedAt.After(t) {
+			t = r.StartedAt.Time
+		}
+	}
+	return t
+}
+
+// stateOlderThan reports whether the node state was written before the
+// pod's last container started: it cannot hold all of its allocations.
+func stateOlderThan(s *v1alpha1.RDMANodeState, pod *corev1.Pod) bool {
+	started := podStarted(pod)
+	return !started.IsZero() && s.Status.LastUpdate.Time.Before(started)
 }

@@ -3,6 +3,7 @@ package kubectlrdma
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,4 +55,79 @@ func TestCNIChecks(t *testing.T) {
 			t.Errorf("%+v: pod check %+v (ok %v), want %s with a fix naming %q", tt, c, ok, tt.pod, tt.podFix)
 		}
 	}
+}
+
+// TestDoctorMultiPoolPod: the three false failures of a correct pod with an
+// InfiniBand pool (NCCL's) and the chained RoCE VF pool (nccl: false).
+func TestDoctorMultiPoolPod(t *testing.T) {
+	started := metav1.NewTime(time.Date(2025, 1, 1, 12, 0, 10, 0, time.UTC))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &started}}
+	s := &v1alpha1.RDMANodeState{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	s.Status.LastUpdate = metav1.NewTime(started.Add(time.Second))
+	s.Status.CNI = &v1alpha1.CNIStatus{Mode: "chained", Attachments: 1}
+	s.Status.Pools = []v1alpha1.Pool{
+		{Name: "ib", Resource: "rdma.kube-rdma.io/ib", Mode: "exclusive"},
+		{Name: "vf", Resource: "rdma.kube-rdma.io/vf", Mode: "exclusive", NoNCCL: true},
+	}
+	s.Status.Devices = []v1alpha1.Device{{Name: "mlx5_0", Healthy: true}, {Name: "mlx5_3", Healthy: true}}
+	s.Status.Allocations = []v1alpha1.Allocation{
+		{Namespace: "ns", Pod: "p", Container: "c", Resource: "rdma.kube-rdma.io/ib", RDMADevices: []string{"mlx5_0"}, Netdevs: []string{"ib0"}},
+		{Namespace: "ns", Pod: "p", Container: "c", Resource: "rdma.kube-rdma.io/vf", RDMADevices: []string{"mlx5_3"}, Netdevs: []string{"eth3"},
+			Attached: []v1alpha1.AttachedDevice{{RDMADevice: "mlx5_3", Netdev: "eth3", PodNetdev: "net1"}}},
+	}
+
+	t.Run("CNI attachment judges the chained pool only", func(t *testing.T) {
+		c, ok := cniAttachmentCheck(pod, s)
+		if !ok || c.Verdict != Pass {
+			t.Errorf("got %+v (ok %v), want a pass", c, ok)
+		}
+	})
+
+	allocs := containerAllocs(pod, s)
+	if len(allocs) != 1 {
+		t.Fatalf("container allocations %+v, want one", allocs)
+	}
+	for _, tt := range []struct {
+		name, hca string
+		alloc     containerAlloc
+		want      Verdict
+		detail    string
+	}{
+		{"NCCL_IB_HCA names the NCCL pool's devices", "=mlx5_0", allocs[0], Pass, "NCCL_IB_HCA==mlx5_0"},
+		{"the other pool's value: the kubelet's merge of an older daemon", "=mlx5_3",
+			func() containerAlloc {
+				a := allocs[0]
+				a.ncclPools = []string{"ib", "vf"}
+				a.nccl = a.devices
+				return a
+			}(),
+			Fail, "each of which sets NCCL_IB_HCA to its own devices"},
+		{"a pod spec's own value", "=mlx5_1", allocs[0], Fail, "allocated mlx5_0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ncclCheck(containerView{hca: tt.hca, gidIndex: "<unset>"}, tt.alloc)
+			if c.Verdict != tt.want || !strings.Contains(c.Detail, tt.detail) {
+				t.Errorf("got %+v, want %s with %q", c, tt.want, tt.detail)
+			}
+		})
+	}
+
+	t.Run("a state older than the pod is not a missing allocation", func(t *testing.T) {
+		old := s.DeepCopy()
+		old.Status.LastUpdate = metav1.NewTime(started.Add(-time.Second))
+		old.Status.Allocations = old.Status.Allocations[:1]
+		c, _ := containerAllocation(pod, "c", "rdma.kube-rdma.io/vf", 1, old)
+		if c.Verdict != Warn || !strings.Contains(c.Detail, "is older than the pod's containers") {
+			t.Errorf("got %+v, want a warning that the state is older than the pod", c)
+		}
+		c, _ = containerAllocation(pod, "c", "rdma.kube-rdma.io/vf", 1, func() *v1alpha1.RDMANodeState {
+			n := old.DeepCopy()
+			n.Status.LastUpdate = metav1.NewTime(started.Add(time.Minute))
+			return n
+		}())
+		if c.Verdict != Fail {
+			t.Errorf("state newer than the pod without the allocation: got %+v, want a failure", c)
+		}
+	})
 }

@@ -34,6 +34,10 @@ type containerAlloc struct {
 	// attached are those the CNI plugin attached to the pod, with their
 	// names in the pod.
 	attached []v1alpha1.AttachedDevice
+	// nccl are the devices of the pools that set NCCL's variables, and
+	// ncclPools those pools; others the pools that do not.
+	nccl              []v1alpha1.Device
+	ncclPools, others []string
 }
 
 // podNetdevs are the netdevs the CNI plugin moved into the pod, by their
@@ -67,9 +71,23 @@ func containerAllocs(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []containerAllo
 		if i < 0 {
 			out, i = append(out, containerAlloc{container: a.Container}), len(out)
 		}
+		pi := slices.IndexFunc(s.Status.Pools, func(p v1alpha1.Pool) bool { return p.Resource == a.Resource })
+		nccl := pi < 0 || !s.Status.Pools[pi].NoNCCL
+		pool := strings.TrimPrefix(a.Resource, resourcePrefix)
+		if pi >= 0 {
+			pool = s.Status.Pools[pi].Name
+		}
+		if nccl && !slices.Contains(out[i].ncclPools, pool) {
+			out[i].ncclPools = append(out[i].ncclPools, pool)
+		} else if !nccl && !slices.Contains(out[i].others, pool) {
+			out[i].others = append(out[i].others, pool)
+		}
 		for _, name := range a.RDMADevices {
 			if d := device(s, name); d != nil {
 				out[i].devices = append(out[i].devices, *d)
+				if nccl {
+					out[i].nccl = append(out[i].nccl, *d)
+				}
 			}
 		}
 		out[i].netdevs = append(out[i].netdevs, a.Netdevs...)
@@ -232,14 +250,19 @@ func memlockCheck(v containerView) Check {
 	return c
 }
 
-// ncclCheck compares NCCL_IB_HCA with the allocated devices (by their
-// names in the pod) and NCCL_IB_GID_INDEX with the RoCE v2 GIDs the
-// container sees (the state's index when it sees none).
+// ncclCheck compares NCCL_IB_HCA with the devices of the container's pools
+// that set NCCL's variables (by their names in the pod; pools with nccl:
+// false name theirs in KUBE_RDMA_<POOL>_* only) and NCCL_IB_GID_INDEX with
+// the RoCE v2 GIDs the container sees (the state's index when it sees none).
 func ncclCheck(v containerView, a containerAlloc) Check {
 	c := Check{Name: containerCheckNames[4], Verdict: Pass}
+	if len(a.nccl) == 0 {
+		c.Verdict, c.Detail = Skip, "none of the container's pools ("+strings.Join(a.others, ", ")+") sets NCCL's variables (nccl: false)"
+		return c
+	}
 	var names []string
 	valid := map[int]bool{}
-	for _, d := range a.devices {
+	for _, d := range a.nccl {
 		name := a.podName(d.Name)
 		names = append(names, name)
 		for _, i := range v.roceV2(name) {
@@ -261,6 +284,14 @@ func ncclCheck(v containerView, a containerAlloc) Check {
 	case v.hca == "<unset>":
 		c.Verdict, c.Detail = Warn, "NCCL_IB_HCA is unset: NCCL may use any HCA it sees"
 		c.Fix = "the device plugin sets NCCL_IB_HCA; an env in the pod spec or image must not unset it"
+	case !slices.Equal(hca, names) && len(a.ncclPools) > 1:
+		// Each pool's Allocate named its own devices and the kubelet kept
+		// one value: the daemon did not refuse two NCCL pools (an older
+		// daemon, or a pools file it has not loaded).
+		c.Verdict = Fail
+		c.Detail = fmt.Sprintf("NCCL_IB_HCA=%s, but the container has devices of pools %s, each of which sets NCCL_IB_HCA to its own devices (%s in all): the kubelet kept one pool's value, so NCCL uses only its NICs",
+			v.hca, strings.Join(a.ncclPools, " and "), strings.Join(names, ","))
+		c.Fix = "give every pool but NCCL's fabric nccl: false in the chart's config.pools and upgrade the release (a daemon that knows the setting refuses two such pools), then recreate the pod"
 	case !slices.Equal(hca, names):
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_HCA=%s, allocated %s", v.hca, strings.Join(names, ","))
 		c.Fix = "remove NCCL_IB_HCA from the pod spec: the device plugin sets it to the allocation"

@@ -215,7 +215,7 @@ func pools(views []deviceplugin.PoolView, allocs []v1alpha1.Allocation) []v1alph
 				used[id] = true
 			}
 		}
-		out = append(out, v1alpha1.Pool{Name: p.Name, Resource: p.Resource, Mode: string(p.Mode), Slots: p.Slots,
+		out = append(out, v1alpha1.Pool{Name: p.Name, Resource: p.Resource, Mode: string(p.Mode), Slots: p.Slots, NoNCCL: p.NoNCCL,
 			Capacity: p.Capacity, Allocatable: p.Allocatable, Allocated: len(used), Devices: slices.Clone(p.Members)})
 	}
 	return out

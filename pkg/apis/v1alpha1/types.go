@@ -165,6 +165,10 @@ type Pool struct {
 	Mode string `json:"mode"`
 	// Slots is the number of pods a shared pool serves; 0 for exclusive.
 	Slots int `json:"slots,omitempty"`
+	// NoNCCL: the pool does not set NCCL's variables in its containers
+	// (config nccl: false); they name its devices in KUBE_RDMA_<POOL>_*
+	// only. False in the states of daemons that set them for every pool.
+	NoNCCL bool `json:"noNCCL,omitempty"`
 	// Capacity is what the daemon advertises; Allocatable the healthy part
 	// of it; Allocated what the kubelet has given to pods.
 	Capacity    int `json:"capacity"`

@@ -82,7 +82,14 @@ type Pool struct {
 	// Memlock is the RLIMIT_MEMLOCK (soft = hard) the NRI plugin gives the
 	// containers that got this pool's devices: "unlimited" or a quantity
 	// such as 64Gi; "" is unlimited. Only used with --nri.
-	Memlock   string    `json:"memlock,omitempty"`
+	Memlock string `json:"memlock,omitempty"`
+	// NCCL says whether the pool sets NCCL's variables (NCCL_IB_HCA,
+	// NCCL_IB_GID_INDEX; NCCL_CONF_FILE for a gpuAligned pool) in its
+	// containers; unset is true. The per-pool KUBE_RDMA_<POOL>_* variables
+	// are set either way. A container has one NCCL_IB_HCA: Validate refuses
+	// two NCCL pools whose devices a container could get together with
+	// different values (docs/device-plugin.md, "A pod with several pools").
+	NCCL      *bool     `json:"nccl,omitempty"`
 	Selectors Selectors `json:"selectors"`
 }
 
@@ -121,6 +128,9 @@ func (c Config) ResourceName(p Pool) string { return c.ResourcePrefix + "/" + p.
 
 // GPUAligned reports whether the pool has binding gpuAligned.
 func (p Pool) GPUAligned() bool { return p.Binding == GPUAligned }
+
+// SetsNCCL reports whether the pool sets NCCL's variables (NCCL unset or true).
+func (p Pool) SetsNCCL() bool { return p.NCCL == nil || *p.NCCL }
 
 // DRA reports whether the DRA front end serves the pool.
 func (p Pool) DRA() bool { return p.Frontend == DRA }

@@ -24,31 +24,35 @@ pools:
 - name: roce_shared
   mode: shared
   slots: 8
+  nccl: false
   selectors:
     linkLayers: [Ethernet]
 - name: aligned
   mode: exclusive
   binding: gpuAligned
+  nccl: false
   selectors:
     vendors: ["15b3"]
     linkLayers: [Ethernet]
 - name: dra-vfs
   mode: exclusive
   frontend: dra
+  nccl: false
   selectors:
     vendors: ["8086"]
     linkLayers: [InfiniBand]
 `
 	jsonText := `{"resourcePrefix":"rdma.example.com","pools":[
  {"name":"gpu-nics","mode":"exclusive","selectors":{"vendors":["0x15B3"],"linkLayers":["InfiniBand"]}},
- {"name":"roce_shared","mode":"shared","slots":8,"selectors":{"linkLayers":["Ethernet"]}},
- {"name":"aligned","mode":"exclusive","binding":"gpuAligned","selectors":{"vendors":["15b3"],"linkLayers":["Ethernet"]}},
- {"name":"dra-vfs","mode":"exclusive","frontend":"dra","selectors":{"vendors":["8086"],"linkLayers":["InfiniBand"]}}]}`
+ {"name":"roce_shared","mode":"shared","slots":8,"nccl":false,"selectors":{"linkLayers":["Ethernet"]}},
+ {"name":"aligned","mode":"exclusive","binding":"gpuAligned","nccl":false,"selectors":{"vendors":["15b3"],"linkLayers":["Ethernet"]}},
+ {"name":"dra-vfs","mode":"exclusive","frontend":"dra","nccl":false,"selectors":{"vendors":["8086"],"linkLayers":["InfiniBand"]}}]}`
+	no := false
 	want := Config{ResourcePrefix: "rdma.example.com", Pools: []Pool{
 		{Name: "gpu-nics", Mode: Exclusive, Selectors: Selectors{Vendors: []string{"0x15B3"}, LinkLayers: []string{"InfiniBand"}}},
-		{Name: "roce_shared", Mode: Shared, Slots: 8, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
-		{Name: "aligned", Mode: Exclusive, Binding: GPUAligned, Selectors: Selectors{Vendors: []string{"15b3"}, LinkLayers: []string{"Ethernet"}}},
-		{Name: "dra-vfs", Mode: Exclusive, Frontend: DRA, Selectors: Selectors{Vendors: []string{"8086"}, LinkLayers: []string{"InfiniBand"}}},
+		{Name: "roce_shared", Mode: Shared, Slots: 8, NCCL: &no, Selectors: Selectors{LinkLayers: []string{"Ethernet"}}},
+		{Name: "aligned", Mode: Exclusive, Binding: GPUAligned, NCCL: &no, Selectors: Selectors{Vendors: []string{"15b3"}, LinkLayers: []string{"Ethernet"}}},
+		{Name: "dra-vfs", Mode: Exclusive, Frontend: DRA, NCCL: &no, Selectors: Selectors{Vendors: []string{"8086"}, LinkLayers: []string{"InfiniBand"}}},
 	}}
 	for name, text := range map[string]string{"yaml": yamlText, "json": jsonText} {
 		t.Run(name, func(t *testing.T) {
@@ -69,6 +73,18 @@ pools:
 func TestParseBad(t *testing.T) {
 	pool := func(name, mode, sel string) string {
 		return "- name: " + name + "\n  mode: " + mode + "\n  selectors: " + sel + "\n"
+	}
+	// noNCCL is a pool that does not set NCCL's variables, for the cases
+	// with two pools that are not about them.
+	noNCCL := func(name, mode, sel string) string {
+		return "- name: " + name + "\n  mode: " + mode + "\n  nccl: false\n  selectors: " + sel + "\n"
+	}
+	dra := func(name, sel string, nccl bool) string {
+		s := "- name: " + name + "\n  mode: exclusive\n  frontend: dra\n  selectors: " + sel + "\n"
+		if !nccl {
+			s += "  nccl: false\n"
+		}
+		return s
 	}
 	head := "resourcePrefix: rdma.example.com\npools:\n"
 	tests := []struct {
@@ -98,9 +114,9 @@ func TestParseBad(t *testing.T) {
 			`pools[0].name: "hca-" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or the kubelet rejects the resource name`},
 		{"pool name too long", head + pool("a123456789012345678901234567890123456789012345678901234567890123", "exclusive", "{vendors: [15b3]}"),
 			`pools[0].name: "a123456789012345678901234567890123456789012345678901234567890123" is longer than 63 characters, the kubelet rejects the resource name`},
-		{"duplicate pool", head + pool("a", "exclusive", "{linkLayers: [Ethernet]}") + pool("a", "exclusive", "{linkLayers: [InfiniBand]}"),
+		{"duplicate pool", head + pool("a", "exclusive", "{linkLayers: [Ethernet]}") + noNCCL("a", "exclusive", "{linkLayers: [InfiniBand]}"),
 			`pools[1].name: "a" is also the name of pools[0]`},
-		{"same env name", head + pool("a-b", "shared", "{linkLayers: [Ethernet]}") + pool("a.b", "shared", "{linkLayers: [InfiniBand]}"),
+		{"same env name", head + pool("a-b", "shared", "{linkLayers: [Ethernet]}") + noNCCL("a.b", "shared", "{linkLayers: [InfiniBand]}"),
 			`pools[1].name: "a.b" gives the same environment variable prefix A_B as pools[0]`},
 		{"bad mode", head + pool("a", "partial", "{vendors: [15b3]}"), `pools[0].mode: "partial" is not exclusive or shared`},
 		{"slots on exclusive", head + "- name: a\n  mode: exclusive\n  slots: 4\n  selectors: {vendors: [15b3]}\n",
@@ -114,9 +130,9 @@ func TestParseBad(t *testing.T) {
 			`pools[0].selectors.pciAddresses[0]: "3b:00.0" is not a PCI address such as 0000:18:00.0`},
 		{"pfNames without VF", head + pool("a", "exclusive", "{kinds: [PF], pfNames: [ens1f0]}"),
 			"pools[0].selectors.pfNames: selects VFs but kinds does not include VF, so the pool is always empty"},
-		{"overlapping exclusive pools", head + pool("ib", "exclusive", "{vendors: [15b3]}") + pool("all-ib", "exclusive", "{linkLayers: [InfiniBand]}"),
+		{"overlapping exclusive pools", head + pool("ib", "exclusive", "{vendors: [15b3]}") + noNCCL("all-ib", "exclusive", "{linkLayers: [InfiniBand]}"),
 			`pools[1].selectors: exclusive pool "all-ib" may select the same devices as exclusive pool "ib" (pools[0]); give both a selector field with no value in common`},
-		{"overlapping exclusive pools, shared value", head + pool("a", "exclusive", "{rdmaDevices: [mlx5_0, mlx5_1]}") + pool("b", "exclusive", "{rdmaDevices: [mlx5_1]}"),
+		{"overlapping exclusive pools, shared value", head + pool("a", "exclusive", "{rdmaDevices: [mlx5_0, mlx5_1]}") + noNCCL("b", "exclusive", "{rdmaDevices: [mlx5_1]}"),
 			`pools[1].selectors: exclusive pool "b" may select the same devices as exclusive pool "a" (pools[0]); give both a selector field with no value in common`},
 		{"gpuAligned on a shared pool", head + "- name: a\n  mode: shared\n  binding: gpuAligned\n  selectors: {vendors: [15b3]}\n",
 			"pools[0].binding: gpuAligned is only valid for an exclusive pool: every pod of a shared pool gets all of its devices, there is nothing to bind"},
@@ -130,9 +146,25 @@ func TestParseBad(t *testing.T) {
 			"pools[0].frontend: dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)"},
 		{"dra with memlock", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  memlock: 1Gi\n  selectors: {vendors: [15b3]}\n",
 			"pools[0].memlock: is not applied to a dra pool's containers: the NRI plugin finds containers by their device plugin allocations"},
-		{"dra pool overlapping a shared pool", head + pool("roce", "shared", "{linkLayers: [Ethernet]}") +
-			"- name: nics\n  mode: exclusive\n  frontend: dra\n  selectors: {vendors: [15b3]}\n",
+		{"dra pool overlapping a shared pool", head + noNCCL("roce", "shared", "{linkLayers: [Ethernet]}") + dra("nics", "{vendors: [15b3]}", true),
 			`pools[1].selectors: pool "nics" may select the same devices as pool "roce" (pools[0]), and one of them has frontend dra: a device is served by exactly one front end; give both a selector field with no value in common`},
+		{"two device plugin pools set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + pool("vf", "exclusive", "{kinds: [VF], linkLayers: [Ethernet]}"),
+			`pools[1].nccl: pools "vf" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
+				`a pod that asks for both gets the NCCL_IB_HCA of one of them (each pool's Allocate names its own devices and the kubelet keeps one value per variable), so NCCL uses only that pool's NICs; ` +
+				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
+		{"two device plugin pools of one link layer set NCCL's variables", head + pool("rail0", "exclusive", "{rdmaDevices: [mlx5_0]}") + noNCCL("front", "shared", "{linkLayers: [Ethernet]}") +
+			"- name: rail1\n  mode: exclusive\n  nccl: true\n  selectors: {rdmaDevices: [mlx5_1]}\n",
+			`pools[2].nccl: pools "rail1" and "rail0" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
+				`a pod that asks for both gets the NCCL_IB_HCA of one of them (each pool's Allocate names its own devices and the kubelet keeps one value per variable), so NCCL uses only that pool's NICs; ` +
+				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
+		{"a dra pool and a device plugin pool set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + dra("roce", "{linkLayers: [Ethernet]}", true),
+			`pools[1].nccl: pools "roce" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
+				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
+				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
+		{"two dra pools set NCCL's variables", head + dra("rail0", "{rdmaDevices: [mlx5_0]}", true) + dra("rail1", "{rdmaDevices: [mlx5_1]}", true),
+			`pools[1].nccl: pools "rail1" and "rail0" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
+				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
+				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
 		{"binding with wrong case", head + "- name: a\n  mode: exclusive\n  binding: GPUAligned\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].binding: "GPUAligned" is not gpuAligned (or empty)`},
 	}
@@ -249,6 +281,31 @@ func TestAssign(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, names(got)); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNCCLPoolsAccepted: the configurations with several pools that the
+// NCCL check must let through.
+func TestNCCLPoolsAccepted(t *testing.T) {
+	head := "resourcePrefix: rdma.example.com\npools:\n"
+	tests := map[string]string{
+		"one NCCL pool beside pools that are not": head +
+			"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n" +
+			"- {name: vf, mode: exclusive, nccl: false, selectors: {kinds: [VF], linkLayers: [Ethernet]}}\n" +
+			"- {name: roce-shared, mode: shared, nccl: false, selectors: {kinds: [PF], linkLayers: [Ethernet]}}\n",
+		"a device plugin pool that is not NCCL's beside an NCCL dra pool": head +
+			"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n" +
+			"- {name: roce, mode: shared, nccl: false, selectors: {linkLayers: [Ethernet]}}\n",
+		"an NCCL dra pool beside a dra pool that is not": head +
+			"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n" +
+			"- {name: vf, mode: exclusive, frontend: dra, nccl: false, selectors: {linkLayers: [Ethernet]}}\n",
+	}
+	for name, text := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse([]byte(text)); err != nil {
+				t.Error(err)
 			}
 		})
 	}

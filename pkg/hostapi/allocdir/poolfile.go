@@ -29,6 +29,10 @@ type PoolFile struct {
 	Binding  string   `json:"binding"`
 	Members  []string `json:"members"`
 	Healthy  []string `json:"healthy"`
+	// NoNCCL: the pool does not set NCCL's variables (config nccl: false),
+	// so the CNI writes none into nccl.conf and the env file. Absent in
+	// version 1 files, whose pools all set them.
+	NoNCCL bool `json:"noNCCL,omitempty"`
 }
 
 // poolFileJSON is the file as stored: the version, then the pool's keys.

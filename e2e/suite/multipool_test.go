@@ -1,0 +1,109 @@
+package suite
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+)
+
+// TestMultiPoolPod runs a pod with one device of an NCCL pool and one of a
+// pool with nccl: false (on the local node: ib, and the chained vf pool),
+// the layout of a compute fabric beside a storage network (issue 26). NCCL_IB_HCA
+// names the NCCL pool's device only, whatever order the kubelet merged the two
+// pools' responses in; no RoCE GID index comes with an InfiniBand HCA; both
+// pools' KUBE_RDMA_<POOL>_RDMA_DEVICES are there; and kubectl rdma doctor,
+// run as soon as the pod is Ready (as a user does) and again once the node
+// state has the pod, fails no check but those the fixture devices cause.
+func TestMultiPoolPod(t *testing.T) {
+	e := need(t)
+	var nccl, other *pool
+	for _, p := range e.exclusivePools() {
+		switch {
+		case e.nccl(p.name) && nccl == nil:
+			nccl = &p
+		case !e.nccl(p.name) && other == nil:
+			other = &p
+		}
+	}
+	if nccl == nil || other == nil {
+		t.Skip("E2E_POOLS and E2E_NCCL_POOLS name no exclusive NCCL pool beside an exclusive pool that is not")
+	}
+	ns := e.namespace(t)
+	name := "multi-pool"
+	pod := e.devicePod(ns, name, nccl.name, 1)
+	pod.Spec.Containers[0].Resources.Limits[e.resource(other.name)] = *resource.NewQuantity(1, resource.DecimalSI)
+	e.createPod(t, pod)
+	e.waitRunning(t, ns, name)
+
+	// Right after Ready: the node state may predate the pod, which doctor must say as
+	// such, never as a missing allocation.
+	out, _ := e.kubectlRDMA(t, "doctor", "-n", ns, name)
+	t.Logf("kubectl rdma doctor -n %s %s (right after Ready):\n%s", ns, name, out)
+	for check, got := range doctorLines(out) {
+		if strings.HasPrefix(check, "allocation ") && strings.HasPrefix(got, "FAIL") {
+			t.Errorf("doctor's %q right after Ready: %s", check, got)
+		}
+	}
+
+	l := e.waitLog(t, ns, name, 1)
+	ncclDevs := l.env["KUBE_RDMA_"+envName(nccl.name)+"_RDMA_DEVICES"]
+	otherDevs := l.env["KUBE_RDMA_"+envName(other.name)+"_RDMA_DEVICES"]
+	t.Logf("pod %s: %s=%s, %s=%s, NCCL_IB_HCA=%s, NCCL_IB_GID_INDEX=%s", name, nccl.name, ncclDevs, other.name, otherDevs,
+		l.env["NCCL_IB_HCA"], l.env["NCCL_IB_GID_INDEX"])
+	if ncclDevs == "" || otherDevs == "" {
+		t.Fatalf("pod %s: KUBE_RDMA_* of %s %q and of %s %q, want one device each", name, nccl.name, ncclDevs, other.name, otherDevs)
+	}
+	if got := l.env["NCCL_IB_HCA"]; got != "="+ncclDevs {
+		t.Errorf("NCCL_IB_HCA=%q, want %q: the devices of the NCCL pool %s only, not %s's %s", got, "="+ncclDevs, nccl.name, other.name, otherDevs)
+	}
+
+	state := e.waitNodeState(t, "the pod's allocations and attachment", func(s *v1alpha1.RDMANodeState) error {
+		for _, p := range []string{nccl.name, other.name} {
+			i := slices.IndexFunc(s.Status.Allocations, func(a v1alpha1.Allocation) bool {
+				return a.Namespace == ns && a.Pod == name && a.Resource == string(e.resource(p))
+			})
+			if i < 0 {
+				return fmt.Errorf("no allocation of %s to %s/%s", p, ns, name)
+			}
+			if p == e.chainedPool && len(s.Status.Allocations[i].Attached) == 0 {
+				return fmt.Errorf("allocation of %s to %s/%s without its CNI attachment yet", p, ns, name)
+			}
+		}
+		return nil
+	})
+	infiniband := slices.ContainsFunc(state.Status.Devices, func(d v1alpha1.Device) bool {
+		return d.Name == ncclDevs && d.LinkLayer == "InfiniBand"
+	})
+	if gid, set := l.env["NCCL_IB_GID_INDEX"]; infiniband && set {
+		t.Errorf("NCCL_IB_GID_INDEX=%s with the InfiniBand HCA %s: a RoCE GID index from pool %s", gid, ncclDevs, other.name)
+	}
+
+	out, code := e.kubectlRDMA(t, "doctor", "-n", ns, name)
+	t.Logf("kubectl rdma doctor -n %s %s:\n%s", ns, name, out)
+	checks := doctorLines(out)
+	// What fixture devices cause (TestNodeState): device nodes with no driver behind them,
+	// and no RoCE GID in a kernel without the RDMA device.
+	fixture := map[string]bool{"in container: /dev/infiniband device nodes openable": true, "in container: RoCE v2 GID": true}
+	failed := 0
+	for check, got := range checks {
+		if !strings.HasPrefix(got, "FAIL") {
+			continue
+		}
+		failed++
+		if !e.fixtureDevs || !fixture[check] {
+			t.Errorf("doctor's %q failed: %s", check, got)
+		}
+	}
+	if got := checks["in container: NCCL environment matches the allocation"]; !strings.HasPrefix(got, "PASS NCCL_IB_HCA="+"="+ncclDevs) {
+		t.Errorf("doctor's NCCL check: %q, want a pass naming %s", got, ncclDevs)
+	}
+	if failed == 0 && code != 0 {
+		t.Errorf("doctor exit %d with no failed check", code)
+	}
+	e.deletePod(t, ns, name)
+}
