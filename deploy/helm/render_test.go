@@ -209,3 +209,18 @@ func TestRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestNCCLPools: two pools that both set NCCL's variables are refused by the
+// chart itself, so helm install or upgrade fails before any node's daemon
+// gets a config it refuses (and exits on).
+func TestNCCLPools(t *testing.T) {
+	two := `config.pools=[{"name":"ib","mode":"exclusive","selectors":{"linkLayers":["InfiniBand"]}},
+ {"name":"vf","mode":"exclusive","selectors":{"linkLayers":["Ethernet"]}}]`
+	out, err := helmTemplate(t, "--set-json", two)
+	if err == nil || !strings.Contains(string(out), "pools ib, vf all set NCCL's variables") || !strings.Contains(string(out), "set nccl: false") {
+		t.Errorf("two NCCL pools: err %v, output %s", err, out)
+	}
+	one := strings.Replace(two, `{"name":"vf",`, `{"name":"vf","nccl":false,`, 1)
+	render(t, "--set-json", one)
+	render(t) // the default pools
+}
