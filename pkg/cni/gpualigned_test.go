@@ -22,11 +22,11 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/state"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
