@@ -69,8 +69,9 @@ type IPAMArgs struct {
 
 // PodResources answers which devices the kubelet allocated to a pod, per
 // container and resource (a gpuAligned pool needs the containers: each
-// one's slots name its allocation directory; podresources.ByResource sums
-// them up); a pod the kubelet does not know is podresources.ErrPodNotFound.
+// one's slots name its allocation directory; podresources.ByResource
+// merges them per resource); a pod the kubelet does not know is
+// podresources.ErrPodNotFound.
 // *podresources.H2Client implements it: the plugin links no grpc-go.
 type PodResources interface {
 	PodContainerDevices(ctx context.Context, namespace, name string) ([]podresources.ContainerDevices, error)
