@@ -52,7 +52,7 @@ test:
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParsers -fuzztime 30s ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./pkg/cni/netconf/
-	$(GO) test -run XXX -fuzz FuzzDecodePods -fuzztime 30s ./pkg/cni/podres/
+	$(GO) test -run XXX -fuzz FuzzDecodePods -fuzztime 30s ./pkg/kubelet/podresources/
 
 # Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
 bench:

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
 
 // docCodes reads the error codes from the table under "## Errors" in

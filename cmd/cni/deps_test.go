@@ -32,7 +32,10 @@ func TestLinksNeitherGRPCNorHTTP(t *testing.T) {
 		}
 		// DRA mode reads the claims' records through pkg/hostapi/claimrecord;
 		// pkg/dra itself links client-go.
-		if strings.HasPrefix(d, "k8s.io/client-go") || d == "github.com/kube-rdma/kube-rdma/pkg/dra" {
+		// PodResources through podresources.H2Client: neither the
+		// upstream API nor the daemon's grpc-go client.
+		if strings.HasPrefix(d, "k8s.io/client-go") || d == "github.com/kube-rdma/kube-rdma/pkg/dra" ||
+			strings.HasPrefix(d, "k8s.io/kubelet") || strings.HasPrefix(d, "github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient") {
 			t.Errorf("the plugin links %s", d)
 		}
 	}

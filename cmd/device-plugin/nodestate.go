@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kube-rdma/kube-rdma/internal/version"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
@@ -89,10 +88,6 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	if err != nil {
 		return nil, err
 	}
-	pods, err := podres.Dial(cfg.nodeState.podSocket)
-	if err != nil {
-		return nil, err
-	}
 	var records nodestate.RecordLister
 	if dir := cfg.nodeState.cniState; dir != "" {
 		boot, err := attachment.ReadBootID("/proc")
@@ -101,7 +96,7 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 		}
 		records = attachment.Store{Dir: dir, BootID: boot}
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: pods, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
 	return runWhenReady(ctx, d, p.Run), nil

@@ -11,10 +11,14 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 )
+
+// podResourcesTimeout bounds each call to the kubelet's PodResources API;
+// the sweeper and the publisher also bound their own.
+const podResourcesTimeout = 10 * time.Second
 
 // runCommand parses the `run` flags and runs the device plugin until ctx ends
 // (SIGTERM/SIGINT in main), when it removes its sockets.
@@ -24,8 +28,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cfg.nodeState.podSocket != "" {
-		// Also the sweeper of gpuAligned allocation directories.
-		c, err := podres.Dial(cfg.nodeState.podSocket)
+		// One connection serves the sweeper of gpuAligned allocation
+		// directories and the node-state publisher.
+		c, err := grpcclient.Dial(cfg.nodeState.podSocket, podResourcesTimeout)
 		if err != nil {
 			return err
 		}

@@ -5,12 +5,12 @@
 package helm
 
 import (
-	"slices"
 	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"

@@ -11,9 +11,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
 // Check verifies that every device of the attachment is in the pod netns
@@ -144,7 +144,7 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	} else if conf.Standalone() || conf.RequirePodResources {
 		// A pod the kubelet does not know is an answer: it is there.
 		_, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
-		if err != nil && !errors.Is(err, podres.ErrPodNotFound) {
+		if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
 			errs = append(errs, fmt.Errorf("kubelet PodResources API: %w", err))
 		}
 	}

@@ -21,10 +21,10 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
 // gpuRequest is what a gpuAligned ADD knows before the node-wide lock: the
@@ -96,7 +96,7 @@ func (p *Plugin) gpuAlignedRequest(ctx context.Context, conf *netconf.Conf, pod 
 	if !pod.known() {
 		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
-	var ctrs []podres.ContainerDevices
+	var ctrs []podresources.ContainerDevices
 	err = p.askKubelet(ctx, conf.KubeletSocket, pod, func(ctx context.Context, c PodResources) (err error) {
 		ctrs, err = c.PodContainerDevices(ctx, pod.Namespace, pod.Name)
 		return err
@@ -104,7 +104,7 @@ func (p *Plugin) gpuAlignedRequest(ctx context.Context, conf *netconf.Conf, pod 
 	switch {
 	case errors.Is(err, errNoKubeletSocket):
 		return nil, fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	case errors.Is(err, podres.ErrPodNotFound):
+	case errors.Is(err, podresources.ErrPodNotFound):
 		log.Warn("kubelet does not know the pod; it has no devices allocated", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return &gpuRequest{pool: pf}, nil
 	case err != nil:

@@ -22,11 +22,11 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
 
 // staleSocket returns the path of a unix socket nobody listens on any more

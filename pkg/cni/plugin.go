@@ -25,9 +25,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -67,15 +67,14 @@ type IPAMArgs struct {
 	ContainerID, Netns, IfName, Args, Path string
 }
 
-// PodResources answers which devices the kubelet allocated to a pod, by
-// resource name; a pod the kubelet does not know is podres.ErrPodNotFound.
-// *podres.Client implements it.
+// PodResources answers which devices the kubelet allocated to a pod, per
+// container and resource (a gpuAligned pool needs the containers: each
+// one's slots name its allocation directory; podresources.ByResource
+// merges them per resource); a pod the kubelet does not know is
+// podresources.ErrPodNotFound.
+// *podresources.H2Client implements it: the plugin links no grpc-go.
 type PodResources interface {
-	Devices(ctx context.Context, namespace, name string) (map[string][]string, error)
-	// PodContainerDevices is the same answer per container, which a
-	// gpuAligned pool needs (each container's slots name its allocation
-	// directory).
-	PodContainerDevices(ctx context.Context, namespace, name string) ([]podres.ContainerDevices, error)
+	PodContainerDevices(ctx context.Context, namespace, name string) ([]podresources.ContainerDevices, error)
 }
 
 // GPUSource reads the node's GPUs and its NUMA node count.
@@ -154,10 +153,7 @@ func scannerGPUs(sysfsRoot, procRoot string) GPUSource {
 }
 
 func dialPodResources(socket string) (PodResources, func(), error) {
-	c, err := podres.Dial(socket)
-	if err != nil {
-		return nil, nil, err
-	}
+	c := podresources.NewH2Client(socket)
 	return c, func() { c.Close() }, nil
 }
 

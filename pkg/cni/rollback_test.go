@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 

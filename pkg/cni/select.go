@@ -14,9 +14,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -53,13 +53,18 @@ var errNoKubeletSocket = errors.New("kubelet PodResources socket does not exist"
 
 // allocated asks the kubelet for the pod's devices. A socket that does not
 // exist is errNoKubeletSocket; a pod the kubelet does not know is
-// podres.ErrPodNotFound; a kubelet that does not answer, or answers that it
-// is unavailable, is ErrTryAgain; any other answer is an error as it came.
+// podresources.ErrPodNotFound; a kubelet that does not answer, or answers
+// that it is unavailable, is ErrTryAgain; any other answer is an error as
+// it came.
 func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[string][]string, error) {
 	var devs map[string][]string
-	err := p.askKubelet(ctx, socket, pod, func(ctx context.Context, c PodResources) (err error) {
-		devs, err = c.Devices(ctx, pod.Namespace, pod.Name)
-		return err
+	err := p.askKubelet(ctx, socket, pod, func(ctx context.Context, c PodResources) error {
+		ctrs, err := c.PodContainerDevices(ctx, pod.Namespace, pod.Name)
+		if err != nil {
+			return err
+		}
+		devs = podresources.ByResource(ctrs)
+		return nil
 	})
 	return devs, err
 }
@@ -91,20 +96,21 @@ func (p *Plugin) askKubelet(ctx context.Context, socket string, pod podRef, call
 }
 
 // transient reports whether a PodResources failure is one that clears up:
-// no usable answer (connection refused while the kubelet restarts, a
-// timeout, a dropped connection, an answer cut short or garbled) or a gRPC
-// status that says so. A kubelet that answered with another status, or a
-// pod it does not know, is not.
+// no usable answer (a dropped connection, an answer cut short or garbled)
+// or a gRPC status that says so, including those the client gives a call
+// that got no answer (Unavailable: the socket refuses while the kubelet
+// restarts; DeadlineExceeded, Canceled). A kubelet that answered with
+// another status, or a pod it does not know, is not.
 func transient(err error) bool {
-	if errors.Is(err, podres.ErrPodNotFound) {
+	if errors.Is(err, podresources.ErrPodNotFound) {
 		return false
 	}
-	var se *podres.StatusError
+	var se *podresources.StatusError
 	if !errors.As(err, &se) {
 		return true
 	}
 	switch se.Code {
-	case 4, 8, 14: // DeadlineExceeded, ResourceExhausted, Unavailable
+	case 1, 4, 8, 14: // Canceled, DeadlineExceeded, ResourceExhausted, Unavailable
 		return true
 	}
 	return false
@@ -139,7 +145,7 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 			log.Warn("kubelet PodResources socket does not exist; deviceID not checked against the pod's allocation",
 				"socket", conf.KubeletSocket)
 			return []string{conf.DeviceID}, nil
-		case errors.Is(err, podres.ErrPodNotFound):
+		case errors.Is(err, podresources.ErrPodNotFound):
 			// At sandbox creation the kubelet knows the pod: a pod it does
 			// not know has nothing allocated by it (wrong CNI_ARGS, or
 			// another kubelet's socket).
@@ -166,7 +172,7 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 	switch {
 	case errors.Is(err, errNoKubeletSocket):
 		return nil, fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	case errors.Is(err, podres.ErrPodNotFound):
+	case errors.Is(err, podresources.ErrPodNotFound):
 		log.Warn("kubelet does not know the pod; it has no devices allocated", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return nil, nil
 	case err != nil:

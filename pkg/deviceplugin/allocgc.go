@@ -9,15 +9,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
 // AllocationLister lists the kubelet's device allocations, one entry per
-// container and resource (PodResources List; a *podres.Client).
+// container and resource (PodResources List; a podresources.Client).
 type AllocationLister interface {
-	List(ctx context.Context) ([]podres.ContainerDevices, error)
+	List(ctx context.Context) ([]podresources.ContainerDevices, error)
 }
 
 const (

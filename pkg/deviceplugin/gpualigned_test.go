@@ -19,11 +19,11 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -300,7 +300,7 @@ func TestAlignedPoolFileRemovedWithBinding(t *testing.T) {
 
 func TestAlignedAllocDirsRemovedWhenNotHeld(t *testing.T) {
 	pr := podrestest.Start(t)
-	client, err := podres.Dial(pr.Socket)
+	client, err := grpcclient.Dial(pr.Socket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

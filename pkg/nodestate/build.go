@@ -12,11 +12,11 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
 // Input is everything one status is built from.
@@ -24,7 +24,7 @@ type Input struct {
 	View deviceplugin.View
 	// Containers are the kubelet's allocations (PodResources List), of
 	// every resource: Build keeps those of the view's pools.
-	Containers []podres.ContainerDevices
+	Containers []podresources.ContainerDevices
 	// Attachments are the CNI plugin's records (attachment.Store.Records): the
 	// names the pods' devices have in the pods.
 	Attachments []attachment.Attachment
@@ -106,7 +106,7 @@ func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView)
 
 // allocations keeps the containers' devices of the pools' resources and
 // names the RDMA devices and netdevs behind each device ID.
-func allocations(ctrs []podres.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []attachment.Attachment) []v1alpha1.Allocation {
+func allocations(ctrs []podresources.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []attachment.Attachment) []v1alpha1.Allocation {
 	byResource := map[string]deviceplugin.PoolView{}
 	for _, p := range pools {
 		byResource[p.Resource] = p

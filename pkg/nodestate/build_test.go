@@ -9,11 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
 
@@ -86,7 +86,7 @@ func TestBuild(t *testing.T) {
 	tests := []struct {
 		name  string
 		view  deviceplugin.View
-		ctrs  []podres.ContainerDevices
+		ctrs  []podresources.ContainerDevices
 		recs  []attachment.Attachment
 		cni   string
 		patch func(*v1alpha1.RDMANodeStateStatus)
@@ -96,7 +96,7 @@ func TestBuild(t *testing.T) {
 			s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1}
 		}},
 		{name: "allocations of our resources only, sorted, ids deduplicated", view: testView(),
-			ctrs: []podres.ContainerDevices{
+			ctrs: []podresources.ContainerDevices{
 				{Namespace: "b", Pod: "p2", Container: "c", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-1"}},
 				{Namespace: "a", Pod: "p1", Container: "c", Resource: "nvidia.com/gpu", DeviceIDs: []string{"GPU-1"}},
 				{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:1b:00.0", "0000:19:00.0", "0000:19:00.0"}},
@@ -116,7 +116,7 @@ func TestBuild(t *testing.T) {
 				}
 			}},
 		{name: "attachment records name the devices in the pod", view: testView(), cni: "chained",
-			ctrs: []podres.ContainerDevices{
+			ctrs: []podresources.ContainerDevices{
 				{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:1b:00.0", "0000:19:00.0"}},
 				{Namespace: "a", Pod: "p1", Container: "d", Resource: "rdma.kube-rdma.io/roce", DeviceIDs: []string{"roce-0"}},
 			},
@@ -190,7 +190,7 @@ func TestBuildGPUAligned(t *testing.T) {
 	view.Pools = []deviceplugin.PoolView{{Name: "gpu", Resource: "rdma.kube-rdma.io/gpu", Mode: "exclusive", Binding: config.GPUAligned,
 		Members: []string{"mlx5_2", "mlx5_10"}, Capacity: 2, Allocatable: 1,
 		ByID: map[string][]string{"gpu-slot-0": {"mlx5_2", "mlx5_10"}, "gpu-slot-1": {"mlx5_2", "mlx5_10"}}}}
-	ctrs := []podres.ContainerDevices{
+	ctrs := []podresources.ContainerDevices{
 		{Namespace: "a", Pod: "bound", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-0"}},
 		{Namespace: "a", Pod: "early", Container: "c", Resource: "rdma.kube-rdma.io/gpu", DeviceIDs: []string{"gpu-slot-1"}},
 	}

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
 // Defaults of Config.
@@ -25,9 +25,9 @@ type Source interface {
 	View() (deviceplugin.View, <-chan struct{})
 }
 
-// PodLister lists the kubelet's allocations (podres.Client).
+// PodLister lists the kubelet's allocations (a podresources.Client).
 type PodLister interface {
-	List(ctx context.Context) ([]podres.ContainerDevices, error)
+	List(ctx context.Context) ([]podresources.ContainerDevices, error)
 }
 
 // RecordLister lists the CNI plugin's attachment records
@@ -92,7 +92,7 @@ type Publisher struct {
 	log *slog.Logger
 
 	// Owned by Run.
-	containers []podres.ContainerDevices
+	containers []podresources.ContainerDevices
 	records    []attachment.Attachment
 	written    *v1alpha1.RDMANodeStateStatus
 

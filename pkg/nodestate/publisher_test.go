@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres/podrestest"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
 
 // fakeSource is a daemon view the test changes.
@@ -171,7 +171,7 @@ func TestPublisherRetriesWithBackoff(t *testing.T) {
 func TestPublisherFollowsAllocations(t *testing.T) {
 	srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "p", Container: "nccl",
 		Devices: map[string][]string{"rdma.kube-rdma.io/ib": {"0000:19:00.0"}, "nvidia.com/gpu": {"GPU-1"}}})
-	pods, err := podres.Dial(srv.Socket)
+	pods, err := grpcclient.Dial(srv.Socket, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

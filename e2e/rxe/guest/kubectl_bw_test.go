@@ -29,12 +29,12 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
-	"github.com/kube-rdma/kube-rdma/pkg/cni/podres"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -197,11 +197,11 @@ func bwNodeState(t *testing.T, node *discovery.Node, pods []*bwPod, ids map[stri
 		t.Fatalf("CNI attachment records: %v", err)
 	}
 	pool := deviceplugin.PoolView{Name: "rxe", Resource: bwResource, Mode: config.Exclusive, ByID: map[string][]string{}}
-	var ctrs []podres.ContainerDevices
+	var ctrs []podresources.ContainerDevices
 	for _, p := range pods {
 		pool.Members = append(pool.Members, p.dev)
 		pool.ByID[ids[p.dev]] = []string{p.dev}
-		ctrs = append(ctrs, podres.ContainerDevices{Namespace: bwNamespace, Pod: p.name, Container: "main",
+		ctrs = append(ctrs, podresources.ContainerDevices{Namespace: bwNamespace, Pod: p.name, Container: "main",
 			Resource: bwResource, DeviceIDs: []string{ids[p.dev]}})
 	}
 	pool.Capacity, pool.Allocatable = len(pool.Members), len(pool.Members)

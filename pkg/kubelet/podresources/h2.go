@@ -1,4 +1,4 @@
-package podres
+package podresources
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
@@ -32,10 +33,9 @@ const (
 	flagPadded     = 0x8
 	flagPriority   = 0x20
 
-	preface   = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	streamID  = 1
-	maxFrame  = 1 << 24
-	callLimit = 30 * time.Second // when ctx has no deadline
+	preface  = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	streamID = 1
+	maxFrame = 1 << 24
 )
 
 // unary makes one gRPC call on a fresh connection to the unix socket and
@@ -51,7 +51,7 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 	defer conn.Close()
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(callLimit)
+		deadline = time.Now().Add(DefaultTimeout)
 	}
 	conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -63,7 +63,8 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: "/v1.PodResourcesLister/" + method}, {Name: ":authority", Value: "localhost"},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-		{Name: "grpc-timeout", Value: strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10) + "m"},
+		// Rounded up, so that the kubelet's deadline passes after ours.
+		{Name: "grpc-timeout", Value: strconv.FormatInt(int64(max((time.Until(deadline)+time.Millisecond-1)/time.Millisecond, 1)), 10) + "m"},
 	} {
 		enc.WriteField(f)
 	}
@@ -182,8 +183,8 @@ func (s *response) onData(flags byte, payload []byte) error {
 		return err
 	}
 	s.body = append(s.body, data...)
-	if len(s.body) > maxMessage+5 {
-		return fmt.Errorf("response larger than %d bytes", maxMessage)
+	if len(s.body) > MaxMessage+5 {
+		return fmt.Errorf("response larger than %d bytes", MaxMessage)
 	}
 	if n := len(payload); n > 0 { // give the window back so a large answer keeps coming
 		windowUpdate(s.w, 0, n)
@@ -278,8 +279,29 @@ func grpcStatus(m map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("bad grpc-status %q", s)
 	}
-	if code == codeOK {
+	if code == CodeOK {
 		return nil
 	}
-	return &StatusError{Code: code, Message: m["grpc-message"]}
+	return &StatusError{Code: code, Message: unescapeMessage(m["grpc-message"])}
+}
+
+// unescapeMessage undoes the percent-encoding gRPC gives grpc-message (every
+// byte outside printable ASCII, and '%'); a malformed escape stays as it is,
+// as grpc-go leaves it.
+func unescapeMessage(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }

@@ -1,4 +1,4 @@
-package podres
+package podresources
 
 import (
 	"bytes"

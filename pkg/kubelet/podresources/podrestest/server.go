@@ -52,9 +52,13 @@ type Server struct {
 	// Get method disabled", as kubelets 1.27-1.33 do while the
 	// KubeletPodResourcesGet feature gate is off (their default).
 	GetDisabled atomic.Bool
+	// Hang makes List and Get wait until the caller gives up (its deadline
+	// passes or it cancels), as a kubelet that hangs does.
+	Hang atomic.Bool
 	// GetCalls and ListCalls count the requests.
 	GetCalls, ListCalls atomic.Int32
 
+	grpc *grpc.Server
 	mu   sync.Mutex
 	pods []Pod
 	fail error
@@ -63,17 +67,27 @@ type Server struct {
 // Start serves on <t.TempDir()>/kubelet.sock until the test ends.
 func Start(t testing.TB, pods ...Pod) *Server {
 	t.Helper()
-	s := &Server{Socket: filepath.Join(t.TempDir(), "kubelet.sock"), pods: pods}
+	return StartAt(t, filepath.Join(t.TempDir(), "kubelet.sock"), pods...)
+}
+
+// StartAt serves on socket until the test ends or Stop, as a kubelet that
+// restarts does on its socket.
+func StartAt(t testing.TB, socket string, pods ...Pod) *Server {
+	t.Helper()
+	s := &Server{Socket: socket, pods: pods}
 	l, err := net.Listen("unix", s.Socket)
 	if err != nil {
 		t.Fatalf("listen on %s: %v", s.Socket, err)
 	}
-	g := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(g, s)
-	go g.Serve(l)
-	t.Cleanup(g.Stop)
+	s.grpc = grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(s.grpc, s)
+	go s.grpc.Serve(l)
+	t.Cleanup(s.Stop)
 	return s
 }
+
+// Stop stops serving, drops the connections and removes the socket.
+func (s *Server) Stop() { s.grpc.Stop() }
 
 // SetPods replaces the allocations.
 func (s *Server) SetPods(pods ...Pod) {
@@ -108,8 +122,12 @@ func (s *Server) Fail(err error) {
 }
 
 // List implements the kubelet's List.
-func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+func (s *Server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	s.ListCalls.Add(1)
+	if s.Hang.Load() {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -123,8 +141,12 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 }
 
 // Get implements the kubelet's Get.
-func (s *Server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+func (s *Server) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
 	s.GetCalls.Add(1)
+	if s.Hang.Load() {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if s.NoGet.Load() {
 		return nil, status.Error(codes.Unimplemented, "unknown method Get for service v1.PodResourcesLister")
 	}
