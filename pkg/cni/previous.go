@@ -44,9 +44,9 @@ func (p *Plugin) releasePrevious(ctx context.Context, store attachment.Store, re
 	}
 	ctx, cancel := context.WithTimeout(ctx, previousBudget)
 	defer cancel()
-	for _, rec := range recs {
+	for i, rec := range recs {
 		if ctx.Err() != nil {
-			log.Warn("records of a previous boot left for the next ADD, DEL or GC: out of time", "left", len(recs))
+			log.Warn("records of a previous boot left for the next ADD, DEL or GC: out of time", "left", len(recs)-i)
 			return
 		}
 		release, ok, err := store.Hold(rec.Key, false)

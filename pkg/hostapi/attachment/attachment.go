@@ -15,7 +15,8 @@
 // written under; records of another boot are not this boot's claims, and a
 // record that does not decode is ignored and removed when listed. A record
 // of another boot stays on disk until the plugin released its IPAM lease
-// and removed it (List returns it apart, Previous marks a failed release).
+// and removed it (List returns it apart; SavePrevious notes a failed
+// release in its Release, keeping its boot ID).
 //
 // A record is a contract between the CNI plugin, which writes it, and the
 // agent, which reads it for the node state (docs/upgrades.md): its "schema"
