@@ -107,7 +107,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		}
 	}()
 	mark("lock")
-	cands, err := p.prepareCandidates(conf, store, key, planFor, res, podNS)
+	cands, prev, err := p.prepareCandidates(conf, store, key, planFor, res, podNS)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +150,9 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	unlock()
 	locked = false
 	mark("record2")
+	// Before this ADD's IPAM: leases a previous boot left may be what its
+	// range lacks.
+	p.releasePrevious(ctx, store, prev, args.Path, log)
 	result, err := p.buildResult(ctx, conf, args, podNS, &rec, mtus, u)
 	if err != nil {
 		return nil, err
@@ -230,31 +233,33 @@ func openPodNetns(conf *netconf.Conf, args *skel.CmdArgs) (netns.NsHandle, error
 
 // prepareCandidates checks the attachment is new and resolves the plan
 // (planFor makes it from the claims) into unclaimed candidates, marking
-// which RDMA devices move; it changes nothing.
+// which RDMA devices move; it changes nothing. It also returns the records
+// of a previous boot the claims were read beside, whose leases ADD releases.
 func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, key attachment.Key,
-	planFor func(claims map[string]attachment.Key) ([]netconf.Assignment, error), res Resolver, podNS netns.NsHandle) ([]candidate, error) {
+	planFor func(claims map[string]attachment.Key) ([]netconf.Assignment, error), res Resolver,
+	podNS netns.NsHandle) ([]candidate, []attachment.Attachment, error) {
 	if _, err := store.Load(key); err == nil {
-		return nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
+		return nil, nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
 	}
-	claims, err := store.Claimed()
+	claims, prev, err := store.Claimed()
 	if err != nil {
-		return nil, fmt.Errorf("read claims: %w", err)
+		return nil, nil, fmt.Errorf("read claims: %w", err)
 	}
 	plan, err := planFor(claims)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mark("claims")
 	cands, err := p.resolve(plan, res, claims, key, podNS)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Only now the kernel is asked (auto mode), so that a node without
 	// RDMA netlink still gets the checks' own codes.
 	if err := p.markExclusive(conf, cands); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cands, nil
+	return cands, prev, nil
 }
 
 // newRecord builds the attachment record for the candidates, before any move.

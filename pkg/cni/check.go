@@ -155,7 +155,8 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 }
 
 // GC returns the devices of every recorded attachment that is not in
-// cni.dev/valid-attachments and removes its record.
+// cni.dev/valid-attachments and removes its record. It releases the IPAM
+// leases of every record of a previous boot and removes those records.
 func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := netconf.Parse(args.StdinData)
 	log, closeLog := p.logger(conf)
@@ -178,7 +179,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 			unlock()
 		}
 	}()
-	recs, lerr := store.List()
+	recs, prev, lerr := store.List()
 	var errs []error
 	if lerr != nil {
 		errs = append(errs, lerr)
@@ -220,6 +221,9 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	unlock()
 	locked = false
+	// Records of a previous boot, of any network: each holds its own IPAM
+	// configuration.
+	p.releasePrevious(ctx, store, prev, args.Path, log)
 	for _, c := range done {
 		ipamType, ipamConf := recordedIPAM(c.rec)
 		if err := errors.Join(c.err, p.releaseIPAM(ctx, c.rec, ipamType, ipamConf, "", args.Path)); err != nil {

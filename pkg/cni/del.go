@@ -56,18 +56,26 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	}()
 	mark("lock")
 	rec, err := store.Load(key)
-	if errors.Is(err, attachment.ErrNotFound) {
+	if errors.Is(err, attachment.ErrStale) {
 		unlock()
 		locked = false
-		// Nothing attached; release what IPAM may hold for the interface (a
-		// standalone attachment has no IPAM under CNI_IFNAME).
-		if conf.IPAMType != "" && !conf.Standalone() {
-			ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
-			if err := p.IPAM.Del(ctx, conf.IPAMType, args.StdinData, ia); err != nil {
-				return fmt.Errorf("ipam %s del: %w", conf.IPAMType, err)
+		// An attachment of a previous boot (the runtime cleaning up its
+		// sandboxes after a reboot): its devices are on the host again, its
+		// IPAM lease is not released.
+		if prev, perr := store.LoadPrevious(key); perr == nil {
+			ipamType, ipamConf := conf.IPAMType, args.StdinData
+			if ipamType == "" {
+				ipamType, ipamConf = recordedIPAM(prev)
 			}
+			return p.settlePrevious(ctx, store, prev, ipamType, ipamConf, args.Path, log)
 		}
-		return nil
+	}
+	if errors.Is(err, attachment.ErrNotFound) {
+		if locked {
+			unlock()
+			locked = false
+		}
+		return p.releaseUnrecorded(ctx, conf, args, log)
 	}
 	if err != nil {
 		return err
@@ -102,6 +110,68 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	mark("record")
 	log.Info("detached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return nil
+}
+
+// releaseUnrecorded runs IPAM DEL for an attachment with no record (an
+// ADD that never got that far, or whose record was lost), under each pod
+// interface name its ADD would have used: IPAM DEL of what the IPAM plugin
+// does not hold succeeds (the CNI spec), so a lease left without a record
+// is released and nothing else happens. With a deviceID the name is
+// CNI_IFNAME. A standalone attachment's are net1, net2, ... or
+// interfaceNames, as many as the pod had devices, which only its ADD's
+// result says: the runtime passes it as prevResult (spec 0.4.0 and later),
+// and the interfaces of it in the pod that are not CNI_IFNAME and are
+// named as ADD names them are ours. Without prevResult, the configured
+// interfaceNames; without either, the names are unknown and nothing is
+// released (logged).
+func (p *Plugin) releaseUnrecorded(ctx context.Context, conf *netconf.Conf, args *skel.CmdArgs, log *slog.Logger) error {
+	if conf.IPAMType == "" {
+		return nil
+	}
+	names := []string{args.IfName}
+	if conf.Standalone() {
+		names = unrecordedNames(conf, args)
+		if len(names) == 0 {
+			if conf.PrevResult == nil {
+				log.Info("no record, no prevResult and no interfaceNames: pod interface names unknown, IPAM DEL not run")
+			}
+			return nil
+		}
+	}
+	var errs []error
+	for _, name := range slices.Backward(names) {
+		ia := IPAMArgs{ContainerID: args.ContainerID, Netns: args.Netns, IfName: name, Args: args.Args, Path: args.Path}
+		if err := p.IPAM.Del(ctx, conf.IPAMType, args.StdinData, ia); err != nil {
+			errs = append(errs, fmt.Errorf("ipam %s del for %s: %w", conf.IPAMType, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unrecordedNames are the pod interface names a standalone ADD may have
+// given IPAM, without its record (see releaseUnrecorded).
+func unrecordedNames(conf *netconf.Conf, args *skel.CmdArgs) []string {
+	if conf.PrevResult == nil {
+		return conf.InterfaceNames
+	}
+	var names []string
+	for _, i := range conf.PrevResult.Interfaces {
+		if i.Sandbox == "" || i.Name == args.IfName || slices.Contains(names, i.Name) {
+			continue
+		}
+		if len(conf.InterfaceNames) > 0 && slices.Contains(conf.InterfaceNames, i.Name) ||
+			len(conf.InterfaceNames) == 0 && planned(i.Name) {
+			names = append(names, i.Name)
+		}
+	}
+	return names
+}
+
+// planned reports whether name is one netconf.PlanNames makes without
+// interfaceNames: "net" and a decimal number.
+func planned(name string) bool {
+	n, ok := strings.CutPrefix(name, "net")
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
 }
 
 // openPodNS opens the first of the paths that still is a namespace; a

@@ -13,7 +13,10 @@
 // (host-local keeps its leases on disk), so a record of a previous boot must
 // still be whole to be released. Each record carries the boot ID it was
 // written under; records of another boot are not this boot's claims, and a
-// record that does not decode is ignored and removed when listed.
+// record that does not decode is ignored and removed when listed. A record
+// of another boot stays on disk until the plugin released its IPAM lease
+// and removed it (List returns it apart; SavePrevious notes a failed
+// release in its Release, keeping its boot ID).
 //
 // A record is a contract between the CNI plugin, which writes it, and the
 // agent, which reads it for the node state (docs/upgrades.md): its "schema"
@@ -36,6 +39,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
@@ -136,6 +140,21 @@ type Attachment struct {
 	// gpuAligned pool rather than named by the kubelet. The devices are
 	// claimed through Devices as for any attachment; this says why.
 	Binding *Binding `json:"binding,omitempty"`
+	// Release is set on a record of a previous boot whose IPAM release
+	// failed: the plugin tries again where it finds the record. Only
+	// records of another boot carry it, so a reader of version 1 that
+	// ignores the key takes the record for what it is (no version bump:
+	// docs/upgrades.md).
+	Release *Release `json:"release,omitempty"`
+}
+
+// Release counts the failed IPAM releases of a record of a previous boot.
+type Release struct {
+	// Tries is the number of failed releases; Since the time of the first.
+	Tries int       `json:"tries"`
+	Since time.Time `json:"since"`
+	// Err is the last failure, for whoever reads the record.
+	Err string `json:"error,omitempty"`
 }
 
 // Binding is the GPU-aligned choice behind an attachment's devices.
@@ -224,7 +243,30 @@ func (s Store) Save(a Attachment) error {
 	return nil
 }
 
-// Load reads one record; ErrNotFound when there is none or it is stale.
+// SavePrevious writes a record of another boot as it is (its boot ID
+// kept), atomically: a failed IPAM release noted in Release. It refuses a
+// record of this boot, which Save writes.
+func (s Store) SavePrevious(a Attachment) error {
+	if s.BootID == "" || a.BootID == s.BootID {
+		return fmt.Errorf("record %s is not of a previous boot", a.Key)
+	}
+	name, err := a.Key.file()
+	if err != nil {
+		return err
+	}
+	a.Schema = Version
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", a.Key, err)
+	}
+	if err := atomicfile.WriteSynced(filepath.Join(s.Dir, name), 0o600, tmpPattern, atomicfile.Bytes(data)); err != nil {
+		return fmt.Errorf("write record %s: %w", a.Key, err)
+	}
+	return nil
+}
+
+// Load reads one record; ErrNotFound when there is none or it is stale
+// (of another boot: LoadPrevious reads it).
 func (s Store) Load(k Key) (Attachment, error) {
 	name, err := k.file()
 	if err != nil {
@@ -237,7 +279,43 @@ func (s Store) Load(k Key) (Attachment, error) {
 	return a, err
 }
 
+// LoadPrevious reads one record of another boot; ErrNotFound when there is
+// none, it is of this boot or it does not decode.
+func (s Store) LoadPrevious(k Key) (Attachment, error) {
+	name, err := k.file()
+	if err != nil {
+		return Attachment{}, err
+	}
+	path := filepath.Join(s.Dir, name)
+	a, err := s.decode(path)
+	if errors.Is(err, ErrStale) {
+		return Attachment{}, fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	if err != nil {
+		return Attachment{}, err
+	}
+	if !s.previous(a) {
+		return Attachment{}, fmt.Errorf("record %s is of this boot: %w", path, ErrNotFound)
+	}
+	return a, nil
+}
+
+// previous reports whether a is a record of another boot.
+func (s Store) previous(a Attachment) bool { return s.BootID != "" && a.BootID != s.BootID }
+
 func (s Store) read(path string) (Attachment, error) {
+	a, err := s.decode(path)
+	if err != nil {
+		return Attachment{}, err
+	}
+	if s.previous(a) {
+		return Attachment{}, fmt.Errorf("record %s is from boot %s: %w", path, a.BootID, ErrStale)
+	}
+	return a, nil
+}
+
+// decode reads a record of any boot.
+func (s Store) decode(path string) (Attachment, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Attachment{}, fmt.Errorf("read %s: %w", path, ErrNotFound)
@@ -255,9 +333,6 @@ func (s Store) read(path string) (Attachment, error) {
 	if err := json.Unmarshal(data, &a); err != nil {
 		return Attachment{}, fmt.Errorf("decode %s: %w: %w", path, ErrStale, err)
 	}
-	if s.BootID != "" && a.BootID != s.BootID {
-		return Attachment{}, fmt.Errorf("record %s is from boot %s: %w", path, a.BootID, ErrStale)
-	}
 	return a, nil
 }
 
@@ -273,24 +348,25 @@ func (s Store) Delete(k Key) error {
 	return nil
 }
 
-// List returns every record of this boot and removes stale ones; call it
-// with the lock held. Unreadable records are returned as errors joined,
-// alongside the readable ones.
-func (s Store) List() ([]Attachment, error) {
+// List returns every record of this boot and, apart, every record of
+// another boot, which it leaves in place: their IPAM leases outlive the
+// boot, and the plugin removes each once released. It removes records that
+// do not decode. Call it with the lock held. Unreadable records are
+// returned as errors joined, alongside the readable ones.
+func (s Store) List() (cur, prev []Attachment, err error) {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list state dir: %w", err)
+		return nil, nil, fmt.Errorf("list state dir: %w", err)
 	}
-	var out []Attachment
 	var errs []error
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), recordExt) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		a, err := s.read(filepath.Join(s.Dir, e.Name()))
+		a, err := s.decode(filepath.Join(s.Dir, e.Name()))
 		if errors.Is(err, ErrStale) {
 			os.Remove(filepath.Join(s.Dir, e.Name()))
 			continue
@@ -302,9 +378,13 @@ func (s Store) List() ([]Attachment, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, a)
+		if s.previous(a) {
+			prev = append(prev, a)
+		} else {
+			cur = append(cur, a)
+		}
 	}
-	return out, errors.Join(errs...)
+	return cur, prev, errors.Join(errs...)
 }
 
 // Records returns every readable record of this boot without the lock and
@@ -356,10 +436,16 @@ func (s Store) HasRecords() (bool, error) {
 	return false, nil
 }
 
-// Claimed maps each claimed RDMA device to the attachment holding it. Call
-// it with the lock held.
-func (s Store) Claimed() (map[string]Key, error) {
-	recs, err := s.List()
+// Claimed maps each claimed RDMA device to the attachment holding it, and
+// returns the records of another boot as List does. Call it with the lock
+// held.
+func (s Store) Claimed() (map[string]Key, []Attachment, error) {
+	recs, prev, err := s.List()
+	return claimsOf(recs), prev, err
+}
+
+// claimsOf maps each RDMA device that recs claim to the attachment holding it.
+func claimsOf(recs []Attachment) map[string]Key {
 	claims := map[string]Key{}
 	for _, a := range recs {
 		for _, d := range a.Devices {
@@ -368,7 +454,7 @@ func (s Store) Claimed() (map[string]Key, error) {
 			}
 		}
 	}
-	return claims, err
+	return claims
 }
 
 // Hold takes the attachment's own lock (flock on <Dir>/<key>.lock): ADD

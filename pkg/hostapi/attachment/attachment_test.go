@@ -1,7 +1,10 @@
 package attachment
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,9 +33,9 @@ func TestRecordRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}
-	claims, err := s.Claimed()
-	if err != nil {
-		t.Fatal(err)
+	claims, prev, err := s.Claimed()
+	if err != nil || len(prev) != 0 {
+		t.Fatal(prev, err)
 	}
 	want := map[string]Key{"rxe0": a.Key, "mlx5_0": b.Key, "mlx5_1": b.Key}
 	if diff := cmp.Diff(want, claims); diff != "" {
@@ -85,10 +88,23 @@ func TestLockIsExclusive(t *testing.T) {
 	}
 }
 
+// sameJSON compares JSON values, not their layout (Save indents).
+var sameJSON = cmp.Comparer(func(a, b json.RawMessage) bool {
+	var x, y bytes.Buffer
+	return json.Compact(&x, a) == nil && json.Compact(&y, b) == nil && x.String() == y.String()
+})
+
+// TestStaleRecords: a record of another boot is no claim and stays on disk,
+// listed apart with what its IPAM release needs, until removed; a failed
+// release is noted on it without making it this boot's. A torn record is
+// removed when listed.
 func TestStaleRecords(t *testing.T) {
 	dir := t.TempDir()
 	old := Store{Dir: dir, BootID: "boot-1"}
-	if err := old.Save(Attachment{Key: Key{"c1", "net1"}, Devices: []Device{{RDMA: "mlx5_0"}}}); err != nil {
+	rec := Attachment{Key: Key{"c1", "eth0"}, Network: "rdma", Netns: "/run/netns/p",
+		IPAMConf: []byte(`{"name":"rdma","ipam":{"type":"host-local"}}`),
+		Devices:  []Device{{RDMA: "mlx5_0", PodIfName: "net1", IPAM: true}, {RDMA: "mlx5_1", PodIfName: "net2"}}}
+	if err := old.Save(rec); err != nil {
 		t.Fatal(err)
 	}
 	// A record torn by a machine crash.
@@ -96,16 +112,51 @@ func TestStaleRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := Store{Dir: dir, BootID: "boot-2"}
-	if _, err := cur.Load(Key{"c1", "net1"}); !errors.Is(err, ErrNotFound) {
+	if err := cur.Save(Attachment{Key: Key{"c3", "eth0"}, Devices: []Device{{RDMA: "mlx5_2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cur.Load(rec.Key); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Load of a record of another boot = %v, want ErrNotFound", err)
 	}
-	claims, err := cur.Claimed()
-	if err != nil || len(claims) != 0 {
-		t.Errorf("Claimed = %v, %v; want none", claims, err)
+	if _, err := cur.LoadPrevious(Key{"c3", "eth0"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("LoadPrevious of a record of this boot = %v, want ErrNotFound", err)
 	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 0 {
-		t.Errorf("stale records not removed: %v", ents)
+	claims, prev, err := cur.Claimed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]Key{"mlx5_2": {"c3", "eth0"}}, claims); diff != "" {
+		t.Errorf("Claimed (-want +got):\n%s", diff)
+	}
+	want := rec
+	want.Schema, want.BootID = Version, "boot-1"
+	if diff := cmp.Diff([]Attachment{want}, prev, sameJSON); diff != "" {
+		t.Errorf("records of another boot (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "c2_net1.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("torn record not removed: %v", err)
+	}
+
+	since := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	want.Release = &Release{Tries: 2, Since: since, Err: "ipam host-local del: boom"}
+	if err := cur.SavePrevious(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cur.LoadPrevious(rec.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, sameJSON); diff != "" {
+		t.Errorf("LoadPrevious after SavePrevious (-want +got):\n%s", diff)
+	}
+	if err := cur.SavePrevious(Attachment{Key: Key{"c3", "eth0"}, BootID: "boot-2"}); err == nil {
+		t.Error("SavePrevious of a record of this boot succeeded")
+	}
+	if err := cur.Delete(rec.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, prev, err := cur.List(); err != nil || len(prev) != 0 {
+		t.Errorf("List after Delete: previous %v, %v; want none", prev, err)
 	}
 }
 
@@ -216,7 +267,7 @@ func TestReturnedDevicesAreNotClaimed(t *testing.T) {
 	if err := s.Save(Attachment{Key: Key{"c1", "net1"}, Devices: []Device{{RDMA: "mlx5_0", Returned: true}, {RDMA: "mlx5_1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := s.Claimed()
+	claims, _, err := s.Claimed()
 	if err != nil || len(claims) != 1 || claims["mlx5_1"] != (Key{"c1", "net1"}) {
 		t.Errorf("Claimed = %v, %v; want only mlx5_1", claims, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
@@ -100,9 +101,9 @@ func TestNewerRefused(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	recs, err := s.List()
-	if !errors.Is(err, contractver.ErrNewer) || len(recs) != 0 {
-		t.Errorf("List = %v, %v; want no record and contractver.ErrNewer", recs, err)
+	recs, prev, err := s.List()
+	if !errors.Is(err, contractver.ErrNewer) || len(recs) != 0 || len(prev) != 0 {
+		t.Errorf("List = %v, %v, %v; want no record and contractver.ErrNewer", recs, prev, err)
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("List removed the newer record: %v", err)
@@ -119,5 +120,47 @@ func TestNewerRefused(t *testing.T) {
 	b, _ := json.Marshal(m)
 	if _, err := goldenStore(t, b).Load(goldenKey); !errors.Is(err, contractver.ErrOlder) {
 		t.Errorf("Load of a record without schema = %v, want contractver.ErrOlder", err)
+	}
+}
+
+// TestGoldenOfPreviousBoot: after a reboot, the record main wrote is not
+// removed but listed apart, whole, with what an IPAM release needs (the
+// container ID, the pod interfaces, the IPAM configuration); a failed
+// release noted on it keeps version 1 and the old boot ID (a reader of
+// version 1 decodes without refusing unknown keys, so it reads the record
+// as before: docs/upgrades.md).
+func TestGoldenOfPreviousBoot(t *testing.T) {
+	s := goldenStore(t, readGolden(t))
+	s.BootID = "a-later-boot"
+	cur, prev, err := s.List()
+	if err != nil || len(cur) != 0 || len(prev) != 1 {
+		t.Fatalf("List = %v, %v, %v; want the golden record apart", cur, prev, err)
+	}
+	rec := prev[0]
+	var ifs []string
+	for _, d := range rec.Devices {
+		ifs = append(ifs, d.PodIfName)
+	}
+	if diff := cmp.Diff([]string{"net1", "net2"}, ifs); diff != "" || rec.ContainerID != goldenKey.ContainerID || len(rec.IPAMConf) == 0 {
+		t.Errorf("record of a previous boot lacks what IPAM DEL needs: %+v (-want +got ifnames)\n%s", rec, diff)
+	}
+	rec.Release = &Release{Tries: 1, Since: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Err: "boom"}
+	if err := s.SavePrevious(rec); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 map[string]json.RawMessage
+	if err := json.Unmarshal(b, &v1); err != nil {
+		t.Fatal(err)
+	}
+	if string(v1["schema"]) != "1" || string(v1["bootID"]) != `"`+goldenBoot+`"` {
+		t.Errorf("noted record has schema %s, boot %s; want 1 and the old boot", v1["schema"], v1["bootID"])
+	}
+	again, err := s.LoadPrevious(goldenKey)
+	if err != nil || again.Release == nil || again.Release.Tries != 1 {
+		t.Errorf("LoadPrevious = %+v, %v; want the release noted", again.Release, err)
 	}
 }
