@@ -67,7 +67,11 @@ func (p *Plugin) askKubelet(ctx context.Context, conf *netconf.Conf, pod podRef,
 		return nil
 	}
 	if tries > 1 || transient(err) {
-		err = fmt.Errorf("%d tries in %s, the last: %w", tries, time.Since(start).Round(time.Millisecond), err)
+		n := "1 try"
+		if tries > 1 {
+			n = fmt.Sprintf("%d tries", tries)
+		}
+		err = fmt.Errorf("%s in %s, the last: %w", n, time.Since(start).Round(time.Millisecond), err)
 	}
 	err = fmt.Errorf("ask kubelet %s for the devices of pod %s/%s: %w", socket, pod.Namespace, pod.Name, err)
 	if transient(err) {

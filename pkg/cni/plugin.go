@@ -190,7 +190,7 @@ var (
 	ErrNotAttached    = errors.New("no attachment recorded")
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
-	ErrTryAgain       = errors.New("kubelet PodResources API unavailable; try again later")
+	ErrTryAgain       = errors.New("kubelet PodResources API unavailable or rate-limited; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
