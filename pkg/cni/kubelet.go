@@ -64,6 +64,10 @@ func (p *Plugin) askKubelet(ctx context.Context, conf *netconf.Conf, pod podRef,
 		log.Warn("cannot remember the kubelet's answer to PodResources Get", "err", herr)
 	}
 	if err == nil {
+		if tries > 1 {
+			log.Info("kubelet PodResources answered after transient failures", "tries", tries,
+				"took", time.Since(start).Round(time.Millisecond))
+		}
 		return nil
 	}
 	if tries > 1 || transient(err) {
