@@ -125,7 +125,7 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 // DRA mode, the claims dir can be read).
 func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := netconf.Parse(args.StdinData)
-	_, closeLog := p.logger(conf)
+	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 		}
 	} else if conf.Standalone() || conf.RequirePodResources {
 		// A pod the kubelet does not know is an answer: it is there.
-		_, err := p.allocated(ctx, conf.KubeletSocket, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"})
+		_, err := p.allocated(ctx, conf, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"}, log)
 		if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
 			errs = append(errs, fmt.Errorf("kubelet PodResources API: %w", err))
 		}

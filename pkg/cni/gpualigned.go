@@ -97,7 +97,7 @@ func (p *Plugin) gpuAlignedRequest(ctx context.Context, conf *netconf.Conf, pod 
 		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
 	var ctrs []podresources.ContainerDevices
-	err = p.askKubelet(ctx, conf.KubeletSocket, pod, func(ctx context.Context, c PodResources) (err error) {
+	err = p.askKubelet(ctx, conf, pod, log, func(ctx context.Context, c PodResources) (err error) {
 		ctrs, err = c.PodContainerDevices(ctx, pod.Namespace, pod.Name)
 		return err
 	})

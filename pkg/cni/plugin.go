@@ -71,10 +71,13 @@ type IPAMArgs struct {
 // container and resource (a gpuAligned pool needs the containers: each
 // one's slots name its allocation directory; podresources.ByResource
 // merges them per resource); a pod the kubelet does not know is
-// podresources.ErrPodNotFound.
-// *podresources.H2Client implements it: the plugin links no grpc-go.
+// podresources.ErrPodNotFound. GetSupport says what the kubelet answered
+// to Get, which the plugin remembers for its next invocations
+// (getHintFile). *podresources.H2Client implements it: the plugin links no
+// grpc-go.
 type PodResources interface {
 	PodContainerDevices(ctx context.Context, namespace, name string) ([]podresources.ContainerDevices, error)
+	GetSupport() podresources.GetSupport
 }
 
 // GPUSource reads the node's GPUs and its NUMA node count.
@@ -103,9 +106,10 @@ type Plugin struct {
 	// GPUs returns the GPU source for the configured sysfs and procfs
 	// roots (gpuAligned pools); nil is discovery.Scanner.
 	GPUs func(sysfsRoot, procRoot string) GPUSource
-	// PodResources connects to the kubelet socket; the function returned
-	// closes the connection.
-	PodResources func(socket string) (PodResources, func(), error)
+	// PodResources connects to the kubelet socket; skipGet asks List only
+	// (an earlier invocation found that the kubelet does not serve Get).
+	// The function returned closes the connection.
+	PodResources func(socket string, skipGet bool) (PodResources, func(), error)
 	// Log receives structured logs; a configured logFile is added to it.
 	Log *slog.Logger
 	// BootID tags state records so that those of an earlier boot are
@@ -152,8 +156,11 @@ func scannerGPUs(sysfsRoot, procRoot string) GPUSource {
 	return discovery.Scanner{SysRoot: sysfsRoot, ProcRoot: procRoot}
 }
 
-func dialPodResources(socket string) (PodResources, func(), error) {
+func dialPodResources(socket string, skipGet bool) (PodResources, func(), error) {
 	c := podresources.NewH2Client(socket)
+	if skipGet {
+		c.SkipGet()
+	}
 	return c, func() { c.Close() }, nil
 }
 
@@ -183,7 +190,7 @@ var (
 	ErrNotAttached    = errors.New("no attachment recorded")
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
-	ErrTryAgain       = errors.New("kubelet PodResources API unavailable; try again later")
+	ErrTryAgain       = errors.New("kubelet PodResources API unavailable or rate-limited; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).

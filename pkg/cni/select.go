@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -19,9 +16,6 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
-
-// podResourcesTimeout bounds one call to the kubelet.
-const podResourcesTimeout = 5 * time.Second
 
 // podRef is the pod named in CNI_ARGS.
 type podRef struct{ Namespace, Name, UID string }
@@ -54,11 +48,11 @@ var errNoKubeletSocket = errors.New("kubelet PodResources socket does not exist"
 // allocated asks the kubelet for the pod's devices. A socket that does not
 // exist is errNoKubeletSocket; a pod the kubelet does not know is
 // podresources.ErrPodNotFound; a kubelet that does not answer, or answers
-// that it is unavailable, is ErrTryAgain; any other answer is an error as
-// it came.
-func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[string][]string, error) {
+// that it is unavailable or rate-limited, after askKubelet's tries, is
+// ErrTryAgain; any other answer is an error as it came.
+func (p *Plugin) allocated(ctx context.Context, conf *netconf.Conf, pod podRef, log *slog.Logger) (map[string][]string, error) {
 	var devs map[string][]string
-	err := p.askKubelet(ctx, socket, pod, func(ctx context.Context, c PodResources) error {
+	err := p.askKubelet(ctx, conf, pod, log, func(ctx context.Context, c PodResources) error {
 		ctrs, err := c.PodContainerDevices(ctx, pod.Namespace, pod.Name)
 		if err != nil {
 			return err
@@ -67,53 +61,6 @@ func (p *Plugin) allocated(ctx context.Context, socket string, pod podRef) (map[
 		return nil
 	})
 	return devs, err
-}
-
-// askKubelet connects to the PodResources socket and runs call, with
-// allocated's error classes.
-func (p *Plugin) askKubelet(ctx context.Context, socket string, pod podRef, call func(context.Context, PodResources) error) error {
-	if p.PodResources == nil {
-		return fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
-	}
-	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s: %w", socket, errNoKubeletSocket)
-	}
-	c, closeFn, err := p.PodResources(socket)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
-	defer cancel()
-	if err := call(ctx, c); err != nil {
-		err = fmt.Errorf("ask kubelet %s for the devices of pod %s/%s: %w", socket, pod.Namespace, pod.Name, err)
-		if transient(err) {
-			err = fmt.Errorf("%w: %w", ErrTryAgain, err)
-		}
-		return err
-	}
-	return nil
-}
-
-// transient reports whether a PodResources failure is one that clears up:
-// no usable answer (a dropped connection, an answer cut short or garbled)
-// or a gRPC status that says so, including those the client gives a call
-// that got no answer (Unavailable: the socket refuses while the kubelet
-// restarts; DeadlineExceeded, Canceled). A kubelet that answered with
-// another status, or a pod it does not know, is not.
-func transient(err error) bool {
-	if errors.Is(err, podresources.ErrPodNotFound) {
-		return false
-	}
-	var se *podresources.StatusError
-	if !errors.As(err, &se) {
-		return true
-	}
-	switch se.Code {
-	case 1, 4, 8, 14: // Canceled, DeadlineExceeded, ResourceExhausted, Unavailable
-		return true
-	}
-	return false
 }
 
 // selectDevices returns the device IDs this ADD attaches: the deviceID,
@@ -136,7 +83,7 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 		if err != nil {
 			return nil, lookupError(conf.DeviceID, err)
 		}
-		alloc, err := p.allocated(ctx, conf.KubeletSocket, pod)
+		alloc, err := p.allocated(ctx, conf, pod, log)
 		switch {
 		case errors.Is(err, errNoKubeletSocket) && conf.RequirePodResources:
 			return nil, fmt.Errorf("%w: deviceID %q cannot be checked against the pod's allocation (requirePodResources): %w",
@@ -168,7 +115,7 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 	if !pod.known() {
 		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
-	alloc, err := p.allocated(ctx, conf.KubeletSocket, pod)
+	alloc, err := p.allocated(ctx, conf, pod, log)
 	switch {
 	case errors.Is(err, errNoKubeletSocket):
 		return nil, fmt.Errorf("%w: %w", ErrNotAvailable, err)

@@ -108,6 +108,10 @@ func TestClients(t *testing.T) {
 			want: outcome{Code: 2, Message: "pod a in namespace ns not found, and something else", Gets: 1}},
 		{name: "get: unavailable", pod: "a", set: fail(status.Error(codes.Unavailable, "shutting down")),
 			want: outcome{Code: 14, Message: "shutting down", Gets: 1}},
+		{name: "get: rate limited", pod: "a", set: func(s *podrestest.Server) { s.RateLimit(0, 0) },
+			want: outcome{Code: 8, Message: "rejected by rate limit", Gets: 1}},
+		{name: "list: rate limited after the burst", set: func(s *podrestest.Server) { s.RateLimit(0, 0) },
+			want: outcome{Code: 8, Message: "rejected by rate limit", Lists: 1}},
 		{name: "get disabled, list fails", pod: "a", set: func(s *podrestest.Server) { disabled(s); s.Fail(errors.New("kubelet down")) },
 			want: outcome{Code: 2, Message: "kubelet down", Gets: 1, Lists: 1}},
 		{name: "list fails", set: fail(errors.New("kubelet down")), want: outcome{Code: 2, Message: "kubelet down", Lists: 1}},
@@ -194,6 +198,58 @@ func TestGetFallbackRemembered(t *testing.T) {
 					t.Errorf("Get called %d times, want %d", got, wantGets)
 				}
 			})
+		}
+	}
+}
+
+// TestSkipGet: a client told to skip Get (the CNI plugin's hint from an
+// earlier exec) asks List only, whatever the kubelet serves, and
+// GetSupport reports only what the kubelet itself answered to Get.
+func TestSkipGet(t *testing.T) {
+	type result struct {
+		Gets, Lists int32
+		Support     podresources.GetSupport
+	}
+	for _, m := range getModes {
+		for _, skip := range []bool{false, true} {
+			for _, cl := range clients {
+				t.Run(fmt.Sprintf("%s/skip=%v/%s", m.name, skip, cl.name), func(t *testing.T) {
+					srv := podrestest.Start(t, kubeletPods...)
+					m.set(srv)
+					c := cl.dial(t, srv.Socket)
+					defer c.Close()
+					s := c.(interface {
+						SkipGet()
+						GetSupport() podresources.GetSupport
+					})
+					if got := s.GetSupport(); got != podresources.GetUnknown {
+						t.Errorf("GetSupport before any call: %v", got)
+					}
+					if skip {
+						s.SkipGet()
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					got, err := c.PodContainerDevices(ctx, "ns", "b")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if diff := cmp.Diff(podB, got); diff != "" {
+						t.Errorf("devices (-want +got):\n%s", diff)
+					}
+					want := result{Gets: 1, Support: podresources.GetServed}
+					switch {
+					case skip:
+						want = result{Lists: 1, Support: podresources.GetUnknown}
+					case m.name != "get":
+						want = result{Gets: 1, Lists: 1, Support: podresources.GetNotServed}
+					}
+					res := result{srv.GetCalls.Load(), srv.ListCalls.Load(), s.GetSupport()}
+					if diff := cmp.Diff(want, res); diff != "" {
+						t.Errorf("calls and GetSupport (-want +got):\n%s", diff)
+					}
+				})
+			}
 		}
 	}
 }

@@ -23,6 +23,14 @@ var _ Client = (*H2Client)(nil)
 // connect until the first call.
 func NewH2Client(path string) *H2Client { return &H2Client{socket: path} }
 
+// SkipGet makes later calls ask List only (GetOrList.SkipGet): the CNI
+// plugin's hint, remembered from an earlier exec, that the kubelet does not
+// serve Get.
+func (c *H2Client) SkipGet() { c.get.SkipGet() }
+
+// GetSupport returns what the kubelet has answered to Get so far.
+func (c *H2Client) GetSupport() GetSupport { return c.get.GetSupport() }
+
 // Close releases nothing: connections last one call.
 func (c *H2Client) Close() error { return nil }
 

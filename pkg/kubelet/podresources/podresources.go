@@ -96,8 +96,12 @@ const (
 	CodeUnknown          = 2
 	CodeDeadlineExceeded = 4
 	CodeNotFound         = 5
-	CodeUnimplemented    = 12
-	CodeUnavailable      = 14
+	// CodeResourceExhausted is the kubelet's rate limit's answer
+	// ("rejected by rate limit"; 100 calls a second, bursts of 10, Get and
+	// List together, kubernetes pkg/kubelet/apis/podresources/grpc).
+	CodeResourceExhausted = 8
+	CodeUnimplemented     = 12
+	CodeUnavailable       = 14
 )
 
 // ContextStatus is the status of a call that failed because ctx ended, or
@@ -141,7 +145,34 @@ func podNotFound(namespace, name string) string {
 // asks Get first; once the kubelet has answered that it does not serve Get
 // (code 12, or code 2 with the kubelet's "Get method disabled" message) it
 // remembers, and later calls go straight to List.
-type GetOrList struct{ noGet atomic.Bool }
+type GetOrList struct {
+	noGet   atomic.Bool
+	support atomic.Int32 // a GetSupport
+}
+
+// GetSupport is what a kubelet has answered to Get.
+type GetSupport int32
+
+const (
+	// GetUnknown: Get not asked (or SkipGet), or no answer that tells.
+	GetUnknown GetSupport = iota
+	// GetServed: the kubelet answered Get for a pod (its devices, or that
+	// it does not know the pod).
+	GetServed
+	// GetNotServed: the kubelet answered that it does not serve Get.
+	GetNotServed
+)
+
+// SkipGet makes later calls go straight to List, as if the kubelet had
+// answered that it does not serve Get: for a caller that remembers that
+// answer from an earlier process (the CNI plugin, docs/cni.md). It is a
+// hint only: List answers on every kubelet, so a stale hint costs no call
+// and no wrong answer. GetSupport stays what the kubelet said (GetUnknown
+// until it is asked Get).
+func (f *GetOrList) SkipGet() { f.noGet.Store(true) }
+
+// GetSupport returns what the kubelet has answered to Get so far.
+func (f *GetOrList) GetSupport() GetSupport { return GetSupport(f.support.Load()) }
 
 // Pod returns one pod's devices. get asks the kubelet's Get for the pod
 // (its errors: *StatusError for a status, ErrPodNotFound for an empty
@@ -157,14 +188,18 @@ func (f *GetOrList) Pod(ctx context.Context, namespace, name string,
 		var se *StatusError
 		switch {
 		case err == nil:
+			f.support.Store(int32(GetServed))
 			return ctrs, nil
 		case errors.Is(err, ErrPodNotFound):
+			f.support.Store(int32(GetServed))
 			return nil, fmt.Errorf("get pod resources of %s/%s: %w", namespace, name, err)
 		case errors.As(err, &se) && (se.Code == CodeNotFound ||
 			se.Code == CodeUnknown && se.Message == podNotFound(namespace, name)):
+			f.support.Store(int32(GetServed))
 			return nil, fmt.Errorf("get pod resources of %s/%s: %w: %w", namespace, name, ErrPodNotFound, err)
 		case errors.As(err, &se) && (se.Code == CodeUnimplemented ||
 			se.Code == CodeUnknown && se.Message == getDisabled):
+			f.support.Store(int32(GetNotServed))
 			f.noGet.Store(true)
 		default:
 			return nil, fmt.Errorf("get pod resources of %s/%s: %w", namespace, name, err)

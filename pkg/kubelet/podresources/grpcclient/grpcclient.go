@@ -63,6 +63,12 @@ func Dial(path string, timeout time.Duration) (*Client, error) {
 	return &Client{conn: conn, api: podresourcesv1.NewPodResourcesListerClient(conn), timeout: timeout}, nil
 }
 
+// SkipGet makes later calls ask List only (podresources.GetOrList.SkipGet).
+func (c *Client) SkipGet() { c.get.SkipGet() }
+
+// GetSupport returns what the kubelet has answered to Get so far.
+func (c *Client) GetSupport() podresources.GetSupport { return c.get.GetSupport() }
+
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,13 +56,57 @@ type Server struct {
 	// Hang makes List and Get wait until the caller gives up (its deadline
 	// passes or it cancels), as a kubelet that hangs does.
 	Hang atomic.Bool
-	// GetCalls and ListCalls count the requests.
-	GetCalls, ListCalls atomic.Int32
+	// GetCalls and ListCalls count the requests, those RateLimit rejected
+	// included; Exhausted counts those it rejected.
+	GetCalls, ListCalls, Exhausted atomic.Int32
 
 	grpc *grpc.Server
 	mu   sync.Mutex
 	pods []Pod
 	fail error
+	// limit is RateLimit's bucket; nil: no limit.
+	limit *bucket
+}
+
+// RateLimit rejects, as the kubelet's rate limit does (kubernetes
+// pkg/kubelet/apis/podresources/grpc/ratelimit.go: a token bucket,
+// DefaultQPS 100 and DefaultBurstTokens 10, in front of every method), a
+// call that finds no token with code 8 (ResourceExhausted) "rejected by
+// rate limit". The bucket starts full; a rejected call takes no token. With
+// qps 0 it never refills: the first burst calls are served, then none (0,
+// 0: every call is rejected).
+func (s *Server) RateLimit(qps float64, burst int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = &bucket{qps: qps, burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// bucket is golang.org/x/time/rate.Limiter's Allow, which the kubelet uses.
+type bucket struct {
+	qps, burst, tokens float64
+	last               time.Time
+}
+
+func (b *bucket) allow() bool {
+	now := time.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.qps)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// limited answers a call RateLimit rejects, or nil.
+func (s *Server) limited() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.limit == nil || s.limit.allow() {
+		return nil
+	}
+	s.Exhausted.Add(1)
+	return status.Error(codes.ResourceExhausted, "rejected by rate limit")
 }
 
 // Start serves on <t.TempDir()>/kubelet.sock until the test ends.
@@ -124,6 +169,9 @@ func (s *Server) Fail(err error) {
 // List implements the kubelet's List.
 func (s *Server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	s.ListCalls.Add(1)
+	if err := s.limited(); err != nil {
+		return nil, err
+	}
 	if s.Hang.Load() {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -143,6 +191,9 @@ func (s *Server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesReq
 // Get implements the kubelet's Get.
 func (s *Server) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
 	s.GetCalls.Add(1)
+	if err := s.limited(); err != nil {
+		return nil, err
+	}
 	if s.Hang.Load() {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
