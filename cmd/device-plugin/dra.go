@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
@@ -29,7 +27,7 @@ func (f *draFlags) register(fs *flag.FlagSet) {
 
 // startDRA starts the DRA front end and sets it as the daemon's; the
 // returned stop ends it. Without --dra it does nothing.
-func startDRA(ctx context.Context, cfg *runConfig) (stop func(), err error) {
+func startDRA(ctx context.Context, cfg *runConfig, a apiConn) (stop func(), err error) {
 	if !cfg.dra.enabled {
 		return func() {}, nil
 	}
@@ -39,35 +37,14 @@ func startDRA(ctx context.Context, cfg *runConfig) (stop func(), err error) {
 	if cfg.CDIDir == "" {
 		return nil, errors.New("run: --dra needs --cdi-dir: prepared claims reach containers as CDI devices")
 	}
-	rc, err := draRESTConfig(cfg.nodeState.kubeconfig)
-	if err != nil {
-		return nil, err
+	if a.err != nil {
+		return nil, fmt.Errorf("run: --dra: %w", a.err)
 	}
-	kube, err := dra.NewKubeClient(rc)
-	if err != nil {
-		return nil, fmt.Errorf("run: --dra: %w", err)
-	}
-	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: kube, PluginDir: cfg.dra.pluginDir,
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: a.clients.kube, PluginDir: cfg.dra.pluginDir,
 		RegistryDir: cfg.dra.registryDir, CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	cfg.DRA = d
 	return d.Stop, nil
-}
-
-// draRESTConfig is --kubeconfig, else the in-cluster config.
-func draRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("run: --kubeconfig: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("run: --dra: no in-cluster config (%w); give --kubeconfig", err)
-	}
-	return rc, nil
 }

@@ -20,14 +20,14 @@ func TestDRAFlags(t *testing.T) {
 		{[]string{}, ""},
 		{[]string{"--dra"}, "--dra needs the node's name"},
 		{[]string{"--dra", "--node-name", "n", "--cdi-dir", ""}, "--dra needs --cdi-dir"},
-		{[]string{"--dra", "--node-name", "n"}, "--dra: no in-cluster config"},
+		{[]string{"--dra", "--node-name", "n"}, "--dra: no --kubeconfig, and no in-cluster config"},
 		{[]string{"--dra", "--node-name", "n", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, "--kubeconfig"},
 	} {
 		cfg, err := parseRunFlags(c.args, io.Discard, io.Discard)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		stop, err := startDRA(context.Background(), &cfg)
+		stop, err := startDRA(context.Background(), &cfg, connect(cfg.kubeconfig, cfg.dra.enabled))
 		switch {
 		case c.want == "" && (err != nil || cfg.DRA != nil):
 			t.Errorf("%v: %v, front end %v", c.args, err, cfg.DRA)
