@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
@@ -17,12 +19,14 @@ type draFlags struct {
 	enabled     bool
 	pluginDir   string
 	registryDir string
+	podUID      string
 }
 
 func (f *draFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "dra", false, "serve the pools with frontend dra as the DRA driver "+dra.DriverName+" (ResourceSlices, claim preparation; docs/dra.md); needs the API server (in-cluster config or --kubeconfig), the node name and --cdi-dir")
 	fs.StringVar(&f.pluginDir, "dra-plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), "the DRA driver's kubelet plugin directory (its socket, and the prepared claims' records under claims/), for --dra")
 	fs.StringVar(&f.registryDir, "dra-registry-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory, for --dra")
+	fs.StringVar(&f.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's UID (default $POD_UID; the chart sets it from metadata.uid): with --dra, the old and the new pod of a DaemonSet update serve the kubelet side by side (kubeletplugin.RollingUpdate, kubelet 1.33 or later); empty: one driver instance per node")
 }
 
 // startDRA starts the DRA front end and sets it as the daemon's; the
@@ -41,7 +45,7 @@ func startDRA(ctx context.Context, cfg *runConfig, a apiConn) (stop func(), err 
 		return nil, fmt.Errorf("run: --dra: %w", a.err)
 	}
 	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: a.clients.kube, PluginDir: cfg.dra.pluginDir,
-		RegistryDir: cfg.dra.registryDir, CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
+		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
