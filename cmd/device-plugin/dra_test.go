@@ -39,3 +39,25 @@ func TestDRAFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPodUID: --pod-uid defaults to $POD_UID (the chart's downward API env)
+// and the flag wins over it.
+func TestPodUID(t *testing.T) {
+	t.Setenv("POD_UID", "from-env")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "from-env"},
+		{[]string{"--pod-uid", "from-flag"}, "from-flag"},
+		{[]string{"--pod-uid", ""}, ""},
+	} {
+		cfg, err := parseRunFlags(c.args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.dra.podUID != c.want {
+			t.Errorf("%v: pod uid %q, want %q", c.args, cfg.dra.podUID, c.want)
+		}
+	}
+}
