@@ -7,7 +7,7 @@ BIN := bin
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate krew-dist
+.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -118,11 +118,18 @@ test-apiserver:
 e2e-local:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
 
-# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned). Run it
-# after changing pkg/apis and commit the result (CI does not regenerate them).
+# Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned), and the
+# typed client with apply configurations in pkg/client (client-gen, applyconfiguration-gen of
+# k8s.io/code-generator at go.mod's k8s.io/client-go version: hack/update-codegen.sh). Run it
+# after changing pkg/apis and commit the result; make lint checks pkg/client is up to date
+# (verify-generate).
 CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 generate:
 	$(GO) run $(CONTROLLER_GEN) object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/helm/kube-rdma/crds
+	GO=$(GO) bash hack/update-codegen.sh
+
+verify-generate:
+	GO=$(GO) bash hack/verify-codegen.sh
 
 # The last two lines check the local-node e2e's build of the binaries (tag kuberdma_e2e: fake RDMA
 # netlink, internal/fakerdma), which the others do not compile.
@@ -130,6 +137,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	GO=$(GO) bash hack/verify-codegen.sh
 	$(GO) vet -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 

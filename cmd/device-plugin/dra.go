@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
@@ -19,17 +19,19 @@ type draFlags struct {
 	enabled     bool
 	pluginDir   string
 	registryDir string
+	podUID      string
 }
 
 func (f *draFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "dra", false, "serve the pools with frontend dra as the DRA driver "+dra.DriverName+" (ResourceSlices, claim preparation; docs/dra.md); needs the API server (in-cluster config or --kubeconfig), the node name and --cdi-dir")
 	fs.StringVar(&f.pluginDir, "dra-plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), "the DRA driver's kubelet plugin directory (its socket, and the prepared claims' records under claims/), for --dra")
 	fs.StringVar(&f.registryDir, "dra-registry-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory, for --dra")
+	fs.StringVar(&f.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's UID (default $POD_UID; the chart sets it from metadata.uid): with --dra, the old and the new pod of a DaemonSet update serve the kubelet side by side (kubeletplugin.RollingUpdate, kubelet 1.33 or later); empty: one driver instance per node")
 }
 
 // startDRA starts the DRA front end and sets it as the daemon's; the
 // returned stop ends it. Without --dra it does nothing.
-func startDRA(ctx context.Context, cfg *runConfig) (stop func(), err error) {
+func startDRA(ctx context.Context, cfg *runConfig, a apiConn) (stop func(), err error) {
 	if !cfg.dra.enabled {
 		return func() {}, nil
 	}
@@ -39,35 +41,14 @@ func startDRA(ctx context.Context, cfg *runConfig) (stop func(), err error) {
 	if cfg.CDIDir == "" {
 		return nil, errors.New("run: --dra needs --cdi-dir: prepared claims reach containers as CDI devices")
 	}
-	rc, err := draRESTConfig(cfg.nodeState.kubeconfig)
-	if err != nil {
-		return nil, err
+	if a.err != nil {
+		return nil, fmt.Errorf("run: --dra: %w", a.err)
 	}
-	kube, err := dra.NewKubeClient(rc)
-	if err != nil {
-		return nil, fmt.Errorf("run: --dra: %w", err)
-	}
-	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: kube, PluginDir: cfg.dra.pluginDir,
-		RegistryDir: cfg.dra.registryDir, CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
+	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: a.clients.kube, PluginDir: cfg.dra.pluginDir,
+		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	cfg.DRA = d
 	return d.Stop, nil
-}
-
-// draRESTConfig is --kubeconfig, else the in-cluster config.
-func draRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("run: --kubeconfig: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("run: --dra: no in-cluster config (%w); give --kubeconfig", err)
-	}
-	return rc, nil
 }

@@ -20,14 +20,14 @@ func TestDRAFlags(t *testing.T) {
 		{[]string{}, ""},
 		{[]string{"--dra"}, "--dra needs the node's name"},
 		{[]string{"--dra", "--node-name", "n", "--cdi-dir", ""}, "--dra needs --cdi-dir"},
-		{[]string{"--dra", "--node-name", "n"}, "--dra: no in-cluster config"},
+		{[]string{"--dra", "--node-name", "n"}, "--dra: no --kubeconfig, and no in-cluster config"},
 		{[]string{"--dra", "--node-name", "n", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, "--kubeconfig"},
 	} {
 		cfg, err := parseRunFlags(c.args, io.Discard, io.Discard)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		stop, err := startDRA(context.Background(), &cfg)
+		stop, err := startDRA(context.Background(), &cfg, connect(cfg.kubeconfig, cfg.dra.enabled))
 		switch {
 		case c.want == "" && (err != nil || cfg.DRA != nil):
 			t.Errorf("%v: %v, front end %v", c.args, err, cfg.DRA)
@@ -36,6 +36,28 @@ func TestDRAFlags(t *testing.T) {
 		}
 		if err == nil {
 			stop()
+		}
+	}
+}
+
+// TestPodUID: --pod-uid defaults to $POD_UID (the chart's downward API env)
+// and the flag wins over it.
+func TestPodUID(t *testing.T) {
+	t.Setenv("POD_UID", "from-env")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "from-env"},
+		{[]string{"--pod-uid", "from-flag"}, "from-flag"},
+		{[]string{"--pod-uid", ""}, ""},
+	} {
+		cfg, err := parseRunFlags(c.args, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.dra.podUID != c.want {
+			t.Errorf("%v: pod uid %q, want %q", c.args, cfg.dra.podUID, c.want)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kube-rdma/kube-rdma/internal/version"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
@@ -18,58 +17,49 @@ import (
 
 // nodeStateFlags are the `run` flags of the RDMANodeState publisher.
 type nodeStateFlags struct {
-	enabled    bool
-	set        bool // --node-state was given
-	kubeconfig string
-	interval   time.Duration
-	podSocket  string
-	cniState   string
-	cniMode    string
+	enabled   bool
+	set       bool // --node-state was given
+	interval  time.Duration
+	podSocket string
+	cniState  string
+	cniMode   string
 }
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "node-state", false, "publish this node's RDMANodeState (default: true in a cluster, i.e. with an in-cluster config, or with --kubeconfig)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --node-state and --dra outside a cluster; empty: the in-cluster config")
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
 	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices); empty: not read")
 }
 
-// restConfig returns the API server to publish to, or nil when the daemon
-// does not publish: --node-state=false, or not given outside a cluster.
-func (f *nodeStateFlags) restConfig() (*rest.Config, string, error) {
-	if f.set && !f.enabled {
-		return nil, "--node-state=false", nil
-	}
-	if f.kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
-		if err != nil {
-			return nil, "", fmt.Errorf("run: --kubeconfig: %w", err)
-		}
-		return cfg, "", nil
-	}
-	cfg, err := rest.InClusterConfig()
+// wanted reports whether the publisher may run: not --node-state=false.
+func (f *nodeStateFlags) wanted() bool { return !f.set || f.enabled }
+
+// off says why the daemon does not publish, or returns the error that stops
+// it: --node-state=false; not given, and not in a cluster (no in-cluster
+// config, no --kubeconfig); asked for without an API server.
+func (f *nodeStateFlags) off(a apiConn) (reason string, err error) {
 	switch {
-	case err == nil:
-		return cfg, "", nil
-	case f.set:
-		return nil, "", fmt.Errorf("run: --node-state: no in-cluster config (%w); give --kubeconfig", err)
-	case errors.Is(err, rest.ErrNotInCluster):
-		return nil, "not in a cluster (no in-cluster config, no --kubeconfig)", nil
+	case !f.wanted():
+		return "--node-state=false", nil
+	case a.err == nil:
+		return "", nil
+	case !f.set && errors.Is(a.err, rest.ErrNotInCluster):
+		return "not in a cluster (no in-cluster config, no --kubeconfig)", nil
 	}
-	return nil, "", fmt.Errorf("run: in-cluster config: %w", err)
+	return "", fmt.Errorf("run: --node-state: %w", a.err)
 }
 
 // startNodeState starts the publisher once the daemon is ready (its first
 // scan done, every pool served) and returns a function that waits for it to
 // stop after ctx ends. Without an API server it only says so on /state.
-func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) (wait func(), err error) {
-	rc, reason, err := cfg.nodeState.restConfig()
+func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *deviceplugin.Daemon) (wait func(), err error) {
+	reason, err := cfg.nodeState.off(a)
 	if err != nil {
 		return nil, err
 	}
-	if rc == nil {
+	if reason != "" {
 		d.SetNodeStateReport(func() any { return nodestate.Report{Reason: reason} })
 		return func() {}, nil
 	}
@@ -84,10 +74,7 @@ func startNodeState(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) 
 	if cfg.nodeState.interval <= 0 {
 		return nil, fmt.Errorf("run: --node-state-interval %s must be positive", cfg.nodeState.interval)
 	}
-	client, err := nodestate.NewClient(rc)
-	if err != nil {
-		return nil, err
-	}
+	client := nodestate.NewClient(a.clients.kube.CoreV1(), a.clients.rdma.RDMAV1alpha1())
 	var records nodestate.RecordLister
 	if dir := cfg.nodeState.cniState; dir != "" {
 		boot, err := attachment.ReadBootID("/proc")

@@ -35,7 +35,7 @@ func TestNodeStateFlags(t *testing.T) {
 	}{
 		{name: "outside a cluster: off", args: nil},
 		{name: "off", args: []string{"--node-state=false", "--kubeconfig", kc}},
-		{name: "on without a cluster", args: []string{"--node-state"}, err: "no in-cluster config"},
+		{name: "on without a cluster", args: []string{"--node-state"}, err: "--node-state: no --kubeconfig, and no in-cluster config"},
 		{name: "kubeconfig", args: []string{"--kubeconfig", kc, "--node-name", "n1"}, publish: true},
 		{name: "kubeconfig from NODE_NAME", args: []string{"--kubeconfig", kc}, nodeEnv: "n2", publish: true},
 		{name: "no node name", args: []string{"--kubeconfig", kc}, err: "--node-name or NODE_NAME"},
@@ -57,7 +57,7 @@ func TestNodeStateFlags(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			wait, err := startNodeState(ctx, cfg, d)
+			wait, err := startNodeState(ctx, cfg, connect(cfg.kubeconfig, cfg.nodeState.wanted()), d)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want one about %q", err, tt.err)

@@ -39,7 +39,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopDRA, err := startDRA(ctx, &cfg)
+	a := connect(cfg.kubeconfig, cfg.dra.enabled || cfg.nodeState.wanted())
+	stopDRA, err := startDRA(ctx, &cfg, a)
 	if err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	wait, err := startNodeState(ctx, cfg, d)
+	wait, err := startNodeState(ctx, cfg, a, d)
 	if err != nil {
 		return err
 	}
@@ -67,6 +68,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 type runConfig struct {
 	deviceplugin.Config
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
+	kubeconfig  string
 	nodeState   nodeStateFlags
 	nri         nriFlags
 	dra         draFlags
@@ -85,6 +87,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9478", "address of /metrics, /state and /healthz; empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)

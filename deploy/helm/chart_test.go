@@ -77,6 +77,7 @@ type container struct {
 	Image           string   `json:"image"`
 	Command         []string `json:"command"`
 	Args            []string `json:"args"`
+	Env             []envVar `json:"env"`
 	SecurityContext struct {
 		Privileged               *bool  `json:"privileged"`
 		RunAsUser                *int64 `json:"runAsUser"`
@@ -94,7 +95,24 @@ type container struct {
 	} `json:"volumeMounts"`
 }
 
+type envVar struct {
+	Name      string `json:"name"`
+	Value     string `json:"value,omitempty"`
+	ValueFrom *struct {
+		FieldRef *struct {
+			FieldPath string `json:"fieldPath"`
+		} `json:"fieldRef,omitempty"`
+	} `json:"valueFrom,omitempty"`
+}
+
 type daemonSetSpec struct {
+	UpdateStrategy struct {
+		Type          string `json:"type"`
+		RollingUpdate *struct {
+			MaxSurge       any `json:"maxSurge"`
+			MaxUnavailable any `json:"maxUnavailable"`
+		} `json:"rollingUpdate"`
+	} `json:"updateStrategy"`
 	Template struct {
 		Metadata meta `json:"metadata"`
 		Spec     struct {

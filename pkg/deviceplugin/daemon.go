@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -175,7 +174,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.m.reload(true)
 	if cfg.MetricsAddr != "" {
-		l, err := net.Listen("tcp", cfg.MetricsAddr)
+		l, err := listenStatus(cfg.MetricsAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen for metrics: %w", err)
 		}

@@ -63,6 +63,12 @@ type poolServer struct {
 	server  *grpc.Server
 	done    chan struct{}
 	gen     int // incremented by every serve
+	// sock is the socket file this process bound (its inode). During a
+	// DaemonSet update with surge the next pod binds the same path: the
+	// socket there is then not ours, and our stop leaves it, and the pool's
+	// CDI spec, to the pod that now serves the pool.
+	sock       os.FileInfo
+	handedOver bool // the last stop found another process's socket at our path
 
 	lastPoolFile []byte // pool.json as last written; Run goroutine only
 }
@@ -98,6 +104,13 @@ func (s *poolServer) close(removeCDI bool) {
 		<-s.exited
 	}
 	s.stop()
+	s.mu.Lock()
+	handedOver := s.handedOver
+	s.mu.Unlock()
+	if handedOver {
+		s.log.Info("another process serves the pool now; its socket and CDI spec stay")
+		return
+	}
 	if removeCDI && s.cdi != nil {
 		if err := s.cdi.remove(s.pool.Name); err != nil {
 			s.log.Warn("remove cdi spec", "err", err)
@@ -199,10 +212,15 @@ func (s *poolServer) serve() error {
 	// unlinking on that close would remove the next serve's socket. stop
 	// removes the socket itself.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	sock, err := os.Stat(path)
+	if err != nil {
+		_ = l.Close()
+		return fmt.Errorf("stat socket %s: %w", path, err)
+	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	s.mu.Lock()
-	s.server, s.done = srv, make(chan struct{})
+	s.server, s.done, s.sock, s.handedOver = srv, make(chan struct{}), sock, false
 	s.gen++
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(l) }()
@@ -210,10 +228,13 @@ func (s *poolServer) serve() error {
 	return nil
 }
 
-// stop ends the gRPC server and its ListAndWatch streams and removes the socket.
+// stop ends the gRPC server and its ListAndWatch streams and removes the
+// socket if it is still the one this server bound: a newer pod's socket at
+// the same path (a DaemonSet update with surge: it binds, registers, and
+// the kubelet moves to it) is left alone.
 func (s *poolServer) stop() {
 	s.mu.Lock()
-	srv, done := s.server, s.done
+	srv, done, sock := s.server, s.done, s.sock
 	s.server, s.done = nil, nil
 	s.mu.Unlock()
 	if srv == nil {
@@ -221,7 +242,21 @@ func (s *poolServer) stop() {
 	}
 	close(done)
 	srv.Stop()
-	if err := os.Remove(s.socketPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	path := s.socketPath()
+	cur, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	if !os.SameFile(cur, sock) {
+		s.mu.Lock()
+		s.handedOver = true
+		s.mu.Unlock()
+		return
+	}
+	// Between the Stat and the Remove a new pod could bind the path; it
+	// binds only after removing the old file itself, and a window of a few
+	// microseconds against a pod that starts in seconds is accepted.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("remove socket", "err", err)
 	}
 }

@@ -1,13 +1,40 @@
 package deviceplugin
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 )
+
+// listenStatus listens on the status address with SO_REUSEPORT. The chart
+// runs the daemon on the host network, and a DaemonSet update with surge
+// (maxSurge 1, which the DRA front end's rolling update needs) runs the old
+// and the new pod on one node for a while: both must hold the port. The
+// other way, the new pod retrying its bind until the old one exits, leaves
+// the new pod without /metrics and /state meanwhile, while its readiness
+// probe (node IP, this port) is answered by the old pod anyway; with
+// SO_REUSEPORT both serve, the kernel spreads connections over both, and
+// when the old pod closes its listener the new one takes every connection
+// without a refused scrape. The kernel lets only a process of the same
+// user share the port.
+func listenStatus(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
 
 // statusServer serves /metrics, /state and /healthz. It only reads: the
 // metrics registry, the latest State and whether the daemon is ready.

@@ -36,6 +36,13 @@ type DriverConfig struct {
 	// RegistryDir is the kubelet's plugin registration directory
 	// (kubeletplugin.KubeletRegistryDir by default).
 	RegistryDir string
+	// PodUID, when set, is this daemon's pod UID: the helper's sockets then
+	// carry it and the old and the new pod of a DaemonSet update serve side
+	// by side (kubeletplugin.RollingUpdate), so a node's claims are never
+	// without a driver. Calls of both are serialized by the helper's file
+	// lock, and Prepare keeps no state between calls but the claims' records
+	// on disk, which both read. Empty: one instance per node.
+	PodUID types.UID
 	// CDIDir is where the claims' CDI specs go.
 	CDIDir string
 	// DevRoot is where this process sees the host's /dev.
@@ -97,13 +104,17 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{})}
 	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
-	h, err := kubeletplugin.Start(ctx, d,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir),
-	)
+	}
+	if cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(cfg.PodUID))
+	}
+	h, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start dra kubelet plugin: %w", err)
 	}

@@ -127,9 +127,9 @@ func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // through the helper's gRPC service, as the kubelet calls it.
 func TestDriverAgainstAPIServer(t *testing.T) {
 	kube, _, env := startAPIServerEnv(t, "DRADeviceTaints=true")
-	// The driver gets the daemon's client, which has only the groups the helper uses,
-	// authenticated as the chart's ServiceAccount with the chart's rules and nothing else.
-	driverClient, err := dra.NewKubeClient(chartUser(t, env, kube))
+	// The driver gets a client like the daemon's, authenticated as the
+	// chart's ServiceAccount with the chart's rules and nothing else.
+	driverClient, err := kubernetes.NewForConfig(chartUser(t, env, kube))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	client, err := dra.NewKubeClient(rc)
+	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestTaintsWithoutTheFeatureGate(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	client, err := dra.NewKubeClient(rc)
+	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

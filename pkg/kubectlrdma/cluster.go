@@ -8,13 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
+	rdmaclient "github.com/kube-rdma/kube-rdma/pkg/client/clientset/typed/apis/v1alpha1"
 )
 
 // Errors the commands return; Execute prints them on one line.
@@ -47,7 +46,7 @@ type Cluster interface {
 
 type kubeCluster struct {
 	core kubernetes.Interface
-	rns  rest.Interface
+	rns  rdmaclient.RDMANodeStateInterface
 }
 
 // NewCluster is the Cluster of the kubeconfig the flags name.
@@ -60,24 +59,15 @@ func NewCluster(g genericclioptions.RESTClientGetter) (Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &v1alpha1.GroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	rns, err := rest.RESTClientFor(c)
+	rdma, err := clientset.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s client: %w", v1alpha1.Resource, err)
 	}
-	return &kubeCluster{core: core, rns: rns}, nil
+	return &kubeCluster{core: core, rns: rdma.RDMAV1alpha1().RDMANodeStates()}, nil
 }
 
 func (k *kubeCluster) ListStates(ctx context.Context) ([]v1alpha1.RDMANodeState, error) {
-	var l v1alpha1.RDMANodeStateList
-	err := k.rns.Get().Resource(v1alpha1.Resource).Do(ctx).Into(&l)
+	l, err := k.rns.List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, ErrCRDMissing
 	}
@@ -88,13 +78,11 @@ func (k *kubeCluster) ListStates(ctx context.Context) ([]v1alpha1.RDMANodeState,
 }
 
 func (k *kubeCluster) GetState(ctx context.Context, node string) (*v1alpha1.RDMANodeState, error) {
-	var s v1alpha1.RDMANodeState
-	err := k.rns.Get().Resource(v1alpha1.Resource).Name(node).Do(ctx).Into(&s)
+	s, err := k.rns.Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		// A missing object and a missing resource are both 404: a list
 		// tells them apart.
-		var l v1alpha1.RDMANodeStateList
-		lerr := k.rns.Get().Resource(v1alpha1.Resource).Param("limit", "1").Do(ctx).Into(&l)
+		_, lerr := k.rns.List(ctx, metav1.ListOptions{Limit: 1})
 		if apierrors.IsNotFound(lerr) {
 			return nil, ErrCRDMissing
 		}
@@ -103,7 +91,7 @@ func (k *kubeCluster) GetState(ctx context.Context, node string) (*v1alpha1.RDMA
 	if err != nil {
 		return nil, apiError("get rdmanodestate "+node, err)
 	}
-	return &s, nil
+	return s, nil
 }
 
 func (k *kubeCluster) ListNodes(ctx context.Context) ([]corev1.Node, error) {

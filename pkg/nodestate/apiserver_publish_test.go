@@ -66,10 +66,7 @@ func TestPublishToAPIServer(t *testing.T) {
 	admin := newClient(t, cfg)
 	node := createNode(t, admin, "n1")
 	saCfg := chartUser(t, env, admin)
-	c, err := NewClient(saCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := writerFor(t, saCfg)
 	w := &countingWriter{w: c, count: make(chan struct{}, 100)}
 	src := newFakeSource(testView())
 	const interval = 200 * time.Millisecond
@@ -221,10 +218,7 @@ func needed(t *testing.T, env *envtest.Environment, admin client.Client) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(u.Config())
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := writerFor(t, u.Config())
 			st := Build(Input{View: testView(), Now: time.Now()})
 			if err := c.Apply(ctx, name, &st); !apierrors.IsForbidden(err) {
 				t.Errorf("publish without %s on %s: %v, want forbidden", verb, r.Resources[0], err)

@@ -11,12 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
 )
 
 // defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
@@ -60,6 +62,25 @@ func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 		}
 	})
 	return env, cfg
+}
+
+// writerFor is the daemon's Client as cmd/device-plugin builds it: the core
+// and kube-rdma typed clients on one rest.Config and one HTTP client.
+func writerFor(t *testing.T, cfg *rest.Config) *Client {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdma, err := clientset.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewClient(kube.CoreV1(), rdma.RDMAV1alpha1())
 }
 
 func newClient(t *testing.T, cfg *rest.Config) client.Client {

@@ -7,114 +7,88 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	rdmaac "github.com/kube-rdma/kube-rdma/pkg/client/applyconfiguration/apis/v1alpha1"
+	rdmaclient "github.com/kube-rdma/kube-rdma/pkg/client/clientset/typed/apis/v1alpha1"
 )
 
 // FieldManager is the server-side apply field manager of every write.
 const FieldManager = "kube-rdma-device-plugin"
 
-const basePath = "/apis/rdma.kube-rdma.io/v1alpha1/" + v1alpha1.Resource
+// applyOptions: the daemon is the object's only writer, so it takes any
+// field another manager touched back (force).
+var applyOptions = metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
-// Client writes RDMANodeState objects to an API server.
+// Client writes RDMANodeState objects to an API server through the generated
+// typed client (pkg/client) and reads the Node it hangs them on.
 type Client struct {
-	rest rest.Interface
+	nodes  corev1client.NodesGetter
+	states rdmaclient.RDMANodeStatesGetter
 }
 
-// NewClient returns a Client for the API server of cfg.
-func NewClient(cfg *rest.Config) (*Client, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath = "/apis"
-	c.GroupVersion = &v1alpha1.GroupVersion
-	c.ContentType = runtime.ContentTypeJSON
-	s := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = FieldManager
-	}
-	r, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return &Client{rest: r}, nil
-}
-
-// applied is the shape of an apply request: only the fields it owns.
-type applied struct {
-	APIVersion string                        `json:"apiVersion"`
-	Kind       string                        `json:"kind"`
-	Metadata   appliedMeta                   `json:"metadata"`
-	Spec       *v1alpha1.RDMANodeStateSpec   `json:"spec,omitempty"`
-	Status     *v1alpha1.RDMANodeStateStatus `json:"status,omitempty"`
-}
-
-type appliedMeta struct {
-	Name            string                  `json:"name"`
-	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+// NewClient returns a Client over the daemon's clients: the core group's
+// (kubernetes.Interface.CoreV1()) and kube-rdma's
+// (clientset.Interface.RDMAV1alpha1()), built on one rest.Config.
+func NewClient(nodes corev1client.NodesGetter, states rdmaclient.RDMANodeStatesGetter) *Client {
+	return &Client{nodes: nodes, states: states}
 }
 
 // Apply writes the status of node's object, creating the object first when
 // it does not exist (or no longer does: the Node was deleted and came back).
 func (c *Client) Apply(ctx context.Context, node string, st *v1alpha1.RDMANodeStateStatus) error {
-	err := c.apply(ctx, applied{Metadata: appliedMeta{Name: node}, Status: st}, "status")
+	ac, err := statusApply(node, st)
+	if err != nil {
+		return err
+	}
+	err = c.applyStatus(ctx, ac)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
 	if err := c.create(ctx, node); err != nil {
 		return err
 	}
-	return c.apply(ctx, applied{Metadata: appliedMeta{Name: node}, Status: st}, "status")
+	return c.applyStatus(ctx, ac)
 }
 
-// create applies the object with its spec and the Node as its owner.
-func (c *Client) create(ctx context.Context, node string) error {
-	var n struct {
-		Metadata struct {
-			UID types.UID `json:"uid"`
-		} `json:"metadata"`
-	}
-	raw, err := c.rest.Get().AbsPath("/api/v1/nodes", node).Do(ctx).Raw()
-	if err != nil {
-		return fmt.Errorf("get node %s: %w", node, err)
-	}
-	if err := json.Unmarshal(raw, &n); err != nil || n.Metadata.UID == "" {
-		return fmt.Errorf("get node %s: no uid in the answer (%v)", node, err)
-	}
-	obj := applied{
-		Metadata: appliedMeta{Name: node, OwnerReferences: []metav1.OwnerReference{
-			{APIVersion: "v1", Kind: "Node", Name: node, UID: n.Metadata.UID}}},
-		Spec: &v1alpha1.RDMANodeStateSpec{NodeName: node},
-	}
-	return c.apply(ctx, obj, "")
-}
-
-func (c *Client) apply(ctx context.Context, obj applied, subresource string) error {
-	obj.APIVersion, obj.Kind = v1alpha1.GroupVersion.String(), "RDMANodeState"
-	body, err := json.Marshal(obj)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", obj.Metadata.Name, err)
-	}
-	req := c.rest.Patch(types.ApplyPatchType).AbsPath(basePath, obj.Metadata.Name)
-	if subresource != "" {
-		req = req.SubResource(subresource)
-	}
-	err = req.Param("fieldManager", FieldManager).Param("force", "true").Body(body).Do(ctx).Error()
-	if err != nil {
-		return fmt.Errorf("apply rdmanodestate %s%s: %w", obj.Metadata.Name, suffix(subresource), err)
+func (c *Client) applyStatus(ctx context.Context, ac *rdmaac.RDMANodeStateApplyConfiguration) error {
+	if _, err := c.states.RDMANodeStates().ApplyStatus(ctx, ac, applyOptions); err != nil {
+		return fmt.Errorf("apply rdmanodestate %s/status: %w", *ac.Name, err)
 	}
 	return nil
 }
 
-func suffix(sub string) string {
-	if sub == "" {
-		return ""
+// create applies the object with its spec and the Node as its owner.
+func (c *Client) create(ctx context.Context, node string) error {
+	n, err := c.nodes.Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", node, err)
 	}
-	return "/" + sub
+	ac := rdmaac.RDMANodeState(node).
+		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion("v1").WithKind("Node").WithName(node).WithUID(n.UID)).
+		WithSpec(rdmaac.RDMANodeStateSpec().WithNodeName(node))
+	if _, err := c.states.RDMANodeStates().Apply(ctx, ac, applyOptions); err != nil {
+		return fmt.Errorf("apply rdmanodestate %s: %w", node, err)
+	}
+	return nil
+}
+
+// statusApply is the apply configuration of node's status: exactly the
+// fields st sets. Build returns the API type (pure, compared with cmp in its
+// tests); the generated apply configuration has the same JSON shape, field
+// for field (both come from pkg/apis/v1alpha1), so the status goes over
+// through its JSON: a field st omits (omitempty) is not applied, a field it
+// sets, zero or not, is.
+func statusApply(node string, st *v1alpha1.RDMANodeStateStatus) (*rdmaac.RDMANodeStateApplyConfiguration, error) {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode rdmanodestate %s status: %w", node, err)
+	}
+	var sac rdmaac.RDMANodeStateStatusApplyConfiguration
+	if err := json.Unmarshal(raw, &sac); err != nil {
+		return nil, fmt.Errorf("rdmanodestate %s status apply configuration: %w", node, err)
+	}
+	return rdmaac.RDMANodeState(node).WithStatus(&sac), nil
 }

@@ -12,12 +12,12 @@
 // rides out an API server restart. It writes through the small Writer
 // interface it declares.
 //
-// Client is the Writer for a real API server: client-go's REST client
-// (k8s.io/client-go/rest), not controller-runtime's client. The daemon makes
-// three kinds of requests (get the Node, apply the object, apply its
-// status) with server-side apply, which needs no cache, informer, scheme
-// conversion or REST mapper; the REST client adds the least to a binary that
-// every RDMA node runs (docs/device-plugin.md, "Node state", has the size).
+// Client is the Writer for a real API server: the typed client and apply
+// configurations generated from pkg/apis/v1alpha1 by k8s.io/code-generator
+// (pkg/client, `make generate`), and client-go's core client for the Node.
+// The daemon makes three kinds of requests (get the Node, apply the object,
+// apply its status) with server-side apply, which needs no cache, informer
+// or REST mapper, so not controller-runtime's client.
 // Tests use controller-runtime's envtest for a real kube-apiserver and etcd.
 //
 // It does not read the node itself (the daemon's view carries the node

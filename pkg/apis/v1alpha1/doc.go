@@ -12,4 +12,5 @@
 //
 // +kubebuilder:object:generate=true
 // +groupName=rdma.kube-rdma.io
+// +groupGoName=RDMA
 package v1alpha1

@@ -9,6 +9,10 @@ import (
 // GroupVersion is the API group and version of this package.
 var GroupVersion = schema.GroupVersion{Group: "rdma.kube-rdma.io", Version: "v1alpha1"}
 
+// SchemeGroupVersion is GroupVersion under the name the generated client
+// (pkg/client, client-gen) looks for.
+var SchemeGroupVersion = GroupVersion
+
 // Resource is the plural resource name of RDMANodeState.
 const Resource = "rdmanodestates"
 

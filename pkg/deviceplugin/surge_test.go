@@ -1,0 +1,98 @@
+package deviceplugin_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// TestSurgeUpdate plays a DaemonSet update with surge on one node: the new
+// daemon starts beside the old one (same kubelet directory, CDI directory
+// and status port), registers, and the old one stops. The new one must keep
+// its socket, the pool's CDI spec and the status port; when it stops in
+// turn, it removes its socket and spec.
+func TestSurgeUpdate(t *testing.T) {
+	old := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.CDIDir = filepath.Join(t.TempDir(), "cdi") })
+	sock := filepath.Join(old.cfg.KubeletDir, deviceplugin.SocketName("hca"))
+	spec := filepath.Join(old.cfg.CDIDir, "kube-rdma-hca.json")
+	for _, p := range []string{sock, spec} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("old daemon: %v", err)
+		}
+	}
+	regs := len(old.kubelet.Registrations())
+
+	cfg := old.cfg
+	cfg.MetricsAddr = old.d.MetricsAddr() // the same port: two listeners
+	next, err := deviceplugin.New(cfg)
+	if err != nil {
+		t.Fatalf("second daemon on the status port %s: %v", cfg.MetricsAddr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- next.Run(ctx) }()
+	stopNext := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("new daemon: %v", err)
+		}
+	}
+	select {
+	case <-next.Ready():
+	case err := <-done:
+		t.Fatalf("new daemon exited: %v", err)
+	}
+	old.waitFor(t, 5*time.Second, "the new daemon's registration", func(k *kubeletstub.Kubelet) bool {
+		return len(k.Registrations()) > regs
+	})
+	nextSock, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The same socket file: not removed and served again.
+	if fi, err := os.Stat(sock); err == nil && !os.SameFile(fi, nextSock) {
+		t.Error("the new daemon's socket was replaced after the old daemon stopped")
+	}
+	for _, p := range []string{sock, spec} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("after the old daemon stopped: %v, want the new daemon's file kept", err)
+		}
+	}
+	// The old listener is closed: every connection reaches the new one.
+	for range 5 {
+		resp, err := http.Get("http://" + cfg.MetricsAddr + "/healthz")
+		if err != nil {
+			t.Fatalf("status port after the old daemon stopped: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("/healthz: %s", resp.Status)
+		}
+	}
+	// The kubelet's calls reach the new daemon through the socket.
+	devs, _ := old.kubelet.Devices(hca)
+	if len(devs) == 0 {
+		t.Fatal("no devices listed")
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer acancel()
+	if _, err := old.kubelet.Allocate(actx, hca, []string{devs[0].ID}); err != nil {
+		t.Errorf("allocate after the old daemon stopped: %v", err)
+	}
+	stopNext()
+	for _, p := range []string{sock, spec} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after the new daemon stopped: %v, want removed", err)
+		}
+	}
+}
