@@ -53,6 +53,18 @@ func (c *chainer) run(ctx context.Context) error {
 // apply puts the entry into the conflist that should hold it now, and
 // takes it out of the one that held it before when that is another.
 func (c *chainer) apply() error {
+	// The binary before the entry: a runtime that sees the entry execs it.
+	// Run installed it before the first apply; with Watch it may have been
+	// removed since (an older pod's stop during an update with surge).
+	if c.Watch && c.BinDir != "" {
+		copied, err := InstallBinary(c.Exe, c.BinDir)
+		if err != nil {
+			return err
+		}
+		if copied {
+			c.Log.Info("binary installed again", "path", filepath.Join(c.BinDir, BinaryName))
+		}
+	}
 	target, err := c.resolve()
 	if err != nil {
 		return err
@@ -161,13 +173,18 @@ func (c *chainer) settle(ctx context.Context, timeout <-chan time.Time) error {
 }
 
 // matters reports whether ev may change which conflist holds the entry or
-// what it holds: a change to a *.conflist (to the named one with Conflist).
+// what it holds: a change to a *.conflist (to the named one with Conflist);
+// or the installed binary removed or renamed away.
 // Our own temporary files (.<name>.<random>) do not match.
 func (c *chainer) matters(ev fsnotify.Event) bool {
 	if ev.Op == fsnotify.Chmod {
 		return false
 	}
 	base := filepath.Base(ev.Name)
+	if c.BinDir != "" && filepath.Clean(filepath.Dir(ev.Name)) == filepath.Clean(c.BinDir) &&
+		filepath.Clean(c.BinDir) != filepath.Clean(c.ConfDir) {
+		return base == BinaryName && ev.Has(fsnotify.Remove|fsnotify.Rename)
+	}
 	if c.Conflist != "" {
 		return base == c.Conflist
 	}

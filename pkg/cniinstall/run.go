@@ -70,8 +70,8 @@ func (o Options) Validate() error {
 // Run installs the binary (BinDir), then chains the entry into the
 // conflist (ConfDir), waiting for one to appear. Without Watch it returns
 // once the entry is there, or an error after Timeout. With Watch it keeps
-// the entry there until ctx is done, then (RemoveOnExit) takes it out and
-// returns nil.
+// the entry, and the binary, there until ctx is done, then (RemoveOnExit)
+// takes them out and returns nil.
 func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -113,6 +113,15 @@ func Run(ctx context.Context, o Options) error {
 	// Watch before the first look, so no change after it is missed.
 	if err := w.Add(o.ConfDir); err != nil {
 		return fmt.Errorf("watch %s: %w", o.ConfDir, err)
+	}
+	// With Watch, the binary is kept as well as the entry: during a DaemonSet
+	// update with surge, the old pod's stop (RemoveOnExit) takes both out
+	// while the new pod watches; the entry comes back on the conflist's
+	// change, and the binary on this directory's.
+	if o.Watch && o.BinDir != "" {
+		if err := w.Add(o.BinDir); err != nil {
+			return fmt.Errorf("watch %s: %w", o.BinDir, err)
+		}
 	}
 	c := &chainer{Options: o, plugin: plugin, w: w}
 	return c.run(ctx)

@@ -345,3 +345,45 @@ func TestStop(t *testing.T) {
 		})
 	}
 }
+
+// TestSurgeUpdate: two cni-chain containers on one node, as a DaemonSet
+// update with surge runs them. The old one stops with RemoveOnExit and,
+// no pod being attached, takes the entry and the binary out; the new one
+// puts both back, the binary first. Before, it put back the entry alone:
+// every pod sandbox on the node then failed to find the plugin.
+func TestSurgeUpdate(t *testing.T) {
+	e := newEnv(t)
+	path := filepath.Join(e.conf, "10-calico.conflist")
+	write(t, path, conflistOf(calico, portmap), 0o644)
+	old := e.options()
+	old.Watch, old.RemoveOnExit, old.BootID = true, true, "boot-1"
+	stopOld := start(t, old)
+	eventually(t, "the entry", func() bool { return hasEntry(path) })
+	// The new pod's binary (another release: other content).
+	newExe := filepath.Join(filepath.Dir(e.exe), "exe-new")
+	write(t, newExe, "\x7fELF kube-rdma, the next release", 0o755)
+	next := old
+	next.Exe = newExe
+	stopNew := start(t, next)
+	bin := filepath.Join(e.bin, BinaryName)
+	eventually(t, "the new binary", func() bool { data, _ := os.ReadFile(bin); return string(data) == "\x7fELF kube-rdma, the next release" })
+	if err := stopOld(); err != nil {
+		t.Fatalf("old Run after cancel = %v", err)
+	}
+	eventually(t, "the entry and the new binary back", func() bool {
+		data, _ := os.ReadFile(bin)
+		return hasEntry(path) && string(data) == "\x7fELF kube-rdma, the next release"
+	})
+	// Removing the binary behind its back (an old pod's stop that lost the
+	// race to the conflist event) brings it back too.
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the binary reinstalled", func() bool { _, err := os.Stat(bin); return err == nil })
+	if err := stopNew(); err != nil {
+		t.Fatalf("new Run after cancel = %v", err)
+	}
+	if hasEntry(path) {
+		t.Error("the entry is left after the last pod stopped")
+	}
+}
