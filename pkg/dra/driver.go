@@ -68,6 +68,12 @@ type Driver struct {
 	index   *Index
 	health  []kubeletplugin.DeviceHealth
 	changed chan struct{} // closed when health changes
+	// want is the latest publication Publish asked for; publishLoop hands it
+	// to the helper. kick wakes publishLoop (one pending wake is enough).
+	want *resourceslice.DriverResources
+	kick chan struct{}
+	// pubErr is the last publication's error, nil once one went through.
+	pubErr error
 }
 
 // StartDriver registers the driver with the kubelet and serves its gRPC
@@ -119,7 +125,59 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("start dra kubelet plugin: %w", err)
 	}
 	d.helper = h
+	d.kick = make(chan struct{}, 1)
+	go d.publishLoop(ctx)
 	return d, nil
+}
+
+// publishLoop hands the latest publication to the helper, off the daemon's
+// Run goroutine: the helper's first PublishResources starts its ResourceSlice
+// controller and waits for its informer to sync, that is for the API server.
+// Called from Publish, an API server that does not answer held the whole
+// daemon (no device plugin pool socket, /healthz 503) until it answered.
+// Later calls only update the running controller. A failed one is tried
+// again after a backoff (1 s doubling to 30 s) or at the next Publish.
+func (d *Driver) publishLoop(ctx context.Context) {
+	backoff := time.Second
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		case <-retry:
+		}
+		retry = nil
+		d.mu.Lock()
+		res := d.want
+		d.mu.Unlock()
+		if res == nil {
+			continue
+		}
+		err := d.helper.PublishResources(ctx, *res)
+		d.mu.Lock()
+		was := d.pubErr
+		d.pubErr = err
+		d.mu.Unlock()
+		switch {
+		case err != nil:
+			d.log.Error("publish resource slices; trying again", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, 30*time.Second)
+		case was != nil:
+			d.log.Info("resource slices published again")
+			backoff = time.Second
+		}
+	}
+}
+
+// PublishErr is the last publication's error: nil once one went through
+// (the helper's controller then keeps the slices in line by itself), and
+// nil before the first.
+func (d *Driver) PublishErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pubErr
 }
 
 // ClaimsDir is where a driver with this plugin directory keeps the claims'
@@ -133,7 +191,9 @@ func (d *Driver) Stop() { d.helper.Stop() }
 // Publish replaces the published pools: configured pool name -> members;
 // noNCCL names the pools that do not set NCCL's variables. Devices whose
 // names collide are left out and reported in the error; the rest is
-// published.
+// published. It does not wait for the API server: the claims' lookups and
+// health are in place when it returns, the ResourceSlices follow when the
+// API server answers (publishLoop; PublishErr says how the last went).
 func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	ix := &Index{}
@@ -165,9 +225,11 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[str
 		d.changed = make(chan struct{})
 	}
 	d.health = health
+	d.want = &res
 	d.mu.Unlock()
-	if err := d.helper.PublishResources(context.Background(), res); err != nil {
-		errs = append(errs, fmt.Errorf("publish resource slices: %w", err))
+	select {
+	case d.kick <- struct{}{}:
+	default: // a wake is pending: it takes the latest
 	}
 	return errors.Join(errs...)
 }
