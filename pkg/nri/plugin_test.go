@@ -244,24 +244,21 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
 	logs := &syncBuffer{}
 	p := New(Config{Source: fakeSource{}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	h := &handler{p: p}
-	pod := recordedPod(map[string]string{AnnotationKey: "1Ti"})
-	ctr := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192)}, nil)
+	pod := wirePod(t, recordedPod(map[string]string{AnnotationKey: "1Ti"}))
+	ctr := wireContainer(t, recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192)}, nil))
+	want := []Rlimit{{Type: RlimitMemlock, Hard: 64 * gi, Soft: 64 * gi}}
 	for range 2 {
-		adj, _, err := h.CreateContainer(context.Background(), pod, ctr)
-		if err != nil || len(adj.GetRlimits()) != 1 || adj.GetRlimits()[0].GetHard() != 64*gi {
-			t.Fatalf("CreateContainer: %v, %v; want 64Gi", adj, err)
+		if diff := cmp.Diff(want, p.create(pod, ctr)); diff != "" {
+			t.Fatalf("create (-want +got):\n%s", diff)
 		}
 	}
 	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 1 {
 		t.Errorf("%d warnings for one pod, want 1:\n%s", n, logs)
 	}
-	_ = h.RemovePodSandbox(context.Background(), pod)
-	other := recordedPod(map[string]string{AnnotationKey: "1Ti"})
-	other.Id = "another"
-	if _, _, err := h.CreateContainer(context.Background(), other, ctr); err != nil {
-		t.Fatal(err)
-	}
+	p.forget(pod)
+	other := pod
+	other.ID = "another"
+	p.create(other, ctr)
 	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 2 {
 		t.Errorf("%d warnings for two pods, want 2:\n%s", n, logs)
 	}
