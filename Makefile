@@ -6,6 +6,10 @@ BIN := bin
 # Pinned; built from the Go module proxy on first use and cached in GOCACHE.
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# v1.30.0 is errcheck's newest release. .errcheck-excludes lists the calls
+# whose errors are dropped on purpose everywhere, each with its reason;
+# elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
+ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
 .PHONY: all build weight demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate krew-dist
 
@@ -151,6 +155,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) vet -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
+	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes ./...
+	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 
 # Every shell script in the repository (git ls-files '*.sh') and .ci/run. Debian: apt-get
 # install shellcheck (bookworm: 0.9.0). A warning that is wrong for one line is disabled on

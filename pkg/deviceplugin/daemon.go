@@ -241,7 +241,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopConf()
 	watcherDone := make(chan error, 1)
 	go func() { watcherDone <- d.watcher.Run(ctx) }()
-	defer func() { cancel(); <-watcherDone }()
+	defer func() { cancel(); _ = <-watcherDone }() // nil: it fails only without a first scan, done above
 
 	snap, changed := d.node.Latest()
 	d.applyConfig(ctx, d.conf, snap)

@@ -44,7 +44,7 @@ func ListRDMA(sysRoot string, buf []string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list rdma devices: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return nil, fmt.Errorf("list rdma devices: %w", err)
@@ -111,7 +111,7 @@ func (p *PortStates) Close() {
 	}
 	for _, f := range p.files {
 		if f.fd >= 0 {
-			unix.Close(f.fd)
+			_ = unix.Close(f.fd)
 		}
 	}
 	p.files = nil

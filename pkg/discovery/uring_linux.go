@@ -167,15 +167,15 @@ func (r *ring) close() {
 		r.flush()
 	}
 	if r.sqeMem != nil {
-		unix.Munmap(r.sqeMem)
+		_ = unix.Munmap(r.sqeMem)
 	}
 	if r.cqMem != nil && &r.cqMem[0] != &r.sqMem[0] {
-		unix.Munmap(r.cqMem)
+		_ = unix.Munmap(r.cqMem)
 	}
 	if r.sqMem != nil {
-		unix.Munmap(r.sqMem)
+		_ = unix.Munmap(r.sqMem)
 	}
-	unix.Close(r.fd)
+	_ = unix.Close(r.fd)
 }
 
 // readAll reads every request's attribute as dir.read would, many per
@@ -307,7 +307,7 @@ func (r *ring) flush() {
 		*e = sqe{opcode: opClose, fd: r.pending[i], userData: closeTag}
 	}, func(int, int32) {}) {
 		for _, fd := range r.pending {
-			unix.Close(int(fd))
+			_ = unix.Close(int(fd))
 		}
 	}
 	r.pending = r.pending[:0]

@@ -119,7 +119,7 @@ func newProxy(t *testing.T, socket, runtime string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{l: l}
-	t.Cleanup(func() { l.Close(); p.cut() })
+	t.Cleanup(func() { _ = l.Close(); p.cut() })
 	go func() {
 		for {
 			a, err := l.Accept()
@@ -128,14 +128,14 @@ func newProxy(t *testing.T, socket, runtime string) *proxy {
 			}
 			b, err := net.Dial("unix", runtime)
 			if err != nil {
-				a.Close()
+				_ = a.Close()
 				continue
 			}
 			p.mu.Lock()
 			p.c = append(p.c, a, b)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(a, b); a.Close() }()
-			go func() { _, _ = io.Copy(b, a); b.Close() }()
+			go func() { _, _ = io.Copy(a, b); _ = a.Close() }()
+			go func() { _, _ = io.Copy(b, a); _ = b.Close() }()
 		}
 	}()
 	return p
@@ -146,7 +146,7 @@ func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.c {
-		c.Close()
+		_ = c.Close()
 	}
 	p.c = nil
 }

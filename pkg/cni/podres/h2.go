@@ -48,13 +48,17 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(callLimit)
 	}
-	conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	// Cancelled: a deadline in the past ends the reads; the call may have
+	// closed conn by then.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	var hdr bytes.Buffer
@@ -65,7 +69,7 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
 		{Name: "grpc-timeout", Value: strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10) + "m"},
 	} {
-		enc.WriteField(f)
+		_ = enc.WriteField(f) // into a bytes.Buffer: cannot fail
 	}
 	body := make([]byte, 5+len(msg))
 	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))

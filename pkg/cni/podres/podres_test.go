@@ -38,7 +38,7 @@ func TestDevices(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			got, err := c.Devices(ctx, "ns", "a")
@@ -73,7 +73,7 @@ func TestDevicesUnknownPod(t *testing.T) {
 			srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "a"})
 			m.set(srv)
 			c, _ := podres.Dial(srv.Socket)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			got, err := c.Devices(ctx, "ns", "nobody")
@@ -90,7 +90,7 @@ func TestDevicesOtherErrors(t *testing.T) {
 	srv := podrestest.Start(t, podrestest.Pod{Namespace: "ns", Name: "a"})
 	srv.Fail(errors.New("pod a in namespace ns not found, and something else")) // code 2, another text
 	c, _ := podres.Dial(srv.Socket)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := c.Devices(ctx, "ns", "a")
@@ -102,7 +102,7 @@ func TestDevicesOtherErrors(t *testing.T) {
 		t.Errorf("List called %d times after an unrelated Get error", n)
 	}
 	dead, _ := podres.Dial(srv.Socket + ".missing")
-	defer dead.Close()
+	defer func() { _ = dead.Close() }()
 	if _, err := dead.Devices(ctx, "ns", "a"); err == nil || errors.As(err, &se) {
 		t.Errorf("Devices on a missing socket = %v, want a connection error", err)
 	}

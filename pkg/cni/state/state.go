@@ -182,10 +182,10 @@ func (s Store) Lock() (unlock func(), err error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
 }
 
 // Save writes a record atomically (temporary file, rename).
@@ -274,7 +274,7 @@ func (s Store) List() ([]Attachment, error) {
 		}
 		a, err := s.read(filepath.Join(s.Dir, e.Name()))
 		if errors.Is(err, ErrStale) {
-			os.Remove(filepath.Join(s.Dir, e.Name()))
+			_ = os.Remove(filepath.Join(s.Dir, e.Name()))
 			continue
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -385,11 +385,11 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 			}
 		}
 		if err == unix.EWOULDBLOCK {
-			f.Close()
+			_ = f.Close()
 			return nil, false, nil
 		}
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, false, fmt.Errorf("hold %s: %w", path, err)
 		}
 		// The holder before us removes the file when it is done: a lock on
@@ -397,12 +397,12 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 		var held, now unix.Stat_t
 		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
 			return func() {
-				os.Remove(path)
-				unix.Flock(int(f.Fd()), unix.LOCK_UN)
-				f.Close()
+				_ = os.Remove(path)
+				_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				_ = f.Close()
 			}, true, nil
 		}
-		f.Close()
+		_ = f.Close()
 	}
 }
 
@@ -415,6 +415,6 @@ func (s Store) Writable() error {
 	if err != nil {
 		return fmt.Errorf("state dir %s is not writable: %w", s.Dir, err)
 	}
-	f.Close()
+	_ = f.Close()
 	return os.Remove(f.Name())
 }

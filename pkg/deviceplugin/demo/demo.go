@@ -53,7 +53,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	kdir, devRoot, err := makeDirs(tmp)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func Run(ctx context.Context, o Options) error {
 	done := make(chan error, 1)
 	begin := time.Now()
 	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); _ = <-done }() // the demo reported Run's errors before it ends it
 	select {
 	case <-d.Ready():
 	case err := <-done:
@@ -219,7 +219,7 @@ func printDevices(out io.Writer, st deviceplugin.State, k *kubeletstub.Kubelet) 
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Resource, x.ID, x.Health, strings.Join(numa, ","), r)
 		}
 	}
-	tw.Flush()
+	_ = tw.Flush() // the demo's output, as fmt.Fprintf to it above
 }
 
 func printAllocate(out io.Writer, c *pluginapi.ContainerAllocateResponse) {

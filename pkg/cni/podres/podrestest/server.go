@@ -70,7 +70,7 @@ func Start(t testing.TB, pods ...Pod) *Server {
 	}
 	g := grpc.NewServer()
 	podresourcesv1.RegisterPodResourcesListerServer(g, s)
-	go g.Serve(l)
+	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)
 	return s
 }
