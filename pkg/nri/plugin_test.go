@@ -201,7 +201,7 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	with := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192), rdmaCM}, nil)
 	// The plugin counts itself connected once the runtime synchronized it;
 	// the runtime adds it to the plugins a CreateContainer goes to a moment
-	// later (CI saw one CreateContainer in between reach no plugin). A call
+	// later, so a CreateContainer in between can reach no plugin. A call
 	// that reaches no plugin is not counted by it, so the counts below hold.
 	eventually := func(rt *adaptation.Adaptation, what string) {
 		t.Helper()
