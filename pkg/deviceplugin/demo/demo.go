@@ -44,7 +44,7 @@ type Options struct {
 const waitLimit = 10 * time.Second
 
 // Run plays the script.
-func Run(ctx context.Context, o Options) error {
+func Run(ctx context.Context, o Options) (retErr error) {
 	out := o.Out
 	if out == nil {
 		out = io.Discard
@@ -72,12 +72,19 @@ func Run(ctx context.Context, o Options) error {
 	done := make(chan error, 1)
 	begin := time.Now()
 	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); _ = <-done }() // the demo reported Run's errors before it ends it
 	select {
 	case <-d.Ready():
 	case err := <-done:
 		return err
 	}
+	// The daemon runs until the script ends; its error, if any, is the
+	// demo's when the script did not fail first.
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
 	resource, err := showRegistration(ctx, out, d, k, begin)
 	if err != nil {
 		return err
