@@ -15,10 +15,11 @@ ARG VERSION= COMMIT= DATE=
 ENV VFLAGS="-X github.com/kube-rdma/kube-rdma/internal/version.Version=${VERSION} -X github.com/kube-rdma/kube-rdma/internal/version.Commit=${COMMIT} -X github.com/kube-rdma/kube-rdma/internal/version.Date=${DATE}"
 # Only the shipped binaries; the demo (cmd/kube-rdma-demo) stays out.
 # Static and stripped: the final image has no libc, and the CNI binary's
-# start-up is part of every pod's ADD and DEL.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/device-plugin ./cmd/device-plugin \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/kube-rdma ./cmd/cni \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $VFLAGS" -o /out/kubectl-rdma ./cmd/kubectl-rdma
+# start-up is part of every pod's ADD and DEL. -tags grpcnotrace: as the
+# Makefile's build (RELEASE_TAGS), gRPC without golang.org/x/net/trace.
+RUN CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags="-s -w $VFLAGS" -o /out/device-plugin ./cmd/device-plugin \
+ && CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags="-s -w $VFLAGS" -o /out/kube-rdma ./cmd/cni \
+ && CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags="-s -w $VFLAGS" -o /out/kubectl-rdma ./cmd/kubectl-rdma
 
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/ /usr/local/bin/

@@ -6,8 +6,12 @@ BIN := bin
 # Pinned; built from the Go module proxy on first use and cached in GOCACHE.
 # v0.8.2 is staticcheck 2026.2.2, the newest release; it requires Go 1.26.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# v1.30.0 is errcheck's newest release. .errcheck-excludes lists the calls
+# whose errors are dropped on purpose everywhere, each with its reason;
+# elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
+ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -19,15 +23,34 @@ DATE ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:
 VPKG := github.com/kube-rdma/kube-rdma/internal/version
 VFLAGS := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).Date=$(DATE)
 
-# The shipped binaries (the image carries these three). The CNI binary is
-# named after the plugin type it implements ("kube-rdma"): runtimes look the
-# type up in CNI_PATH. It is exec'd twice per pod, so it is built static and
-# stripped (start-up is most of its cost; docs/cni.md).
+# The shipped binaries (the image carries these three), built as the
+# Dockerfile builds them (docs/weight.md has the figures):
+# - static (CGO_ENABLED=0): the image has no libc. For kubectl-rdma it also
+#   matters for size: cli-runtime links kustomize, which imports Go's plugin
+#   package, and with cgo that makes the linker export every symbol
+#   dynamically (35 MB of the binary).
+# - stripped (-s -w: no symbol table, no DWARF; panics still print file:line).
+# - RELEASE_TAGS: grpcnotrace leaves out gRPC's golang.org/x/net/trace,
+#   whose html/template makes the linker keep every exported method of every
+#   linked type (reflect's MethodByName): 16 MB of the daemon.
+# The CNI binary is named after the plugin type it implements ("kube-rdma"):
+# runtimes look the type up in CNI_PATH; it is exec'd twice per pod, so its
+# start-up is most of its cost (docs/cni.md). The Dockerfile and
+# e2e/local-node/images.sh build with the same flags.
+RELEASE_TAGS := grpcnotrace
+RELEASE_LDFLAGS := -s -w $(VFLAGS)
+RELEASE_BUILD := CGO_ENABLED=0 $(GO) build -tags $(RELEASE_TAGS) -trimpath -ldflags='$(RELEASE_LDFLAGS)'
 build: hack/ensure-go.sh
 	@bash hack/ensure-go.sh
-	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/device-plugin ./cmd/device-plugin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(VFLAGS)' -o $(BIN)/kube-rdma ./cmd/cni
-	$(GO) build -trimpath -ldflags='$(VFLAGS)' -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
+	$(RELEASE_BUILD) -o $(BIN)/device-plugin ./cmd/device-plugin
+	$(RELEASE_BUILD) -o $(BIN)/kube-rdma ./cmd/cni
+	$(RELEASE_BUILD) -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
+
+# The weight of what ships, against its limits (docs/weight.md): the size of
+# each release binary, and the daemon's idle RSS and CPU on the 1,024-device
+# synthetic node (hack/dp-idle.sh). Fails when one is over.
+weight: build
+	bash hack/weight.sh $(BIN)
 
 # Runs discovery, then the device plugin daemon against an in-process kubelet
 # stand-in, on a built-in sample node (an 8-GPU HGX H100): no root, no
@@ -65,9 +88,9 @@ bench:
 bench-ghw:
 	cd bench/ghw && $(GO) run . -rounds 15
 
-# Idle RSS and CPU of the daemon on the 1,024-device synthetic node.
+# Idle RSS and CPU of the daemon (bin/device-plugin) on the 1,024-device synthetic node.
 dp-idle: build
-	bash hack/dp-idle.sh 30
+	bash hack/dp-idle.sh 30 $(BIN)/device-plugin
 
 # ADD+DEL with this plugin against Debian's host-device and the raw netns move.
 bench-cni: build
@@ -140,6 +163,8 @@ lint:
 	GO=$(GO) bash hack/verify-codegen.sh
 	$(GO) vet -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
+	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes ./...
+	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 
 # Every shell script in the repository (git ls-files '*.sh') and .ci/run. Debian: apt-get
 # install shellcheck (bookworm: 0.9.0). A warning that is wrong for one line is disabled on

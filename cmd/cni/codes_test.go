@@ -25,7 +25,7 @@ func docCodes(t *testing.T) []uint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	row := regexp.MustCompile(`^\| (\d+) \| `)
 	var codes []uint
 	in := false
@@ -75,7 +75,7 @@ func TestDocumentedErrorCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	l.Close()
+	_ = l.Close()
 	conf := func(socket, extra string) string {
 		return `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"` + filepath.Join(dir, "state") +
 			`","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + socket + `"` + extra + `}`

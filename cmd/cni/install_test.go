@@ -160,7 +160,7 @@ func TestInstallWatchUntilSignal(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			for deadline := time.Now().Add(10 * time.Second); !d.chained(t); time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("not chained after 10s; stderr %s", errb.String())

@@ -83,7 +83,7 @@ func get(t *testing.T, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rsp.Body.Close()
+	defer func() { _ = rsp.Body.Close() }()
 	b, _ := io.ReadAll(rsp.Body)
 	return string(b)
 }

@@ -34,7 +34,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		cfg.Allocations = c
 	}
 	ctx, cancel := context.WithCancel(ctx)

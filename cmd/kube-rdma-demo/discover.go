@@ -50,7 +50,7 @@ func buildSample(name string) (nodesim.Tree, func(), error) {
 	if err != nil {
 		return nodesim.Tree{}, nil, fmt.Errorf("build sample node: %w", err)
 	}
-	cleanup := func() { os.RemoveAll(dir) }
+	cleanup := func() { _ = os.RemoveAll(dir) }
 	tree, err := nodesim.Build(dir, topo)
 	if err != nil {
 		cleanup()

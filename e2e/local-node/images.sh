@@ -33,17 +33,19 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/local-node-images.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT" "$WORK/bin"
 
+# As the Makefile's release build: stripped, gRPC without x/net/trace (RELEASE_TAGS).
 gobuild() { (cd "$REPO" && nice -n 19 go build -ldflags='-s -w' "$@"); }
+release_tags=grpcnotrace
 
 log "building hack/ocibuild and the binaries"
 gobuild -o "$WORK/ocibuild" ./hack/ocibuild
-gobuild -o "$WORK/bin/device-plugin" ./cmd/device-plugin
-gobuild -o "$WORK/bin/kube-rdma" ./cmd/cni
-gobuild -o "$WORK/bin/kubectl-rdma" ./cmd/kubectl-rdma
+gobuild -tags "$release_tags" -o "$WORK/bin/device-plugin" ./cmd/device-plugin
+gobuild -tags "$release_tags" -o "$WORK/bin/kube-rdma" ./cmd/cni
+gobuild -tags "$release_tags" -o "$WORK/bin/kubectl-rdma" ./cmd/kubectl-rdma
 gobuild -o "$WORK/pause" ./e2e/local-node/pause
 mkdir -p "$WORK/fakerdma"
-gobuild -tags kuberdma_e2e -o "$WORK/fakerdma/device-plugin" ./cmd/device-plugin
-gobuild -tags kuberdma_e2e -o "$WORK/fakerdma/kube-rdma" ./cmd/cni
+gobuild -tags "kuberdma_e2e,$release_tags" -o "$WORK/fakerdma/device-plugin" ./cmd/device-plugin
+gobuild -tags "kuberdma_e2e,$release_tags" -o "$WORK/fakerdma/kube-rdma" ./cmd/cni
 
 # The kube-rdma image: what the Dockerfile's final stage holds (distroless/static without CA
 # certificates and time zones, which the binaries do not use).

@@ -140,8 +140,8 @@ func writeLayout(out, name string, cfg imageConfig, t *tree) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+			_ = f.Close()
+			_ = os.Remove(f.Name())
 		}
 	}()
 	if err := f.Chmod(0o644); err != nil {

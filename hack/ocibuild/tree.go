@@ -162,7 +162,7 @@ func copyFile(w io.Writer, src string, size int64) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	n, err := io.Copy(w, f)
 	if err != nil {
 		return err

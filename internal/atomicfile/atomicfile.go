@@ -41,7 +41,7 @@ func write(path string, perm os.FileMode, pattern string, sync bool, fill func(i
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(f.Name()) // no-op once renamed
+	defer func() { _ = os.Remove(f.Name()) }() // no-op once renamed
 	err = fill(f)
 	if err == nil {
 		err = f.Chmod(perm)

@@ -117,7 +117,7 @@ func (d Devices) locked(write bool, f func(s *state, host string) error) error {
 		return fmt.Errorf("fake rdma: current netns: %w", err)
 	}
 	host := h.UniqueId()
-	h.Close()
+	_ = h.Close()
 	if err := os.MkdirAll(filepath.Dir(d.StateFile), 0o700); err != nil {
 		return fmt.Errorf("fake rdma: %w", err)
 	}
@@ -125,7 +125,7 @@ func (d Devices) locked(write bool, f func(s *state, host string) error) error {
 	if err != nil {
 		return fmt.Errorf("fake rdma: %w", err)
 	}
-	defer lock.Close()
+	defer func() { _ = lock.Close() }()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("fake rdma: lock: %w", err)
 	}

@@ -22,7 +22,7 @@ func TestDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer host.Close()
+	defer func() { _ = host.Close() }()
 	d := Devices{StateFile: filepath.Join(t.TempDir(), "state.json")}
 
 	if err := d.Move(pod.Handle, "mlx5_0", host); !errors.Is(err, unix.ENODEV) {

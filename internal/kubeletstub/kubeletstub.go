@@ -108,7 +108,7 @@ func (k *Kubelet) Stop() {
 	k.mu.Unlock()
 	for _, p := range plugins {
 		p.cancel()
-		p.conn.Close()
+		_ = p.conn.Close()
 	}
 	if s != nil {
 		s.Stop()
@@ -268,14 +268,14 @@ func (r registration) Register(ctx context.Context, req *pluginapi.RegisterReque
 	client := pluginapi.NewDevicePluginClient(conn)
 	opts, err := client.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
 	if err != nil {
-		conn.Close()
+		_ = conn.Close()
 		return nil, fmt.Errorf("get options of plugin %s: %w", req.Endpoint, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	stream, err := client.ListAndWatch(wctx, &pluginapi.Empty{})
 	if err != nil {
 		cancel()
-		conn.Close()
+		_ = conn.Close()
 		return nil, fmt.Errorf("list and watch plugin %s: %w", req.Endpoint, err)
 	}
 	p := &plugin{req: req, conn: conn, client: client, opts: opts, cancel: cancel}
@@ -283,12 +283,12 @@ func (r registration) Register(ctx context.Context, req *pluginapi.RegisterReque
 	if k.stopped {
 		k.mu.Unlock()
 		cancel()
-		conn.Close()
+		_ = conn.Close()
 		return nil, errors.New("kubelet stand-in is stopping")
 	}
 	if old, ok := k.plugins[req.ResourceName]; ok {
 		old.cancel()
-		old.conn.Close()
+		_ = old.conn.Close()
 	}
 	k.plugins[req.ResourceName] = p
 	k.regs = append(k.regs, req)

@@ -68,7 +68,7 @@ func create(path string) (*NS, error) {
 			ch <- res{err: err}
 			return
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			ch <- res{err: fmt.Errorf("unshare: %w", err)}
 			runtime.UnlockOSThread()
@@ -89,7 +89,7 @@ func create(path string) (*NS, error) {
 	}()
 	r := <-ch
 	if r.err != nil {
-		unix.Unmount(path, unix.MNT_DETACH)
+		_ = unix.Unmount(path, unix.MNT_DETACH)
 		return nil, r.err
 	}
 	ns := &NS{Path: path, Handle: r.h}
@@ -110,11 +110,11 @@ func create(path string) (*NS, error) {
 func (n *NS) Remove() error {
 	var err error
 	n.once.Do(func() {
-		n.Handle.Close()
+		_ = n.Handle.Close()
 		if e := unix.Unmount(n.Path, unix.MNT_DETACH); e != nil && e != unix.EINVAL {
 			err = e
 		}
-		os.Remove(n.Path)
+		_ = os.Remove(n.Path)
 	})
 	return err
 }
@@ -192,7 +192,7 @@ func (n *NS) Do(fn func() error) error {
 			errc <- err
 			return
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }()
 		if err := netns.Set(n.Handle); err != nil {
 			errc <- fmt.Errorf("enter netns %s: %w", n.Path, err)
 			return

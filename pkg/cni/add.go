@@ -62,7 +62,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	if err != nil {
 		return nil, err
 	}
-	defer podNS.Close()
+	defer func() { _ = podNS.Close() }()
 	mark("netns")
 	log = log.With("containerID", args.ContainerID, "ifName", args.IfName)
 	res := memoResolver{r: p.Resolver(conf.SysfsRoot), seen: map[string]lookup{}}

@@ -87,13 +87,19 @@ func TestCheckDetectsDrift(t *testing.T) {
 		{"mtu", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
 			l, _ := h.LinkByName("net1")
-			h.LinkSetMTU(l, 1280)
+			if err := h.LinkSetMTU(l, 1280); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"renamed", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
 			l, _ := h.LinkByName("net1")
-			h.LinkSetDown(l)
-			h.LinkSetName(l, "other")
+			if err := h.LinkSetDown(l); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetName(l, "other"); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"mac", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
@@ -106,7 +112,9 @@ func TestCheckDetectsDrift(t *testing.T) {
 		{"down", func(t *testing.T, pod *netnstest.NS) {
 			h := netnstest.Handle(t, pod)
 			l, _ := h.LinkByName("net1")
-			h.LinkSetDown(l)
+			if err := h.LinkSetDown(l); err != nil {
+				t.Fatal(err)
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,10 +146,14 @@ func TestCheckDetectsDrift(t *testing.T) {
 				// next case as the kernel would.
 				h := netnstest.Handle(t, pod)
 				l, _ := h.LinkByName("other")
-				h.LinkSetNsFd(l, int(e.host.Handle))
+				if err := h.LinkSetNsFd(l, int(e.host.Handle)); err != nil {
+					t.Fatal(err)
+				}
 				hh := netnstest.Handle(t, e.host)
 				l, _ = hh.LinkByName("other")
-				hh.LinkSetName(l, "nic0")
+				if err := hh.LinkSetName(l, "nic0"); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}
@@ -162,7 +174,7 @@ func TestAddRefusals(t *testing.T) {
 	// mlx5_0 is claimed by another attachment.
 	busyPod := netnstest.New(t)
 	mustAdd(t, e, args("busy", busyPod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`)))
-	t.Cleanup(func() { e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
+	t.Cleanup(func() { _ = e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
 	netnstest.Veth(t, pod, "taken", "takenp")
 	before := e.snapshot(pod)
 	for _, tc := range []struct {
@@ -190,10 +202,11 @@ func TestAddRefusals(t *testing.T) {
 		})
 	}
 	// The pod name is taken: a free device, and nothing moves.
-	h.LinkByName("nic1")
 	ol := netnstest.Handle(t, other)
 	l, _ = ol.LinkByName("nic1")
-	ol.LinkSetNsFd(l, int(e.host.Handle))
+	if err := ol.LinkSetNsFd(l, int(e.host.Handle)); err != nil {
+		t.Fatal(err)
+	}
 	before = e.snapshot(pod)
 	_, err := e.p.Add(context.Background(), args("c", pod, "taken", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)))
 	if got := cniCode(err); got != CodeNameTaken {
@@ -226,7 +239,7 @@ func TestResultMTU(t *testing.T) {
 			pod := netnstest.New(t)
 			a := args("c1", pod, "net1", e.conf(tc.ver, tc.extra+`"runtimeConfig":{"deviceID":"mlx5_0"}`))
 			res := mustAdd(t, e, a)
-			defer e.p.Del(context.Background(), a)
+			defer func() { _ = e.p.Del(context.Background(), a) }()
 			vres, err := res.GetAsVersion(tc.ver)
 			if err != nil {
 				t.Fatal(err)
@@ -251,7 +264,7 @@ func TestChecksBeforeRDMAMode(t *testing.T) {
 	e := newEnv(t, 2, false, "auto")
 	pod, busyPod := netnstest.New(t), netnstest.New(t)
 	mustAdd(t, e, args("busy", busyPod, "net1", e.conf("1.1.0", `"rdmaNetnsMode":"shared","runtimeConfig":{"deviceID":"mlx5_1"}`)))
-	t.Cleanup(func() { e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
+	t.Cleanup(func() { _ = e.p.Del(context.Background(), args("busy", busyPod, "net1", e.conf("1.1.0", ""))) })
 	e.rdma.fail = func(m string, _ netns.NsHandle) error {
 		if m == "NetnsMode" {
 			return fmt.Errorf("open rdma netlink socket: %w: %w", rdma.ErrNoRDMA, unix.EPROTONOSUPPORT)
@@ -303,7 +316,7 @@ func TestCheckAddresses(t *testing.T) {
 	pod := netnstest.New(t)
 	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
 	mustAdd(t, e, a)
-	defer e.p.Del(context.Background(), a)
+	defer func() { _ = e.p.Del(context.Background(), a) }()
 	prev := `"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"net1","sandbox":"` + pod.Path + `"}],` +
 		`"ips":[{"address":"10.9.0.5/24","interface":0}]}`
 	check := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+prev))
@@ -328,7 +341,7 @@ func TestCheckRunsIPAMCheck(t *testing.T) {
 	pod := netnstest.New(t)
 	conf := e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24"))
 	res := mustAdd(t, e, args("c1", pod, "net1", conf))
-	defer e.p.Del(context.Background(), args("c1", pod, "net1", conf))
+	defer func() { _ = e.p.Del(context.Background(), args("c1", pod, "net1", conf)) }()
 	vres, _ := res.GetAsVersion("1.0.0")
 	raw, _ := json.Marshal(vres)
 	check := args("c1", pod, "net1", e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.50.0.0/24")+`,"prevResult":`+string(raw)))

@@ -46,7 +46,7 @@ func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 	if !podNS.IsOpen() {
 		return fmt.Errorf("%w: pod netns %q cannot be opened", ErrBadEnvironment, args.Netns)
 	}
-	defer podNS.Close()
+	defer func() { _ = podNS.Close() }()
 	var rdmaNames []string
 	for _, d := range rec.Devices {
 		if d.SoftType != "" || d.RDMAExclusive {
@@ -213,7 +213,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
 		podNS := openPodNS(log, rec.Netns)
 		rerr := p.returnDevices(podNS, &rec, log)
-		podNS.Close()
+		_ = podNS.Close()
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)
 		}

@@ -82,7 +82,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	mark("load")
 	podNS := openPodNS(log, args.Netns, rec.Netns)
-	defer podNS.Close()
+	defer func() { _ = podNS.Close() }()
 	mark("netns")
 	ipamType, ipamConf := conf.IPAMType, args.StdinData
 	if ipamType == "" {

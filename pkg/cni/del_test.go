@@ -69,7 +69,9 @@ func kernelReturns(t *testing.T, e *env, pod *netnstest.NS, podIf, hostName stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.LinkSetDown(l)
+	if err := h.LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.LinkSetNsFd(l, int(e.host.Handle)); err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +127,12 @@ func TestDelIdempotent(t *testing.T) {
 				e := newEnv(t, 1, true, dev.mode)
 				h := netnstest.Handle(t, e.host)
 				l, _ := h.LinkByName("nic0")
-				h.LinkSetMTU(l, 1450)
-				h.LinkSetUp(l)
+				if err := h.LinkSetMTU(l, 1450); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.LinkSetUp(l); err != nil {
+					t.Fatal(err)
+				}
 				pod := netnstest.New(t)
 				before := e.snapshot()
 				conf := e.conf("1.1.0", `"mtu":9000,"runtimeConfig":{"deviceID":"`+dev.id+`"}`)

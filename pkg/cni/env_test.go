@@ -111,14 +111,14 @@ func (f *fakeRDMA) prune() {
 		h, err := netlink.NewHandleAt(d.ns, unix.NETLINK_ROUTE)
 		if err != nil {
 			delete(f.devs, name) // the netns is gone
-			unix.Close(int(d.ns))
+			_ = unix.Close(int(d.ns))
 			continue
 		}
 		_, err = h.LinkByIndex(d.ifindex)
 		h.Close()
 		if err != nil {
 			delete(f.devs, name)
-			unix.Close(int(d.ns))
+			_ = unix.Close(int(d.ns))
 		}
 	}
 }
@@ -248,7 +248,9 @@ func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 		netnstest.Veth(t, host, "rxnic", "rxpeer")
 		h := netnstest.Handle(t, host)
 		l, _ := h.LinkByName("rxnic")
-		h.LinkSetUp(l)
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
 		softs["rxe0"] = "rxnic"
 		if err := f.AddRxe(host.Handle, "rxe0", "rxnic"); err != nil {
 			t.Fatal(err)
@@ -257,7 +259,7 @@ func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 	t.Cleanup(func() {
 		for _, d := range f.devs {
 			if d.soft {
-				unix.Close(int(d.ns))
+				_ = unix.Close(int(d.ns))
 			}
 		}
 	})

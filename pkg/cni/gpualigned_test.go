@@ -430,7 +430,9 @@ func TestGPUAlignedChoices(t *testing.T) {
 		t.Errorf("no-GPU pod's nccl.conf = %q", got)
 	}
 	var bf bindingFile
-	json.Unmarshal([]byte(readFile(t, g.allocPath(nogpu.ctrs[0].slots, "binding.json"))), &bf)
+	if err := json.Unmarshal([]byte(readFile(t, g.allocPath(nogpu.ctrs[0].slots, "binding.json"))), &bf); err != nil {
+		t.Fatal(err)
+	}
 	if diff := cmp.Diff(bindingFile{Pool: gpuPool, Alignment: allocator.Alignment{NICs: []string{"mlx5_2", "mlx5_3"}}, GPUs: []bindingGPU{}, Netdevs: []string{"net1", "net2"}}, bf); diff != "" {
 		t.Errorf("no-GPU pod's binding.json (-want +got):\n%s", diff)
 	}

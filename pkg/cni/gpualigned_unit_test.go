@@ -43,8 +43,12 @@ func TestFindGPUAlignedPool(t *testing.T) {
 	}
 	write(allocdir.PoolFile{Pool: "a", Resource: "r/a", Binding: allocdir.BindingGPUAligned, Members: []string{"mlx5_0"}})
 	write(allocdir.PoolFile{Pool: "b", Resource: "r/b", Binding: ""})
-	os.MkdirAll(filepath.Join(root, "no-pool-file"), 0o755)
-	os.WriteFile(filepath.Join(root, "stray"), nil, 0o644)
+	if err := os.MkdirAll(filepath.Join(root, "no-pool-file"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "stray"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	pf, ok, err := findGPUAlignedPool(root, "r/a")
 	if !ok || err != nil || pf.Pool != "a" {
 		t.Errorf("r/a: %+v ok=%v err=%v", pf, ok, err)
@@ -56,8 +60,12 @@ func TestFindGPUAlignedPool(t *testing.T) {
 	}
 	// A pool file that cannot be read may be the pool wanted: an error,
 	// unless another matched.
-	os.MkdirAll(filepath.Join(root, "torn"), 0o755)
-	os.WriteFile(filepath.Join(root, "torn", allocdir.PoolFileName), []byte("{"), 0o644)
+	if err := os.MkdirAll(filepath.Join(root, "torn"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "torn", allocdir.PoolFileName), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := findGPUAlignedPool(root, "r/c"); err == nil {
 		t.Error("unreadable pool file and no match: no error")
 	}

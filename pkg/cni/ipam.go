@@ -42,7 +42,7 @@ func (e execIPAM) Add(ctx context.Context, plugin string, stdin []byte, a IPAMAr
 			return fmt.Errorf("decode result of %s: %w", path, err)
 		}
 		if v.CNIVersion == "" {
-			json.Unmarshal(stdin, &v)
+			_ = json.Unmarshal(stdin, &v) // the plugin parsed stdin already; "" stays "" otherwise
 		}
 		res, err = create.Create(v.CNIVersion, out)
 		return err

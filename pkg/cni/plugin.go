@@ -130,7 +130,7 @@ func New(log io.Writer) (*Plugin, error) {
 	mark("hostns")
 	boot, err := attachment.ReadBootID("/proc")
 	if err != nil {
-		host.Close()
+		_ = host.Close()
 		return nil, err
 	}
 	return &Plugin{
@@ -161,7 +161,7 @@ func dialPodResources(socket string, skipGet bool) (PodResources, func(), error)
 	if skipGet {
 		c.SkipGet()
 	}
-	return c, func() { c.Close() }, nil
+	return c, func() { _ = c.Close() }, nil
 }
 
 // logger adds the configured log file to the plugin's logger.
@@ -178,7 +178,7 @@ func (p *Plugin) logger(conf *netconf.Conf) (*slog.Logger, func()) {
 		log.Warn("cannot open log file", "path", conf.LogFile, "err", err)
 		return log, func() {}
 	}
-	return slog.New(slog.NewTextHandler(io.MultiWriter(f, os.Stderr), nil)), func() { f.Close() }
+	return slog.New(slog.NewTextHandler(io.MultiWriter(f, os.Stderr), nil)), func() { _ = f.Close() }
 }
 
 // Errors the handlers return, mapped to CNI error codes by Error.

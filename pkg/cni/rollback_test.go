@@ -123,8 +123,12 @@ func TestAddRollback(t *testing.T) {
 			e := newEnv(t, 2, true, tc.mode)
 			h := netnstest.Handle(t, e.host)
 			l, _ := h.LinkByName("nic0")
-			h.LinkSetMTU(l, 1400)
-			h.LinkSetUp(l)
+			if err := h.LinkSetMTU(l, 1400); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetUp(l); err != nil {
+				t.Fatal(err)
+			}
 			pod := netnstest.New(t)
 			extra := `"mtu":9000,"mac":"02:00:00:00:00:0b",` + e.ipam("10.11.0.0/24")
 			ifName := "net1"
@@ -202,7 +206,7 @@ func TestAddRollbackWhenFinalSaveFails(t *testing.T) {
 	if err := unix.Mount("tmpfs", e.stateDir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
 		t.Skipf("cannot mount a tmpfs here: %v", err)
 	}
-	t.Cleanup(func() { unix.Unmount(e.stateDir, unix.MNT_DETACH) })
+	t.Cleanup(func() { _ = unix.Unmount(e.stateDir, unix.MNT_DETACH) })
 	pod := netnstest.New(t)
 	before := e.snapshot(pod)
 	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"},`+e.ipam("10.14.0.0/24")))

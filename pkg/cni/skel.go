@@ -43,7 +43,7 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 			var v struct {
 				CNIVersion string `json:"cniVersion"`
 			}
-			json.Unmarshal(a.StdinData, &v) // Add parsed it already
+			_ = json.Unmarshal(a.StdinData, &v) // Add parsed it already
 			if err := types.PrintResult(res, v.CNIVersion); err != nil {
 				return types.NewError(types.ErrIOFailure, "print result", err.Error())
 			}
@@ -81,7 +81,7 @@ func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) 
 		return printError(ver, types.NewError(types.ErrInternal, "start kube-rdma", err.Error()))
 	}
 	mark("new")
-	defer p.HostNS.Close()
+	defer func() { _ = p.HostNS.Close() }()
 	// skel reads os.Stdin and takes no reader: give it a pipe with the
 	// bytes already read.
 	r, w, err := os.Pipe()
@@ -89,11 +89,12 @@ func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) 
 		return printError(ver, types.NewError(types.ErrIOFailure, "pipe stdin", err.Error()))
 	}
 	go func() {
-		w.Write(stdin)
-		w.Close()
+		// A failed write shows as a short stdin, which skel reports.
+		_, _ = w.Write(stdin)
+		_ = w.Close()
 	}()
 	os.Stdin = r
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	if e := skel.PluginMainFuncsWithError(p.Funcs(ctx), Versions, about); e != nil {
 		return printError(ver, e)
 	}

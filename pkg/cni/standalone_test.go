@@ -233,7 +233,9 @@ func TestStatus(t *testing.T) {
 		t.Errorf("STATUS with kubelet: %v", err)
 	}
 	notDir := filepath.Join(t.TempDir(), "file")
-	os.WriteFile(notDir, nil, 0o600)
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	stdin := strings.Replace(string(e.conf("1.1.0", "")), e.stateDir, filepath.Join(notDir, "state"), 1)
 	if err := e.p.Status(ctx, args("", nil, "", []byte(stdin))); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with an unusable state dir = %v, want code %d", err, types.ErrPluginNotAvailable)
@@ -259,7 +261,7 @@ func TestGCThisNetworkOnly(t *testing.T) {
 	other := []byte(strings.Replace(string(e.conf("1.0.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`)), `"name":"rdma"`, `"name":"other"`, 1))
 	mustAdd(t, e, args("a", podA, "net1", mine))
 	mustAdd(t, e, args("b", podB, "net1", other))
-	defer e.p.Del(context.Background(), args("b", podB, "net1", other))
+	defer func() { _ = e.p.Del(context.Background(), args("b", podB, "net1", other)) }()
 	lease := filepath.Join(e.stateDir, "..", "ipam", "rdma", "10.60.0.2")
 	if _, err := os.Stat(lease); err != nil {
 		t.Fatalf("lease: %v", err)

@@ -97,6 +97,7 @@ func writeTimings(command string) {
 	if err != nil {
 		return
 	}
-	f.WriteString(b.String())
-	f.Close()
+	// Timings are a debugging aid: a failed append loses one line.
+	_, _ = f.WriteString(b.String())
+	_ = f.Close()
 }

@@ -93,7 +93,7 @@ func (o object) set(key string, val json.RawMessage) object {
 func (o object) str(key string) string {
 	var s string
 	if raw, ok := o.get(key); ok {
-		json.Unmarshal(raw, &s)
+		_ = json.Unmarshal(raw, &s) // not a string: ""
 	}
 	return s
 }
@@ -113,7 +113,7 @@ func (o object) encode() []byte {
 	}
 	b.WriteByte('}')
 	var out bytes.Buffer
-	json.Indent(&out, b.Bytes(), "", "  ") // valid: every value was decoded
+	_ = json.Indent(&out, b.Bytes(), "", "  ") // valid: every value was decoded
 	out.WriteByte('\n')
 	return out.Bytes()
 }
@@ -181,7 +181,7 @@ func Chain(conflist, plugin []byte, versions []string) (out []byte, changed bool
 		return conflist, false, nil
 	}
 	var compact bytes.Buffer
-	json.Compact(&compact, plugin) // valid: CheckPlugin decoded it
+	_ = json.Compact(&compact, plugin) // valid: CheckPlugin decoded it
 	if len(ours) == 0 {
 		plugins = append(plugins, compact.Bytes())
 	} else {

@@ -121,8 +121,12 @@ func checkSame(t *testing.T, want string, out []byte) {
 		t.Errorf("top-level key order (-want +got):\n%s", diff)
 	}
 	var w, g bytes.Buffer
-	json.Compact(&w, []byte(want))
-	json.Compact(&g, out)
+	if err := json.Compact(&w, []byte(want)); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Compact(&g, out); err != nil {
+		t.Fatal(err)
+	}
 	if w.String() != g.String() {
 		t.Errorf("compacted output %s, want %s", g.String(), w.String())
 	}

@@ -91,7 +91,7 @@ func InstallBinary(src, dir string) (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("open %s: %w", src, err)
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }()
 	dst := filepath.Join(dir, BinaryName)
 	if same, err := sameFile(in, dst); err != nil || same {
 		return false, err
@@ -118,7 +118,7 @@ func sameFile(src *os.File, path string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("open %s: %w", path, err)
 	}
-	defer dst.Close()
+	defer func() { _ = dst.Close() }()
 	si, err := src.Stat()
 	if err != nil {
 		return false, fmt.Errorf("stat %s: %w", src.Name(), err)

@@ -98,7 +98,9 @@ func TestEditFile(t *testing.T) {
 func TestEditFileFollowsLink(t *testing.T) {
 	dir := t.TempDir()
 	real := filepath.Join(dir, "real", "calico.conflist")
-	os.Mkdir(filepath.Dir(real), 0o755)
+	if err := os.Mkdir(filepath.Dir(real), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	write(t, real, conflistOf(calico), 0o644)
 	link := filepath.Join(dir, "10-calico.conflist")
 	if err := os.Symlink(real, link); err != nil {
@@ -119,7 +121,9 @@ func TestFirstConflist(t *testing.T) {
 	if _, err := FirstConflist(dir); !errors.Is(err, ErrNoConflist) {
 		t.Errorf("empty dir: %v, want ErrNoConflist", err)
 	}
-	os.Mkdir(filepath.Join(dir, "00-dir.conflist"), 0o755)
+	if err := os.Mkdir(filepath.Join(dir, "00-dir.conflist"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range []string{"05-a.conf", "10-b.json", ".10-calico.conflist.123", "20-z.conflist", "10-calico.conflist"} {
 		write(t, filepath.Join(dir, n), "{}", 0o644)
 	}
@@ -165,7 +169,9 @@ func TestInstallBinary(t *testing.T) {
 	if identify(t, dst).ino == first.ino {
 		t.Error("new content written in place, not renamed over the old binary")
 	}
-	os.Chmod(dst, 0o700)
+	if err := os.Chmod(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if changed, err := InstallBinary(src, dir); err != nil || !changed || identify(t, dst).mode != 0o755 {
 		t.Errorf("mode 0700: changed %v, %v; want a copy with mode 0755", changed, err)
 	}

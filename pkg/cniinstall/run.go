@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", o.ConfDir, err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	// Watch before the first look, so no change after it is missed.
 	if err := w.Add(o.ConfDir); err != nil {
 		return fmt.Errorf("watch %s: %w", o.ConfDir, err)

@@ -91,7 +91,7 @@ func start(t *testing.T, o Options) (stop func() error) {
 		once.Do(func() { cancel(); err = <-done })
 		return err
 	}
-	t.Cleanup(func() { stop() })
+	t.Cleanup(func() { _ = stop() })
 	return stop
 }
 

@@ -242,7 +242,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopConf()
 	watcherDone := make(chan error, 1)
 	go func() { watcherDone <- d.watcher.Run(ctx) }()
-	defer func() { cancel(); <-watcherDone }()
+	defer func() {
+		cancel()
+		// nil in practice: Run fails only without a first scan, done above.
+		if err := <-watcherDone; err != nil {
+			d.log.Error("node watcher stopped", "err", err)
+		}
+	}()
 
 	snap, changed := d.node.Latest()
 	d.applyConfig(ctx, d.conf, snap)

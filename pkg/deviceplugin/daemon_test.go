@@ -213,7 +213,7 @@ func TestRegistrationRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	l.Close()
+	_ = l.Close()
 	failures := `kube_rdma_device_plugin_registrations_total{pool="hca",result="failure"}`
 	poll(t, 3*time.Second, "three failed registrations", func() bool {
 		var n int

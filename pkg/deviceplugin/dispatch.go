@@ -228,7 +228,7 @@ func watchConfig(path string) (<-chan struct{}, func(), error) {
 	}
 	dir := filepath.Dir(path)
 	if err := w.Add(dir); err != nil {
-		w.Close()
+		_ = w.Close()
 		return nil, nil, fmt.Errorf("watch config dir: %w", err)
 	}
 	go func() {
@@ -245,7 +245,7 @@ func watchConfig(path string) (<-chan struct{}, func(), error) {
 		for range w.Errors {
 		}
 	}()
-	return out, func() { w.Close() }, nil
+	return out, func() { _ = w.Close() }, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

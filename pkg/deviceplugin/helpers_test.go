@@ -49,7 +49,7 @@ func start(t *testing.T, topo nodesim.Topology, mutate func(*deviceplugin.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(kdir) })
+	t.Cleanup(func() { _ = os.RemoveAll(kdir) })
 	devRoot := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(devRoot, "infiniband"), 0o755); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func scrape(t *testing.T, d *deviceplugin.Daemon, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func TestIdleFootprint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(kdir) })
+	t.Cleanup(func() { _ = os.RemoveAll(kdir) })
 	k, err := kubeletstub.Start(kdir, nil)
 	if err != nil {
 		t.Fatal(err)

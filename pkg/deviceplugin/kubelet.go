@@ -32,7 +32,7 @@ func newKubeletWatcher(dir string, log *slog.Logger) (*kubeletWatcher, error) {
 		return nil, fmt.Errorf("watch kubelet dir: %w", err)
 	}
 	if err := fw.Add(dir); err != nil {
-		fw.Close()
+		_ = fw.Close()
 		return nil, fmt.Errorf("watch kubelet dir: %w", err)
 	}
 	k := &kubeletWatcher{fw: fw, events: make(chan kubeletEvent, 16), done: make(chan struct{})}
@@ -70,7 +70,7 @@ func (k *kubeletWatcher) run(log *slog.Logger) {
 func (k *kubeletWatcher) send(ev kubeletEvent) { k.events <- ev }
 
 func (k *kubeletWatcher) close() {
-	k.fw.Close()
+	_ = k.fw.Close()
 	// Drain so run, blocked on a send, can see the closed watcher.
 	for {
 		select {

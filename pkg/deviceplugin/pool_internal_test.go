@@ -16,7 +16,7 @@ func TestReserveKeepsSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	s := newPoolServer(config.Pool{Name: "hca", Mode: config.Exclusive}, "rdma.example.com/hca", dir, 1,
 		allocContext{}, nil, slog.New(slog.DiscardHandler), nil)
 	defer s.stop()

@@ -288,7 +288,7 @@ func (s *poolServer) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dial kubelet: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     SocketName(s.pool.Name),

@@ -41,7 +41,7 @@ func (d dir) sub(pre, path string) dir {
 
 func (d dir) close() {
 	if d.fd >= 0 && d.pre == "" {
-		unix.Close(d.fd)
+		_ = unix.Close(d.fd)
 	}
 }
 
@@ -63,7 +63,7 @@ func (d dir) readNow(rel string) (string, error) {
 	if err != nil {
 		return "", &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	var buf [512]byte
 	n := 0
 	for n < len(buf) {
@@ -143,7 +143,7 @@ func (d dir) namesNow(rel string) ([]string, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.path, rel), Err: err}
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	return d.readNames(fd, rel)
 }
 

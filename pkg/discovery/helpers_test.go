@@ -9,7 +9,7 @@ import (
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 func tempDir() (string, error)        { return os.MkdirTemp("", "discovery-example-") }
-func cleanup(dir string)              { os.RemoveAll(dir) }
+func cleanup(dir string)              { _ = os.RemoveAll(dir) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 

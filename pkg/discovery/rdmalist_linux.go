@@ -73,7 +73,7 @@ func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 // Close closes the directory.
 func (l *RDMAList) Close() {
 	if l != nil && l.fd >= 0 {
-		unix.Close(l.fd)
+		_ = unix.Close(l.fd)
 		l.fd = -1
 	}
 }

@@ -321,11 +321,9 @@ func TestLookupRDMA(t *testing.T) {
 }
 
 // BenchmarkScan1024Devices scans the synthetic node: 8 GPUs, 16 PFs and 1,008
-// VFs, each with a RoCE port of 4 GIDs. On this VM (2 vCPUs shared with
-// other work, so figures swing by 2x): ~195 ms and 93k system calls when
-// every attribute took an open, a read and a close; ~110-200 ms and 14.6k
-// system calls with io_uring batches (~2 io_uring_enter, 6 getdents and 3
-// readlinks per device). make bench-ghw compares it with ghw's PCI scan.
+// VFs, each with a RoCE port of 4 GIDs (make bench; figures in
+// docs/device-plugin.md, "Discovery measurements"). make bench-ghw compares
+// it with ghw's PCI scan.
 func BenchmarkScan1024Devices(b *testing.B) {
 	tree, err := nodesim.Build(b.TempDir(), nodesim.Synthetic(8, 16, 63))
 	if err != nil {

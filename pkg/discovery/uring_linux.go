@@ -13,13 +13,11 @@ import (
 // ring is an io_uring that reads many small attributes per system call: one
 // io_uring_enter opens a batch of files (and closes the previous batch's),
 // one reads them. A sysfs attribute costs three system calls when read one
-// by one, and on this VM (2 vCPUs, paravirtualised, shared) a system call
-// costs about as much as the work it asks for. On the 1,024-device node the
-// scan makes 14.6k system calls instead of 93k (strace -c; 19.5k instead of
-// 117k with the Go runtime's) and uses a third less CPU (perf stat task-clock,
-// medians of 9 interleaved runs: 438 ms per scan before, 295 ms with the
-// batches and the other read-ahead of prefetch; BenchmarkScanURing compares
-// the two paths of this code).
+// by one, and on a paravirtualised VM a system call costs about as much as
+// the work it asks for: on the 1,024-device node batching cuts the system
+// calls of a scan by about six and its CPU by a third (BenchmarkScanURing
+// compares the two paths of this code; figures in docs/device-plugin.md,
+// "Discovery measurements").
 //
 // Where io_uring is missing or forbidden (kernels before 5.6, the default
 // seccomp profile of container runtimes, io_uring_disabled) newRing fails
@@ -167,15 +165,15 @@ func (r *ring) close() {
 		r.flush()
 	}
 	if r.sqeMem != nil {
-		unix.Munmap(r.sqeMem)
+		_ = unix.Munmap(r.sqeMem)
 	}
 	if r.cqMem != nil && &r.cqMem[0] != &r.sqMem[0] {
-		unix.Munmap(r.cqMem)
+		_ = unix.Munmap(r.cqMem)
 	}
 	if r.sqMem != nil {
-		unix.Munmap(r.sqMem)
+		_ = unix.Munmap(r.sqMem)
 	}
-	unix.Close(r.fd)
+	_ = unix.Close(r.fd)
 }
 
 // readAll reads every request's attribute as dir.read would, many per
@@ -307,7 +305,7 @@ func (r *ring) flush() {
 		*e = sqe{opcode: opClose, fd: r.pending[i], userData: closeTag}
 	}, func(int, int32) {}) {
 		for _, fd := range r.pending {
-			unix.Close(int(fd))
+			_ = unix.Close(int(fd))
 		}
 	}
 	r.pending = r.pending[:0]

@@ -143,7 +143,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil { // the kubelet's
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { regConn.Close() })
+	t.Cleanup(func() { _ = regConn.Close() })
 	info, err := registerapi.NewRegistrationClient(regConn).GetInfo(ctx, &registerapi.InfoRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	c := drapb.NewDRAPluginClient(conn)
 	ref := &drapb.Claim{Namespace: "default", Name: "c1", Uid: string(claim.UID)}
 	spec := filepath.Join(cdiDir, "kube-rdma-claim-"+string(claim.UID)+".json")
@@ -341,7 +341,7 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestTaintsWithoutTheFeatureGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -58,16 +58,17 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 }
 
-// row writes tab-separated cells, "-" for an empty one.
-func row(w io.Writer, cells ...string) {
+// row writes tab-separated cells, "-" for an empty one, to a tabwriter:
+// it buffers until its Flush, whose error the callers return.
+func row(w *tabwriter.Writer, cells ...string) {
 	for i, c := range cells {
 		if c == "" {
 			c = "-"
 		}
 		if i > 0 {
-			io.WriteString(w, "\t")
+			_, _ = io.WriteString(w, "\t")
 		}
-		io.WriteString(w, c)
+		_, _ = io.WriteString(w, c)
 	}
-	io.WriteString(w, "\n")
+	_, _ = io.WriteString(w, "\n")
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
-	"github.com/kube-rdma/kube-rdma/internal/version"
 )
 
 const prog = "kubectl-rdma"
@@ -84,7 +83,6 @@ into pods (pods/exec).`,
   kubectl rdma doctor node/gpu-node-1
   kubectl rdma bw -n training worker-0 worker-1`,
 		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl rdma"},
-		Version:           version.Get().String(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -94,9 +92,18 @@ into pods (pods/exec).`,
 			}
 			return nil
 		},
-		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+		// --version is handled here, not by cobra's Version field: cobra
+		// prints a custom version line through text/template, and a
+		// reachable template makes the linker keep every exported method of
+		// every linked type (reflect's MethodByName): MBs of the binary.
+		RunE: func(c *cobra.Command, _ []string) error {
+			if v, _ := c.Flags().GetBool("version"); v {
+				cli.PrintVersion(o.Streams.Out, prog)
+				return nil
+			}
+			return c.Help()
+		},
 	}
-	root.SetVersionTemplate(prog + " {{.Version}}\n")
 	root.SetIn(o.Streams.In)
 	root.SetOut(o.Streams.Out)
 	root.SetErr(o.Streams.ErrOut)

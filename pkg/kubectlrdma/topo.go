@@ -93,7 +93,7 @@ func (o *Options) topoFile(file, output string) error {
 		if err != nil {
 			return fmt.Errorf("read discovery report: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		in = f
 	} else if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		return cli.Usagef("topo: %w", ErrTerminal)

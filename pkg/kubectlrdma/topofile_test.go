@@ -90,7 +90,7 @@ func openPTY(t *testing.T) *os.File {
 	if err != nil {
 		t.Skipf("no pseudo-terminals here: %v", err)
 	}
-	t.Cleanup(func() { ptmx.Close() })
+	t.Cleanup(func() { _ = ptmx.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatalf("unlock pty: %v", err)
 	}
@@ -102,7 +102,7 @@ func openPTY(t *testing.T) *os.File {
 	if err != nil {
 		t.Skipf("open the pty's terminal end: %v", err)
 	}
-	t.Cleanup(func() { tty.Close() })
+	t.Cleanup(func() { _ = tty.Close() })
 	return tty
 }
 

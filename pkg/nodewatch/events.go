@@ -51,7 +51,7 @@ func (c ClassDir) Run(ctx context.Context, poke func(Event)) error {
 	if err != nil {
 		return fmt.Errorf("watch rdma class dir: %w", err)
 	}
-	defer fw.Close()
+	defer func() { _ = fw.Close() }()
 	if err := fw.Add(filepath.Join(c.SysRoot, "class/infiniband")); err != nil {
 		return nil
 	}

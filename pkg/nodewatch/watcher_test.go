@@ -154,7 +154,12 @@ func TestSweepRereadsPortsWithoutEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	// 13 devices at 10 ms a tick: one sweep is 130 ms.
 	deadline := time.After(5 * time.Second)
 	for {

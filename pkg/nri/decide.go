@@ -6,7 +6,7 @@
 // I/O, no logging), the device view it decides on (Devices, built from the
 // daemon's View by FromView), and the plugin's connection to the runtime
 // (Plugin: register, serve, reconnect with backoff, report on /state and
-// /metrics). It never looks at a container's image or name, and it adjusts
+// /metrics), over its own encoding of the NRI messages it uses (wire.go). It never looks at a container's image or name, and it adjusts
 // nothing after creation: NRI adjustments apply when the runtime creates a
 // container, so a restart of the daemon or of the runtime leaves running
 // containers as they are.
@@ -18,8 +18,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/containerd/nri/pkg/api"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 )
@@ -89,15 +87,13 @@ type Decision struct {
 // Adjust reports whether the container gets an adjustment.
 func (d Decision) Adjust() bool { return len(d.Pools) > 0 }
 
-// Adjustment is the NRI adjustment for the decision: RLIMIT_MEMLOCK with
-// soft = hard = Limit, or nil when the container is left alone.
-func (d Decision) Adjustment() *api.ContainerAdjustment {
+// Rlimits are the container's adjustment for the decision: RLIMIT_MEMLOCK
+// with soft = hard = Limit, or none when the container is left alone.
+func (d Decision) Rlimits() []Rlimit {
 	if !d.Adjust() {
 		return nil
 	}
-	a := &api.ContainerAdjustment{}
-	a.AddRlimit(RlimitMemlock, d.Limit, d.Limit)
-	return a
+	return []Rlimit{{Type: RlimitMemlock, Hard: d.Limit, Soft: d.Limit}}
 }
 
 // Decide chooses the memlock limit of a container being created. The
@@ -106,7 +102,7 @@ func (d Decision) Adjustment() *api.ContainerAdjustment {
 // its CDI devices or its cdi.k8s.io/ annotations name one of the pool's CDI
 // devices. With devices of several pools, the highest pool limit wins. The
 // pod annotation AnnotationKey may lower the limit, never raise it.
-func Decide(pod *api.PodSandbox, ctr *api.Container, devs Devices) Decision {
+func Decide(pod Pod, ctr Container, devs Devices) Decision {
 	var d Decision
 	for _, p := range devs.Pools {
 		if hasNode(ctr, p.Nodes) || hasCDI(ctr, p.CDIDevices) {
@@ -120,7 +116,7 @@ func Decide(pod *api.PodSandbox, ctr *api.Container, devs Devices) Decision {
 	slices.Sort(d.Pools)
 	d.Pools = slices.Compact(d.Pools)
 	d.Limit = d.PoolLimit
-	v, ok := pod.GetAnnotations()[AnnotationKey]
+	v, ok := pod.Annotations[AnnotationKey]
 	if !ok {
 		return d
 	}
@@ -136,19 +132,19 @@ func Decide(pod *api.PodSandbox, ctr *api.Container, devs Devices) Decision {
 	return d
 }
 
-func hasNode(ctr *api.Container, nodes []DeviceNode) bool {
-	for _, cd := range ctr.GetLinux().GetDevices() {
-		if cd.GetType() != "" && cd.GetType() != "c" {
+func hasNode(ctr Container, nodes []DeviceNode) bool {
+	for _, cd := range ctr.Devices {
+		if cd.Type != "" && cd.Type != "c" {
 			continue
 		}
-		p := path.Clean(cd.GetPath())
+		p := path.Clean(cd.Path)
 		for _, n := range nodes {
 			if p != n.Path {
 				continue
 			}
 			known := n.Major != 0 || n.Minor != 0
-			given := cd.GetMajor() != 0 || cd.GetMinor() != 0
-			if !known || !given || (cd.GetMajor() == n.Major && cd.GetMinor() == n.Minor) {
+			given := cd.Major != 0 || cd.Minor != 0
+			if !known || !given || (cd.Major == n.Major && cd.Minor == n.Minor) {
 				return true
 			}
 		}
@@ -156,16 +152,16 @@ func hasNode(ctr *api.Container, nodes []DeviceNode) bool {
 	return false
 }
 
-func hasCDI(ctr *api.Container, names []string) bool {
+func hasCDI(ctr Container, names []string) bool {
 	if len(names) == 0 {
 		return false
 	}
-	for _, c := range ctr.GetCDIDevices() {
-		if slices.Contains(names, c.GetName()) {
+	for _, c := range ctr.CDIDevices {
+		if slices.Contains(names, c) {
 			return true
 		}
 	}
-	for k, v := range ctr.GetAnnotations() {
+	for k, v := range ctr.Annotations {
 		if !strings.HasPrefix(k, cdiAnnotationPrefix) {
 			continue
 		}

@@ -146,22 +146,22 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(recordedPod(tc.pod), tc.ctr, testDevices())
+			got := Decide(wirePod(t, recordedPod(tc.pod)), wireContainer(t, tc.ctr), testDevices())
 			if !errors.Is(got.AnnotationIgnored, tc.ignored) || (tc.ignored == nil) != (got.AnnotationIgnored == nil) {
 				t.Errorf("AnnotationIgnored = %v, want %v", got.AnnotationIgnored, tc.ignored)
 			}
 			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(Decision{}, "AnnotationIgnored")); diff != "" {
 				t.Errorf("Decide (-want +got):\n%s", diff)
 			}
-			adj := got.Adjustment()
+			adj := got.Rlimits()
 			if !tc.want.Adjust() {
 				if adj != nil {
 					t.Errorf("adjustment %v for a container without our devices", adj)
 				}
 				return
 			}
-			want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: tc.want.Limit, Soft: tc.want.Limit}}
-			if diff := cmp.Diff(want, adj.GetRlimits(), cmpopts.IgnoreUnexported(api.POSIXRlimit{})); diff != "" {
+			want := []Rlimit{{Type: "RLIMIT_MEMLOCK", Hard: tc.want.Limit, Soft: tc.want.Limit}}
+			if diff := cmp.Diff(want, adj); diff != "" {
 				t.Errorf("adjustment rlimits (-want +got):\n%s", diff)
 			}
 		})
@@ -179,10 +179,10 @@ func TestDecideIgnoresNameAndImage(t *testing.T) {
 			c.Annotations["io.kubernetes.cri.container-name"] = name
 			c.Annotations["io.kubernetes.cri.image-name"] = "docker.io/library/" + name + ":latest"
 		}
-		if !Decide(recordedPod(nil), with, testDevices()).Adjust() {
+		if !Decide(wirePod(t, recordedPod(nil)), wireContainer(t, with), testDevices()).Adjust() {
 			t.Errorf("%s with uverbs0: not adjusted", name)
 		}
-		if Decide(recordedPod(nil), without, testDevices()).Adjust() {
+		if Decide(wirePod(t, recordedPod(nil)), wireContainer(t, without), testDevices()).Adjust() {
 			t.Errorf("%s without devices: adjusted", name)
 		}
 	}

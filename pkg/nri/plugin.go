@@ -9,17 +9,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 )
 
 const (
 	// DefaultSocket is where containerd and CRI-O listen for NRI plugins.
-	DefaultSocket = api.DefaultSocketPath
+	DefaultSocket = "/var/run/nri/nri.sock"
 	// PluginName and PluginIndex identify the plugin to the runtime, which
 	// calls plugins in index order ("00" first); a low index runs before
 	// plugins that may read the limit.
@@ -175,44 +172,6 @@ func (p *Plugin) Run(ctx context.Context) error {
 	return nil
 }
 
-// errServed: the session was connected and then ended.
-var errServed = errors.New("nri connection ended")
-
-// session runs one connection: register, serve until it ends or ctx does.
-func (p *Plugin) session(ctx context.Context) error {
-	p.mu.Lock()
-	p.report.Attempts++
-	p.mu.Unlock()
-	s, err := stub.New(&handler{p: p}, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex),
-		stub.WithSocketPath(p.cfg.Socket), stub.WithLogger(nriLogger{p.log}))
-	if err != nil {
-		return fmt.Errorf("create nri stub: %w", err)
-	}
-	started := make(chan error, 1)
-	go func() { started <- s.Start(ctx) }()
-	select {
-	case err := <-started:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		// Start waits for the runtime's Configure without a deadline; the
-		// goroutine ends with the connection.
-		return ctx.Err()
-	}
-	done := make(chan struct{})
-	go func() { s.Wait(); close(done) }()
-	select {
-	case <-done:
-		p.setDown("the runtime closed the connection (restarting?)")
-		return errServed
-	case <-ctx.Done():
-		s.Stop()
-		<-done
-		return ctx.Err()
-	}
-}
-
 func (p *Plugin) setUp() {
 	p.mu.Lock()
 	p.report.Connected, p.report.Reason = true, ""
@@ -254,69 +213,4 @@ func (p *Plugin) devices() Devices {
 	v, changed := p.cfg.Source.View()
 	p.devs, p.devsFor = FromView(v, p.cfg.DevRoot), changed
 	return p.devs
-}
-
-// handler is what the stub calls; only CreateContainer adjusts.
-type handler struct{ p *Plugin }
-
-// Synchronize implements stub.SynchronizeInterface. The runtime sends it
-// once per connection, after registration, before it calls the plugin for
-// containers: the plugin is connected from here on. Running containers keep
-// their limits; nothing is updated.
-func (h *handler) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
-	h.p.setUp()
-	h.p.log.Info("NRI plugin registered", "socket", h.p.cfg.Socket, "plugin", PluginIndex+"-"+PluginName)
-	return nil, nil
-}
-
-// CreateContainer implements stub.CreateContainerInterface.
-func (h *handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	p := h.p
-	d := Decide(pod, ctr, p.devices())
-	if !d.Adjust() {
-		p.decisions.WithLabelValues("untouched").Inc()
-		return nil, nil, nil
-	}
-	p.decisions.WithLabelValues("adjusted").Inc()
-	p.mu.Lock()
-	p.report.Adjusted++
-	first := d.AnnotationIgnored != nil && !p.warned[pod.GetId()]
-	if first {
-		if len(p.warned) >= maxWarned {
-			clear(p.warned)
-		}
-		p.warned[pod.GetId()] = true
-	}
-	p.mu.Unlock()
-	if first {
-		p.log.Warn("memlock annotation ignored", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", d.AnnotationIgnored)
-	}
-	p.log.Debug("memlock set", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(),
-		"pools", d.Pools, "limit", config.FormatMemlock(d.Limit))
-	return d.Adjustment(), nil, nil
-}
-
-// RemovePodSandbox implements stub.RemovePodInterface: forgets the pod's
-// logged annotation problem.
-func (h *handler) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	h.p.mu.Lock()
-	delete(h.p.warned, pod.GetId())
-	h.p.mu.Unlock()
-	return nil
-}
-
-// nriLogger sends the stub's messages to slog; its chatter is debug.
-type nriLogger struct{ log *slog.Logger }
-
-func (l nriLogger) Debugf(ctx context.Context, f string, a ...any) {
-	l.log.DebugContext(ctx, fmt.Sprintf(f, a...))
-}
-func (l nriLogger) Infof(ctx context.Context, f string, a ...any) {
-	l.log.DebugContext(ctx, fmt.Sprintf(f, a...))
-}
-func (l nriLogger) Warnf(ctx context.Context, f string, a ...any) {
-	l.log.WarnContext(ctx, fmt.Sprintf(f, a...))
-}
-func (l nriLogger) Errorf(ctx context.Context, f string, a ...any) {
-	l.log.ErrorContext(ctx, fmt.Sprintf(f, a...))
 }

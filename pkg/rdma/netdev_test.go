@@ -72,8 +72,12 @@ func TestMoveFailureLeavesDeviceHome(t *testing.T) {
 			netnstest.Veth(t, host, "nic0", "nic0p")
 			h := netnstest.Handle(t, host)
 			nl, _ := h.LinkByName("nic0")
-			h.LinkSetMTU(nl, 1400)
-			h.LinkSetUp(nl)
+			if err := h.LinkSetMTU(nl, 1400); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetUp(nl); err != nil {
+				t.Fatal(err)
+			}
 			if tc.podVeth != "" {
 				netnstest.Veth(t, pod, tc.podVeth, tc.podVeth+"p")
 			}
@@ -111,7 +115,9 @@ func TestSetRenamesAnUpDevice(t *testing.T) {
 	netnstest.Veth(t, host, "dev7", "dev7p")
 	h := netnstest.Handle(t, host)
 	l, _ := h.LinkByName("dev7")
-	h.LinkSetUp(l)
+	if err := h.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
 	var d rdma.Netdevs
 	got, err := d.Set(host.Handle, "dev7", rdma.LinkConfig{Name: "nic0", MTU: 1400, Up: true})
 	if err != nil {

@@ -68,7 +68,7 @@ func TestMoveWithoutRDMA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	err = Devices{}.Move(ns, "mlx5_0", ns)
 	if !errors.Is(err, ErrNoRDMA) {
 		t.Skipf("this kernel has RDMA netlink (Move: %v); the test is for one without", err)

@@ -95,7 +95,7 @@ func serve(ctx context.Context, sock, dir string, devs []*pluginapi.Device) erro
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: filepath.Base(sock), ResourceName: resource})
 	cancel()
-	conn.Close()
+	_ = conn.Close()
 	if err != nil {
 		return fmt.Errorf("register with the kubelet: %w", err)
 	}

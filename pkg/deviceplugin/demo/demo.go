@@ -44,7 +44,7 @@ type Options struct {
 const waitLimit = 10 * time.Second
 
 // Run plays the script.
-func Run(ctx context.Context, o Options) error {
+func Run(ctx context.Context, o Options) (retErr error) {
 	out := o.Out
 	if out == nil {
 		out = io.Discard
@@ -53,7 +53,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	kdir, devRoot, err := makeDirs(tmp)
 	if err != nil {
 		return err
@@ -72,12 +72,19 @@ func Run(ctx context.Context, o Options) error {
 	done := make(chan error, 1)
 	begin := time.Now()
 	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	select {
 	case <-d.Ready():
 	case err := <-done:
 		return err
 	}
+	// The daemon runs until the script ends; its error, if any, is the
+	// demo's when the script did not fail first.
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
 	resource, err := showRegistration(ctx, out, d, k, begin)
 	if err != nil {
 		return err
@@ -219,7 +226,7 @@ func printDevices(out io.Writer, st deviceplugin.State, k *kubeletstub.Kubelet) 
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Resource, x.ID, x.Health, strings.Join(numa, ","), r)
 		}
 	}
-	tw.Flush()
+	_ = tw.Flush() // the demo's output, as fmt.Fprintf to it above
 }
 
 func printAllocate(out io.Writer, c *pluginapi.ContainerAllocateResponse) {

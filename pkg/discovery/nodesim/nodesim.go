@@ -340,7 +340,7 @@ func PCIUevent(addr, vendor, device, subVendor, subDevice, class, driver string)
 		fmt.Fprintf(&b, "DRIVER=%s\n", driver)
 	}
 	var c uint64
-	fmt.Sscanf(class, "%x", &c)
+	_, _ = fmt.Sscanf(class, "%x", &c) // fixtures' classes are hex; 0 otherwise
 	fmt.Fprintf(&b, "PCI_CLASS=%04X\nPCI_ID=%s:%s\nPCI_SUBSYS_ID=%s:%s\nPCI_SLOT_NAME=%s\nMODALIAS=%s",
 		c, strings.ToUpper(vendor), strings.ToUpper(device), strings.ToUpper(subVendor), strings.ToUpper(subDevice),
 		addr, Modalias(vendor, device, subVendor, subDevice, class))

@@ -216,10 +216,10 @@ func (s Store) Lock() (unlock func(), err error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); _ = f.Close() }, nil
 }
 
 // Save writes a record atomically (temporary file, rename).
@@ -368,7 +368,7 @@ func (s Store) List() (cur, prev []Attachment, err error) {
 		}
 		a, err := s.decode(filepath.Join(s.Dir, e.Name()))
 		if errors.Is(err, ErrStale) {
-			os.Remove(filepath.Join(s.Dir, e.Name()))
+			_ = os.Remove(filepath.Join(s.Dir, e.Name()))
 			continue
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -489,11 +489,11 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 			}
 		}
 		if err == syscall.EWOULDBLOCK {
-			f.Close()
+			_ = f.Close()
 			return nil, false, nil
 		}
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, false, fmt.Errorf("hold %s: %w", path, err)
 		}
 		// The holder before us removes the file when it is done: a lock on
@@ -501,12 +501,12 @@ func (s Store) Hold(k Key, wait bool) (release func(), ok bool, err error) {
 		var held, now syscall.Stat_t
 		if syscall.Fstat(int(f.Fd()), &held) == nil && syscall.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
 			return func() {
-				os.Remove(path)
-				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
+				_ = os.Remove(path)
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
 			}, true, nil
 		}
-		f.Close()
+		_ = f.Close()
 	}
 }
 
@@ -519,6 +519,6 @@ func (s Store) Writable() error {
 	if err != nil {
 		return fmt.Errorf("state dir %s is not writable: %w", s.Dir, err)
 	}
-	f.Close()
+	_ = f.Close()
 	return os.Remove(f.Name())
 }

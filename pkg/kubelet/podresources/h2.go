@@ -48,13 +48,17 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(DefaultTimeout)
 	}
-	conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	// Cancelled: a deadline in the past ends the reads; the call may have
+	// closed conn by then.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	var hdr bytes.Buffer
@@ -66,7 +70,7 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 		// Rounded up, so that the kubelet's deadline passes after ours.
 		{Name: "grpc-timeout", Value: strconv.FormatInt(int64(max((time.Until(deadline)+time.Millisecond-1)/time.Millisecond, 1)), 10) + "m"},
 	} {
-		enc.WriteField(f)
+		_ = enc.WriteField(f) // into a bytes.Buffer: cannot fail
 	}
 	body := make([]byte, 5+len(msg))
 	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))

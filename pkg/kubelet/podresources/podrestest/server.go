@@ -126,7 +126,7 @@ func StartAt(t testing.TB, socket string, pods ...Pod) *Server {
 	}
 	s.grpc = grpc.NewServer()
 	podresourcesv1.RegisterPodResourcesListerServer(s.grpc, s)
-	go s.grpc.Serve(l)
+	go func() { _ = s.grpc.Serve(l) }()
 	t.Cleanup(s.Stop)
 	return s
 }
