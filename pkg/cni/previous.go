@@ -57,7 +57,9 @@ func (p *Plugin) releasePrevious(ctx context.Context, store attachment.Store, re
 		// removed it since the listing.
 		if rec, err = store.LoadPrevious(rec.Key); err == nil {
 			ipamType, ipamConf := recordedIPAM(rec)
-			p.settlePrevious(ctx, store, rec, ipamType, ipamConf, cniPath, log)
+			// A failure is logged and noted on the record, which the next
+			// ADD, DEL or GC tries again: nothing for this caller to do.
+			_ = p.settlePrevious(ctx, store, rec, ipamType, ipamConf, cniPath, log)
 		}
 		release()
 	}

@@ -241,7 +241,9 @@ func TestDelWithoutRecordStandalone(t *testing.T) {
 			if diff := cmp.Diff(want, left); diff != "" {
 				t.Errorf("leases after DEL (-want +got)\n%s", diff)
 			}
-			os.RemoveAll(filepath.Join(e.stateDir, "..", "ipam", "rdma"))
+			if err := os.RemoveAll(filepath.Join(e.stateDir, "..", "ipam", "rdma")); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

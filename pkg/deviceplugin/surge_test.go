@@ -74,7 +74,7 @@ func TestSurgeUpdate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("status port after the old daemon stopped: %v", err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("/healthz: %s", resp.Status)
 		}

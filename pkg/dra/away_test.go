@@ -42,7 +42,7 @@ func TestPublishWithTheAPIServerAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}

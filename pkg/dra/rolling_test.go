@@ -29,7 +29,7 @@ func TestRollingUpdateSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	plugin, registry := filepath.Join(dir, "plugin"), filepath.Join(dir, "registry")
 	if err := os.Mkdir(registry, 0o755); err != nil {
 		t.Fatal(err)

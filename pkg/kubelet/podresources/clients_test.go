@@ -136,7 +136,7 @@ func TestClients(t *testing.T) {
 					socket += ".missing"
 				}
 				c := cl.dial(t, socket)
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if tt.hang {
 					ctx, cancel = context.WithTimeout(context.Background(), time.Second)
@@ -182,7 +182,7 @@ func TestGetFallbackRemembered(t *testing.T) {
 				srv := podrestest.Start(t, kubeletPods...)
 				m.set(srv)
 				c := cl.dial(t, srv.Socket)
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				for _, pod := range []string{"a", "b", "nobody"} {
@@ -217,7 +217,7 @@ func TestSkipGet(t *testing.T) {
 					srv := podrestest.Start(t, kubeletPods...)
 					m.set(srv)
 					c := cl.dial(t, srv.Socket)
-					defer c.Close()
+					defer func() { _ = c.Close() }()
 					s := c.(interface {
 						SkipGet()
 						GetSupport() podresources.GetSupport
@@ -269,7 +269,7 @@ func TestLargeListResponse(t *testing.T) {
 	for _, cl := range clients {
 		t.Run(cl.name, func(t *testing.T) {
 			c := cl.dial(t, srv.Socket)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			got, err := c.PodContainerDevices(ctx, "ns", "pod-39999")

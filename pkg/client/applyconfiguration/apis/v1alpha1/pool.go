@@ -14,6 +14,10 @@ type PoolApplyConfiguration struct {
 	Mode *string `json:"mode,omitempty"`
 	// Slots is the number of pods a shared pool serves; 0 for exclusive.
 	Slots *int `json:"slots,omitempty"`
+	// NoNCCL: the pool does not set NCCL's variables in its containers
+	// (config nccl: false); they name its devices in KUBE_RDMA_<POOL>_*
+	// only. False in the states of daemons that set them for every pool.
+	NoNCCL *bool `json:"noNCCL,omitempty"`
 	// Capacity is what the daemon advertises; Allocatable the healthy part
 	// of it; Allocated what the kubelet has given to pods.
 	Capacity    *int `json:"capacity,omitempty"`
@@ -58,6 +62,14 @@ func (b *PoolApplyConfiguration) WithMode(value string) *PoolApplyConfiguration 
 // If called multiple times, the Slots field is set to the value of the last call.
 func (b *PoolApplyConfiguration) WithSlots(value int) *PoolApplyConfiguration {
 	b.Slots = &value
+	return b
+}
+
+// WithNoNCCL sets the NoNCCL field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NoNCCL field is set to the value of the last call.
+func (b *PoolApplyConfiguration) WithNoNCCL(value bool) *PoolApplyConfiguration {
+	b.NoNCCL = &value
 	return b
 }
 
