@@ -51,7 +51,12 @@ type DriverConfig struct {
 	// while nothing changes; 0 means 10 s (the kubelet marks a device's
 	// health unknown after 30 s without one).
 	HealthInterval time.Duration
-	Logger         *slog.Logger
+	// ReconcileInterval is how often the claims' records are checked
+	// against the API server; 0 means 30 s. A record whose claim is gone
+	// (an Unprepare that never came: the daemon was down when the kubelet
+	// sent it) is unprepared, so its devices are free again.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // Driver is the DRA front end: the kubelet plugin (registration, claim
@@ -94,6 +99,9 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = 10 * time.Second
 	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,6 +135,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	d.helper = h
 	d.kick = make(chan struct{}, 1)
 	go d.publishLoop(ctx)
+	go d.reconcileLoop(ctx)
 	return d, nil
 }
 

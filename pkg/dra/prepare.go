@@ -196,6 +196,13 @@ func (p *Preparer) Unprepare(uid string) error {
 	return nil
 }
 
+// Prepared returns the records of the prepared claims, sorted by UID.
+func (p *Preparer) Prepared() ([]claimrecord.Record, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.records()
+}
+
 // PreparedClaims lists the UIDs of the prepared claims, sorted.
 func (p *Preparer) PreparedClaims() ([]string, error) {
 	p.mu.Lock()
