@@ -23,6 +23,7 @@ type nodeStateFlags struct {
 	podSocket string
 	cniState  string
 	cniMode   string
+	cniPool   string
 }
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
@@ -30,6 +31,7 @@ func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
+	fs.StringVar(&f.cniPool, "cni-chained-pool", "", "with --cni-mode=chained: the pool whose devices the chained entry attaches (the chart's cni.chained.pool), published as status.cni.chainedPool")
 	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices); empty: not read")
 }
 
@@ -71,6 +73,9 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *deviceplug
 	default:
 		return nil, fmt.Errorf("run: --cni-mode %q: want chained, multus, none or not-installed", cfg.nodeState.cniMode)
 	}
+	if cfg.nodeState.cniPool != "" && cfg.nodeState.cniMode != "chained" {
+		return nil, fmt.Errorf("run: --cni-chained-pool %q needs --cni-mode=chained", cfg.nodeState.cniPool)
+	}
 	if cfg.nodeState.interval <= 0 {
 		return nil, fmt.Errorf("run: --node-state-interval %s must be positive", cfg.nodeState.interval)
 	}
@@ -83,7 +88,7 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *deviceplug
 		}
 		records = attachment.Store{Dir: dir, BootID: boot}
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, CNIMode: cfg.nodeState.cniMode, Writer: client,
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
 	return runWhenReady(ctx, d, p.Run), nil

@@ -42,6 +42,8 @@ func TestNodeStateFlags(t *testing.T) {
 		{name: "bad kubeconfig", args: []string{"--kubeconfig", kc + ".missing", "--node-name", "n1"}, err: "--kubeconfig"},
 		{name: "bad interval", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--node-state-interval", "0s"}, err: "--node-state-interval"},
 		{name: "bad cni mode", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--cni-mode", "weird"}, err: "--cni-mode \"weird\""},
+		{name: "chained pool without chained mode", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--cni-mode", "multus", "--cni-chained-pool", "ib"},
+			err: "--cni-chained-pool \"ib\" needs --cni-mode=chained"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

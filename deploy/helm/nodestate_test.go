@@ -50,6 +50,15 @@ func TestNodeStateRBAC(t *testing.T) {
 	if diff := cmp.Diff([]string{"device-plugin"}, tokenContainers(t, chained)); diff != "" {
 		t.Errorf("chained: containers with a service account token (-want +got):\n%s", diff)
 	}
+	// The chained pool reaches the node state (doctor judges its devices only).
+	if args := daemonSet(t, chained).Template.Spec.Containers[0].Args; !slices.Contains(args, "--cni-chained-pool=ib") {
+		t.Errorf("chained: device plugin args %q lack --cni-chained-pool=ib", args)
+	}
+	for _, a := range daemonSet(t, objs).Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--cni-chained-pool") {
+			t.Errorf("not chained: device plugin arg %s", a)
+		}
+	}
 	spec := daemonSet(t, objs).Template.Spec
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--node-state=true", "--node-state-interval=2s", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {

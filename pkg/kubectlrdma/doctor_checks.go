@@ -165,12 +165,21 @@ func cniAttachmentCheck(pod *corev1.Pod, s *v1alpha1.RDMANodeState) (Check, bool
 	c := Check{Name: "CNI attachment", Verdict: Pass}
 	st := &s.Status
 	var done, missing []string
+	var notChained []string
 	for _, a := range st.Allocations {
 		if a.Namespace != pod.Namespace || a.Pod != pod.Name || len(a.Netdevs) == 0 {
 			continue
 		}
 		i := slices.IndexFunc(st.Pools, func(p v1alpha1.Pool) bool { return p.Resource == a.Resource })
 		if i < 0 || st.Pools[i].Mode != "exclusive" {
+			continue
+		}
+		// The chained entry attaches the devices of its pool only: the
+		// others are not the plugin's to attach, whatever it did.
+		if st.CNI != nil && st.CNI.Mode == "chained" && st.CNI.ChainedPool != "" && st.Pools[i].Name != st.CNI.ChainedPool {
+			if len(a.Attached) == 0 {
+				notChained = append(notChained, a.Resource)
+			}
 			continue
 		}
 		if len(a.Attached) == 0 {
@@ -184,6 +193,9 @@ func cniAttachmentCheck(pod *corev1.Pod, s *v1alpha1.RDMANodeState) (Check, bool
 		return c, false
 	}
 	c.Detail = strings.Join(done, ", ")
+	if len(notChained) > 0 {
+		c.Detail = strings.TrimPrefix(c.Detail+"; "+strings.Join(notChained, ", ")+": not the chained pool ("+st.CNI.ChainedPool+"), not attached by design", "; ")
+	}
 	if len(missing) == 0 {
 		return c, true
 	}

@@ -84,6 +84,27 @@ func TestDoctorMultiPoolPod(t *testing.T) {
 		}
 	})
 
+	// A daemon that names the chained pool: a pod with devices of the
+	// other pool only (nothing attached, by design) gets no check at all,
+	// and a pod of the chained pool without its attachment still fails.
+	t.Run("CNI attachment with the chained pool named", func(t *testing.T) {
+		named := s.DeepCopy()
+		named.Status.CNI.ChainedPool = "vf"
+		ibOnly := named.DeepCopy()
+		ibOnly.Status.Allocations = ibOnly.Status.Allocations[:1]
+		if c, ok := cniAttachmentCheck(pod, ibOnly); ok && c.Verdict != Pass {
+			t.Errorf("ib-only pod: %+v, want no failure", c)
+		}
+		if c, ok := cniAttachmentCheck(pod, named); !ok || c.Verdict != Pass || !strings.Contains(c.Detail, "not the chained pool (vf)") {
+			t.Errorf("ib + vf pod: %+v (ok %v), want a pass naming the chained pool", c, ok)
+		}
+		vfMissing := named.DeepCopy()
+		vfMissing.Status.Allocations[1].Attached = nil
+		if c, ok := cniAttachmentCheck(pod, vfMissing); !ok || c.Verdict != Fail || !strings.Contains(c.Detail, "rdma.kube-rdma.io/vf") {
+			t.Errorf("vf not attached: %+v (ok %v), want a failure naming vf", c, ok)
+		}
+	})
+
 	allocs := containerAllocs(pod, s)
 	if len(allocs) != 1 {
 		t.Fatalf("container allocations %+v, want one", allocs)

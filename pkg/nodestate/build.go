@@ -30,6 +30,8 @@ type Input struct {
 	Attachments []attachment.Attachment
 	// CNIMode is the chart's CNI mode (--cni-mode); "" leaves status.cni out.
 	CNIMode       string
+	// CNIChainedPool is the chained entry's pool (--cni-chained-pool).
+	CNIChainedPool string
 	DaemonVersion string
 	Now           time.Time
 }
@@ -69,7 +71,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 	}
 	st.Allocations = allocations(in.Containers, in.View.Pools, devs, in.Attachments)
 	if in.CNIMode != "" {
-		st.CNI = &v1alpha1.CNIStatus{Mode: in.CNIMode}
+		st.CNI = &v1alpha1.CNIStatus{Mode: in.CNIMode, ChainedPool: in.CNIChainedPool}
 		for _, a := range in.Attachments {
 			if a.Complete {
 				st.CNI.Attachments++

@@ -209,3 +209,12 @@ func TestBuildGPUAligned(t *testing.T) {
 		t.Errorf("bound pod's attached devices: %+v", got)
 	}
 }
+
+// TestBuildChainedPool: the chained entry's pool is published with the mode,
+// and only in chained mode.
+func TestBuildChainedPool(t *testing.T) {
+	st := Build(Input{View: testView(), CNIMode: "chained", CNIChainedPool: "vf", Now: time.Unix(1700000000, 0)})
+	if st.CNI == nil || st.CNI.Mode != "chained" || st.CNI.ChainedPool != "vf" {
+		t.Errorf("status.cni = %+v, want chained, pool vf", st.CNI)
+	}
+}

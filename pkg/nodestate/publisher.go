@@ -54,6 +54,8 @@ type Config struct {
 	Writer  Writer
 	// CNIMode goes into status.cni.mode ("" leaves status.cni out).
 	CNIMode string
+	// CNIChainedPool goes into status.cni.chainedPool.
+	CNIChainedPool string
 	// DaemonVersion goes into status.daemonVersion.
 	DaemonVersion string
 	// Interval is the least time between two writes (DefaultInterval).
@@ -182,7 +184,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 // publish builds the status and writes it when its content changed.
 func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	view, _ := p.cfg.Source.View()
-	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
 	if sameContent(&st, p.written) {
 		return false, nil
 	}

@@ -84,6 +84,10 @@ type CNIStatus struct {
 	// Mode is the chart's cni.mode when it installs the plugin ("chained",
 	// "multus", "none": the binary only), "not-installed" when it does not.
 	Mode string `json:"mode"`
+	// ChainedPool is the pool whose devices the chained entry attaches
+	// (cni.chained.pool) in chained mode; empty otherwise, and in the states
+	// of daemons that did not say.
+	ChainedPool string `json:"chainedPool,omitempty"`
 	// Attachments counts the plugin's complete attachment records (pods'
 	// network attachments it holds on the node now).
 	Attachments int `json:"attachments"`

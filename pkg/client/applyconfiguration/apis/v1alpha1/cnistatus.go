@@ -10,6 +10,10 @@ type CNIStatusApplyConfiguration struct {
 	// Mode is the chart's cni.mode when it installs the plugin ("chained",
 	// "multus", "none": the binary only), "not-installed" when it does not.
 	Mode *string `json:"mode,omitempty"`
+	// ChainedPool is the pool whose devices the chained entry attaches
+	// (cni.chained.pool) in chained mode; empty otherwise, and in the states
+	// of daemons that did not say.
+	ChainedPool *string `json:"chainedPool,omitempty"`
 	// Attachments counts the plugin's complete attachment records (pods'
 	// network attachments it holds on the node now).
 	Attachments *int `json:"attachments,omitempty"`
@@ -26,6 +30,14 @@ func CNIStatus() *CNIStatusApplyConfiguration {
 // If called multiple times, the Mode field is set to the value of the last call.
 func (b *CNIStatusApplyConfiguration) WithMode(value string) *CNIStatusApplyConfiguration {
 	b.Mode = &value
+	return b
+}
+
+// WithChainedPool sets the ChainedPool field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ChainedPool field is set to the value of the last call.
+func (b *CNIStatusApplyConfiguration) WithChainedPool(value string) *CNIStatusApplyConfiguration {
+	b.ChainedPool = &value
 	return b
 }
 
