@@ -62,7 +62,14 @@ func (e *env) chartDryRun(t *testing.T, nadCRD string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.createDryRun(ctx, mapper, out); err != nil {
+		err = e.createDryRun(ctx, mapper, out)
+		// Discovery may not list a CRD's kind at once after it is Established.
+		for deadline := time.Now().Add(30 * time.Second); meta.IsNoMatchError(err) && time.Now().Before(deadline); {
+			time.Sleep(time.Second)
+			mapper.Reset()
+			err = e.createDryRun(ctx, mapper, out)
+		}
+		if err != nil {
 			t.Fatalf("the API server refused the chart's output (%v): %v", args, err)
 		}
 	}

@@ -146,6 +146,14 @@ func localNode(d map[string]string) (harness, error) {
 	}, nil
 }
 
+// common is what every phase of this node expects: its devices are fixtures, the port-down
+// test's device, the daemon's /state.
+func (l localNodeDesc) common(c *config) {
+	c.fixtureDevs = true
+	c.portDevice = l.fix.ib[1] // the second HCA
+	c.daemonState = fmt.Sprintf("http://127.0.0.1:%d/state", l.metricsPort)
+}
+
 // nodeValues are what every phase's install shares: the image, the node's paths and the API
 // server's own address.
 func (l localNodeDesc) nodeValues() values {
@@ -220,10 +228,8 @@ func (l localNodeDesc) devicePluginPhase() phase {
 		config: func(c *config) {
 			c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}, {"vf", "exclusive", int64(len(l.fix.vfs))},
 				{"roce-shared", "shared", int64(slots * len(l.fix.pfs))}}
-			c.chainedPool, c.ncclPools, c.fixtureDevs = "vf", []string{"ib"}, true
-			c.portDevice = l.fix.ib[1] // the second HCA of ib
-			c.memlock = memlock
-			c.daemonState = fmt.Sprintf("http://127.0.0.1:%d/state", l.metricsPort)
+			l.common(c)
+			c.chainedPool, c.ncclPools, c.memlock = "vf", []string{"ib"}, memlock
 		},
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
 			report: "chart installed, DaemonSet ready: %s s"}},
@@ -266,8 +272,8 @@ func (l localNodeDesc) gpuAlignedPhase() phase {
 	return phase{
 		name: "gpu-aligned",
 		config: func(c *config) {
-			c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}}
-			c.chainedPool, c.memlock = "", nil
+			l.common(c)
+			c.pools, c.ncclPools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}}, []string{"ib"}
 			c.gpuAligned = &gpuAlignedConfig{pool: "ib", nics: l.fix.gpuNICs, resource: "nvidia.com/gpu",
 				fakeRDMAState: fakerdma.DefaultStateFile}
 		},
@@ -307,8 +313,8 @@ func (l localNodeDesc) draPhase() phase {
 	return phase{
 		name: "dra",
 		config: func(c *config) {
-			c.pools = []pool{{"vf-dp", "exclusive", int64(len(vfDP))}}
-			c.chainedPool, c.memlock, c.ncclPools = "", nil, []string{"ib-dra"}
+			l.common(c)
+			c.pools, c.ncclPools = []pool{{"vf-dp", "exclusive", int64(len(vfDP))}}, []string{"ib-dra"}
 			c.dra = &draConfig{pools: map[string]int{"ib-dra": len(l.fix.ib), "vf-dra": len(vfDRA)},
 				alignPool: "ib-dra", latencyPool: "vf-dra", latencyPods: 5,
 				gpuDriver: l.gpuDRADriver, gpuClass: l.gpuDRADriver,
