@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -137,13 +136,12 @@ func (e *env) runPhase(t *testing.T, p phase) {
 	}
 }
 
-// chartDir is the repository's chart, found from this file's directory.
+// chartDir is the repository's chart: go test runs a test binary in its package's directory.
 func chartDir() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("no source path to find the chart from")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "deploy", "helm", "kube-rdma"))
+	if err != nil {
+		return "", fmt.Errorf("the chart: %w", err)
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "helm", "kube-rdma")
 	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
 		return "", fmt.Errorf("the chart: %w", err)
 	}
