@@ -428,3 +428,48 @@ func TestFixtureOf(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalNodeHarness: hook describe's text gives the three phases in order, the device
+// plugin phase's pools counted from the fixture; a description without a key is refused.
+func TestLocalNodeHarness(t *testing.T) {
+	desc := `harness local-node
+node kube-rdma-e2e
+image localhost/kube-rdma:e2e
+test-image localhost/rdma-test:e2e
+node-run /n
+fixture /n/fixture
+fixture-vfs 6
+api-port 36443
+metrics-port 39478
+cni-state-dir /n/cni/kube-rdma
+rdma-ipam-dir /n/cni/ipam-rdma
+nad-crd /r/nad-crd.yaml
+gpu-dra-driver gpu.e2e.kube-rdma.io
+memlock-raisable no
+memlock-hard-kib 8192
+`
+	h, err := localNode(parseDescription(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range h.phases {
+		names = append(names, p.name)
+	}
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra"}, names); diff != "" {
+		t.Errorf("phases (-want +got):\n%s", diff)
+	}
+	var c config
+	h.phases[0].config(&c)
+	want := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 6}, {"roce-shared", "shared", 8}}
+	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
+		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
+	}
+	for _, key := range []string{"node-run", "image", "fixture-vfs", "gpu-dra-driver"} {
+		d := parseDescription(desc)
+		delete(d, key)
+		if _, err := localNode(d); err == nil {
+			t.Errorf("description without %s: no error", key)
+		}
+	}
+}
