@@ -2,8 +2,12 @@
 # e2e/kind-rxe/hook.sh: the node hook of the e2e suite (E2E_NODE_HOOK) for a kind node, done
 # with `docker exec <node>`:
 #
-#   hook.sh links | records | leases | node-state | restart-kubelet
+#   hook.sh describe | links | records | leases | node-state | restart-kubelet | cni-chained
 #   hook.sh port-state DEV PORT up|down
+#
+# describe (what run.sh provisioned, for the suite's kind-rxe harness, e2e/suite/kindrxe_test.go)
+# reads run.sh's KIND_RXE_TAG, KIND_RXE_SUBNET_PREFIX and KIND_RXE_BW_SECONDS; cni-chained
+# succeeds once the node's first conflist has the kube-rdma entry.
 #
 # NODE picks the kind node (a node container's name is its Kubernetes node name); default
 # E2E_NODE, else the first worker of KIND_CLUSTER (default kube-rdma-rxe). Exit 0 on success,
@@ -118,6 +122,23 @@ verb_restart_kubelet() {
 #   conflist <path> sha256:<hex>          (every *.conf, *.conflist, *.json in the conf dir)
 #   cdi <path>                            (kube-rdma-* in each CDI dir)
 #   device-plugin <path>                  (kube-rdma-* in the device-plugins dir)
+verb_describe() {
+  local tag=${KIND_RXE_TAG:-kind-e2e} workers
+  workers=$("$KIND" get nodes --name "$KIND_CLUSTER" 2>/dev/null | grep -- '-worker' | sort -V | tr '\n' ' ') || true
+  [[ -n $workers ]] || die "describe: no worker in kind cluster $KIND_CLUSTER"
+  printf '%s\n' "harness kind-rxe" "image localhost/kube-rdma:$tag" "test-image localhost/rdma-test:$tag" \
+    "workers $workers" "rdma-subnet-prefix ${KIND_RXE_SUBNET_PREFIX:-172.31.250}" "bw-seconds ${KIND_RXE_BW_SECONDS:-5}"
+}
+
+verb_cni_chained() {
+  nsh "$CNI_CONF_DIR" <<'EOF'
+f=$(ls "$1"/*.conflist 2>/dev/null | LC_ALL=C sort | head -n1)
+[ -n "$f" ] || { echo "no conflist in $1" >&2; exit 1; }
+grep -q '"kube-rdma"' "$f" || { echo "no kube-rdma entry in $f" >&2; exit 1; }
+echo "$f"
+EOF
+}
+
 verb_node_state() {
   nsh "$CNI_BIN_DIR" "$CNI_CONF_DIR" "$DEVICE_PLUGIN_DIR" "$CDI_DIRS" <<'EOF' | LC_ALL=C sort
 bin=$1/kube-rdma conf=$2 dp=$3 cdi=$4
@@ -133,7 +154,8 @@ EOF
 }
 
 main() {
-  [[ $# -ge 1 ]] || die "usage: hook.sh links|records|leases|node-state|restart-kubelet|port-state DEV PORT up|down"
+  [[ $# -ge 1 ]] || die "usage: hook.sh describe|links|records|leases|node-state|restart-kubelet|cni-chained|port-state DEV PORT up|down"
+  if [[ $1 == describe ]]; then verb_describe; return; fi
   N=$(node)
   "$DOCKER" inspect -f '{{.State.Running}}' "$N" 2>/dev/null | grep -qx true || die "kind node $N is not a running container"
   local verb=$1
@@ -145,6 +167,7 @@ main() {
     port-state) verb_port_state "$@" ;;
     restart-kubelet) verb_restart_kubelet ;;
     node-state) verb_node_state ;;
+    cni-chained) verb_cni_chained ;;
     *) die "unknown verb $verb" ;;
   esac
 }

@@ -74,6 +74,42 @@ runtime_memlock() {
   awk '/^Max locked memory/ {print $4, $5}' "/proc/$pid/limits"
 }
 
+describe() {
+  local raisable=no
+  # runc raises a container's RLIMIT_MEMLOCK from the host; above containerd's own hard limit
+  # that takes CAP_SYS_RESOURCE, which some sandboxes' root lacks.
+  if prlimit --memlock=unlimited:unlimited true 2>/dev/null; then raisable=yes; fi
+  cat <<EOF
+harness local-node
+node $NODE_NAME
+image $IMAGE
+test-image $TEST_IMAGE
+node-run $NODE_RUN
+fixture $FIXTURE
+fixture-vfs $FIXTURE_VFS
+api-port $API_PORT
+metrics-port $METRICS_PORT
+cni-state-dir $CNI_STATE_DIR
+rdma-ipam-dir $RDMA_IPAM_DIR
+nad-crd $HERE/nad-crd.yaml
+gpu-dra-driver $GPU_DRA_DRIVER
+memlock-raisable $raisable
+memlock-hard-kib $(ulimit -Hl)
+EOF
+}
+
+start_standin() {
+  case $1 in
+    fakegpu) start fakegpu "$NODE_RUN/fakegpu" -sysfs-root "$FIXTURE/sys" -proc-root "$FIXTURE/proc" ;;
+    fakegpudra)
+      start fakegpudra "$NODE_RUN/fakegpudra" -kubeconfig "$KUBECONFIG" -node "$NODE_NAME" \
+        -sysfs-root "$FIXTURE/sys" -proc-root "$FIXTURE/proc" -cdi-dir "$NODE_RUN/cdi" \
+        -plugin-dir "$NODE_RUN/kubelet/plugins/$GPU_DRA_DRIVER" -registry-dir "$NODE_RUN/kubelet/plugins_registry"
+      ;;
+    *) die "start: want fakegpu or fakegpudra, not $1" ;;
+  esac
+}
+
 node_state() {
   local f
   command -v jq >/dev/null || die "jq is needed (apt-get install jq)"
@@ -100,6 +136,8 @@ node_state() {
 }
 
 case ${1:-} in
+  describe) describe ;;
+  start) [[ $# == 2 ]] || die "usage: hook.sh start fakegpu|fakegpudra"; start_standin "$2" ;;
   links) links ;;
   records) records ;;
   leases) leases ;;
@@ -107,5 +145,5 @@ case ${1:-} in
   restart-kubelet) restart_kubelet ;;
   runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
-  *) die "usage: hook.sh links|records|leases|port-state DEV PORT up|down|restart-kubelet|runtime-memlock|node-state" ;;
+  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|runtime-memlock|node-state" ;;
 esac

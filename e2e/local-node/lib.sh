@@ -17,6 +17,8 @@ ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
 API_PORT=${API_PORT:-36443}
 KUBELET_PORT=${KUBELET_PORT:-30250}
 KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-30248}
+# The daemon's metrics and /state port (hostNetwork), which the suite gives the chart.
+METRICS_PORT=${METRICS_PORT:-39478}
 # The cgroup (below each v1 controller's root) every pod and container of the node goes into.
 CGROUP_ROOT=${CGROUP_ROOT:-kube-rdma-e2e}
 BRIDGE=${BRIDGE:-krdmae2e0}
@@ -26,6 +28,13 @@ POD_SUBNET=${POD_SUBNET:-10.244.77.0/24}
 FIXTURE=$NODE_RUN/fixture
 FIXTURE_VFS=${FIXTURE_VFS:-24}
 PEER_NETNS=${PEER_NETNS:-kube-rdma-e2e-peers}
+# The stand-ins for a GPU's device plugin and DRA driver (hook.sh start), and where the fake RDMA
+# netlink of the image localhost/kube-rdma:e2e-fakerdma keeps its state (internal/fakerdma).
+GPU_DRA_DRIVER=gpu.e2e.kube-rdma.io
+FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
+# The images images.sh builds: the chart's (and its -fakerdma variant) and the pods'.
+IMAGE=localhost/kube-rdma:e2e
+TEST_IMAGE=localhost/rdma-test:e2e
 # The kube-rdma CNI plugin's attachment records and the IPAM data of its chained entry.
 CNI_STATE_DIR=$NODE_RUN/cni/kube-rdma
 RDMA_IPAM_DIR=$NODE_RUN/cni/ipam-rdma

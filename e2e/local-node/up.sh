@@ -75,7 +75,12 @@ fixture_node() {
   local n i=0 f name maj min
   [[ ! -e /dev/infiniband ]] || die "/dev/infiniband exists: the fixture node needs a host without RDMA devices"
   ! ip netns list | grep -qw "$PEER_NETNS" || die "netns $PEER_NETNS exists (run down.sh first)"
-  (cd "$REPO" && go build -o "$NODE_RUN/fixture-writer" ./e2e/local-node/fixture)
+  (cd "$REPO" && go build -o "$NODE_RUN/fixture-writer" ./e2e/local-node/fixture &&
+    go build -o "$NODE_RUN/fakegpu" ./e2e/local-node/fakegpu &&
+    go build -o "$NODE_RUN/fakegpudra" ./e2e/local-node/fakegpudra)
+  # The gpu-aligned phase's image creates it; down.sh removes it.
+  [[ ! -e $FAKE_RDMA_DIR ]] || die "$FAKE_RDMA_DIR exists (left by an earlier run?)"
+  echo "$FAKE_RDMA_DIR" >>"$NODE_RUN/host/created-dirs"
   "$NODE_RUN/fixture-writer" -root "$FIXTURE" -vfs "$FIXTURE_VFS" >/dev/null
   for n in "$FIXTURE"/sys/class/net/*; do
     n=$(basename "$n")

@@ -12,27 +12,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestAllocatable: the node advertises every pool of E2E_POOLS at its count.
-func TestAllocatable(t *testing.T) {
-	e := need(t)
+// testAllocatable: the node advertises every pool of the phase at its count.
+func testAllocatable(t *testing.T, e *env) {
 	if len(e.pools) == 0 {
-		t.Skip("E2E_POOLS unset: no expected pools")
+		t.Fatal("the phase expects no pools")
 	}
 	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestPodWithDevices: a pod given devices of each exclusive pool sees exactly
+// testPodWithDevices: a pod given devices of each exclusive pool sees exactly
 // those device nodes, the environment naming them and, for the chained pool,
 // their netdevs, which leave the host while it runs and come back after. A pod
 // given one slot of a shared pool sees every device of that pool, and the
 // environment names as many devices as it has uverbs nodes.
-func TestPodWithDevices(t *testing.T) {
-	e := need(t)
+func testPodWithDevices(t *testing.T, e *env) {
 	pools := e.exclusivePools()
 	if len(pools) == 0 {
-		t.Skip("no exclusive pool with devices in E2E_POOLS")
+		t.Skip("the phase has no exclusive pool with devices")
 	}
 	ns := e.namespace(t)
 	for _, p := range pools {
@@ -135,13 +133,12 @@ func (e *env) checkDevicePod(t *testing.T, ns string, p pool, n int) {
 	}
 }
 
-// TestPending: a pod asking one more device than an exclusive pool has is not
+// testPending: a pod asking one more device than an exclusive pool has is not
 // scheduled, and the scheduler says which resource is short.
-func TestPending(t *testing.T) {
-	e := need(t)
+func testPending(t *testing.T, e *env) {
 	pools := e.exclusivePools()
 	if len(pools) == 0 {
-		t.Skip("no exclusive pool with devices in E2E_POOLS")
+		t.Skip("the phase has no exclusive pool with devices")
 	}
 	ns := e.namespace(t)
 	for _, p := range pools {

@@ -15,12 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestDRAClaimTemplate: for each dra pool, a pod whose claim template asks for one NIC of the
+// testDRAClaimTemplate: for each dra pool, a pod whose claim template asks for one NIC of the
 // pool's DeviceClass runs; the claim made for it is allocated one device of the pool and
 // reserved for the pod; the container gets that device's nodes and NCCL_IB_HCA; the claim
 // goes with the pod.
-func TestDRAClaimTemplate(t *testing.T) {
-	e := need(t)
+func testDRAClaimTemplate(t *testing.T, e *env) {
 	c := e.needDRA(t)
 	ns := e.namespace(t)
 	for _, pool := range slices.Sorted(maps.Keys(c.pools)) {
@@ -51,22 +50,21 @@ func TestDRAClaimTemplate(t *testing.T) {
 	}
 }
 
-// TestDRAAlignPCIeRoot: a claim for one specific GPU (by a CEL selector on its pciBusID) and
-// a NIC of E2E_DRA_ALIGN_POOL with matchAttribute resource.kubernetes.io/pcieRoot gets the
+// testDRAAlignPCIeRoot: a claim for one specific GPU (by a CEL selector on its pciBusID) and
+// a NIC of the DRA phase's alignPool with matchAttribute resource.kubernetes.io/pcieRoot gets the
 // NIC under the GPU's host bridge, for each GPU in turn, while a NIC under another bridge
 // is free.
-func TestDRAAlignPCIeRoot(t *testing.T) { testDRAAlign(t, attrRoot) }
+func testDRAAlignPCIeRoot(t *testing.T, e *env) { testDRAAlign(t, e, attrRoot) }
 
-// TestDRAAlignPCIeSwitch: the same with kube-rdma.io/pcieSwitch on both sides gives the NIC
+// testDRAAlignPCIeSwitch: the same with kube-rdma.io/pcieSwitch on both sides gives the NIC
 // under the GPU's switch; and a GPU with no device of another dra pool under its switch
 // cannot be paired with one: the pod stays unschedulable.
-func TestDRAAlignPCIeSwitch(t *testing.T) { testDRAAlign(t, attrSwitch) }
+func testDRAAlignPCIeSwitch(t *testing.T, e *env) { testDRAAlign(t, e, attrSwitch) }
 
-func testDRAAlign(t *testing.T, attr resourceapi.QualifiedName) {
-	e := need(t)
+func testDRAAlign(t *testing.T, e *env, attr resourceapi.QualifiedName) {
 	c := e.needDRA(t)
 	if c.gpuDriver == "" || c.alignPool == "" {
-		t.Skip("E2E_DRA_GPU_DRIVER or E2E_DRA_ALIGN_POOL unset")
+		t.Fatal("the DRA phase names no GPU driver or align pool")
 	}
 	gpuDriver := c.gpuDriver
 	gpus, err := e.draDevices(t.Context(), gpuDriver)
@@ -202,16 +200,14 @@ func gpuEnv(bus string) string {
 	return "E2E_GPU_" + strings.NewReplacer(":", "_", ".", "_").Replace(bus)
 }
 
-// TestDRAPortDownTaint: port 1 of E2E_DRA_PORT_DEVICE going down taints its device in the
+// testDRAPortDownTaint: port 1 of the DRA phase's portDevice going down taints its device in the
 // ResourceSlice (kube-rdma.io/port-down, NoSchedule); a claim for exactly that device is then
 // unschedulable, and a new claim for any NIC of the pool gets another one. The port back up
 // removes the taint, and the waiting claim gets its device.
-func TestDRAPortDownTaint(t *testing.T) {
-	e := need(t)
+func testDRAPortDownTaint(t *testing.T, e *env) {
 	c := e.needDRA(t)
-	e.needHook(t)
 	if c.portDevice == "" || c.alignPool == "" {
-		t.Skip("E2E_DRA_PORT_DEVICE or E2E_DRA_ALIGN_POOL unset")
+		t.Fatal("the DRA phase names no port device or align pool")
 	}
 	devs, err := e.draDevices(t.Context(), draDriver)
 	if err != nil {
@@ -219,7 +215,7 @@ func TestDRAPortDownTaint(t *testing.T) {
 	}
 	i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return attrString(d, attrRDMA) == c.portDevice })
 	if i < 0 || attrString(devs[i], attrPool) != c.alignPool {
-		t.Fatalf("E2E_DRA_PORT_DEVICE=%s is not published in pool %s", c.portDevice, c.alignPool)
+		t.Fatalf("port device %s is not published in pool %s", c.portDevice, c.alignPool)
 	}
 	target := devs[i].Name
 	e.waitTaint(t, target, false)
@@ -282,15 +278,14 @@ func TestDRAPortDownTaint(t *testing.T) {
 	e.appendReport(t, line)
 }
 
-// TestDRAExtendedResource: a pod with resources.limits {<prefix>/<pool>: 1} of a dra pool
+// testDRAExtendedResource: a pod with resources.limits {<prefix>/<pool>: 1} of a dra pool
 // (no device plugin advertises it) runs through the DeviceClass's extendedResourceName: the
 // scheduler makes a claim for it (the pod's status names it), allocated one device of the
 // pool, and the container gets that device.
-func TestDRAExtendedResource(t *testing.T) {
-	e := need(t)
+func testDRAExtendedResource(t *testing.T, e *env) {
 	c := e.needDRA(t)
 	if c.latencyPool == "" {
-		t.Skip("E2E_DRA_LATENCY_POOL unset")
+		t.Fatal("the DRA phase names no latency pool")
 	}
 	res := e.resource(c.latencyPool)
 	class, err := e.draAPI.DeviceClasses().Get(t.Context(), draClass(c.latencyPool), metav1.GetOptions{})
@@ -329,20 +324,19 @@ func TestDRAExtendedResource(t *testing.T) {
 	e.waitClaimGone(t, ns, claim.Name)
 }
 
-// TestDRAStartLatency: E2E_DRA_LATENCY_PODS pods with a one-NIC claim template of
-// E2E_DRA_LATENCY_POOL, and as many with one device of the device plugin's first exclusive
+// testDRAStartLatency: latencyPods pods with a one-NIC claim template of
+// latencyPool, and as many with one device of the device plugin's first exclusive
 // pool, each set created at once on the same node: their start latencies, creation to
 // Ready, go to the report with the ratio of medians.
-func TestDRAStartLatency(t *testing.T) {
-	e := need(t)
+func testDRAStartLatency(t *testing.T, e *env) {
 	c := e.needDRA(t)
 	if c.latencyPool == "" {
-		t.Skip("E2E_DRA_LATENCY_POOL unset")
+		t.Fatal("the DRA phase names no latency pool")
 	}
 	dp := e.devicePool(t)
 	n := min(c.latencyPods, c.pools[c.latencyPool], int(dp.count))
 	if n < c.latencyPods {
-		t.Logf("E2E_DRA_LATENCY_PODS=%d, but pools %s and %s have %d and %d devices: %d pods", c.latencyPods,
+		t.Logf("latencyPods %d, but pools %s and %s have %d and %d devices: %d pods", c.latencyPods,
 			c.latencyPool, dp.name, c.pools[c.latencyPool], dp.count, n)
 	}
 	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
@@ -371,26 +365,7 @@ func TestDRAStartLatency(t *testing.T) {
 	e.deleteParallel(t, draNS, podNames("dra", n))
 }
 
-func TestParseDRAConfig(t *testing.T) {
-	env := map[string]string{"E2E_DRA_POOLS": "ib:2, vf:12", "E2E_DRA_ALIGN_POOL": "ib", "E2E_DRA_LATENCY_POOL": "vf"}
-	c, err := parseDRAConfig(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.pools["ib"] != 2 || c.pools["vf"] != 12 || len(c.pools) != 2 || c.latencyPods != 5 || c.alignPool != "ib" {
-		t.Errorf("parseDRAConfig = %+v", c)
-	}
-	for _, bad := range []map[string]string{
-		{"E2E_DRA_POOLS": "ib"},
-		{"E2E_DRA_POOLS": "ib:-1"},
-		{"E2E_DRA_POOLS": "ib:2", "E2E_DRA_ALIGN_POOL": "vf"},
-		{"E2E_DRA_POOLS": "ib:2", "E2E_DRA_LATENCY_POOL": "vf"},
-		{"E2E_DRA_POOLS": "ib:2", "E2E_DRA_LATENCY_PODS": "0"},
-	} {
-		if _, err := parseDRAConfig(func(k string) string { return bad[k] }); err == nil {
-			t.Errorf("parseDRAConfig(%v): no error", bad)
-		}
-	}
+func TestDRAClass(t *testing.T) {
 	if got := draClass("Roce_Shared"); got != "roce-shared.rdma.kube-rdma.io" {
 		t.Errorf("draClass = %q", got)
 	}

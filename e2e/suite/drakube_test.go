@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,25 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
-// The DRA phase's environment (e2e/local-node/dra-phase.sh sets it, with the chart's
-// dra.enabled and pools with frontend dra):
-//
-//	E2E_DRA_POOLS         name:count,... the pools with frontend dra and how many devices each
-//	                      publishes; unset: every TestDRA* skips
-//	E2E_DRA_ALIGN_POOL    a dra pool with a NIC under each GPU's host bridge and switch, and
-//	                      another NIC elsewhere (the fixture's ib); the alignment and taint
-//	                      tests use it
-//	E2E_DRA_LATENCY_POOL  the dra pool of the start latency test (the fixture's vf), compared
-//	                      with the device plugin's first exclusive pool of E2E_POOLS; also the
-//	                      extended resource test's
-//	E2E_DRA_LATENCY_PODS  pods of each kind in the start latency test (5)
-//	E2E_DRA_GPU_DRIVER    a GPU DRA driver whose devices have pciBusID, pcieRoot and
-//	                      kube-rdma.io/pcieSwitch (e2e/local-node/fakegpudra's
-//	                      gpu.e2e.kube-rdma.io); unset: the alignment tests skip
-//	E2E_DRA_GPU_CLASS     a DeviceClass of its GPUs (default: the driver's name)
-//	E2E_DRA_PORT_DEVICE   RDMA device of E2E_DRA_ALIGN_POOL the taint test takes down (port 1);
-//	                      best the one an unconstrained claim would get first
-
 const (
 	draDriver    = "rdma.kube-rdma.io"
 	attrPool     = "kube-rdma.io/pool"
@@ -48,59 +28,34 @@ const (
 	taintPort    = "kube-rdma.io/port-down"
 )
 
+// draConfig is what the DRA phase expects (phases_test.go sets it).
 type draConfig struct {
-	pools       map[string]int
-	alignPool   string
+	// pools: the pools with frontend dra and how many devices each publishes.
+	pools map[string]int
+	// alignPool: a dra pool with a NIC under each GPU's host bridge and switch, and another
+	// NIC elsewhere; the alignment and taint tests use it.
+	alignPool string
+	// latencyPool: the dra pool of the start latency test, compared with the device plugin's
+	// first exclusive pool; also the extended resource test's.
 	latencyPool string
-	latencyPods int
-	gpuDriver   string
-	gpuClass    string
-	portDevice  string
-}
-
-func parseDRAConfig(getenv func(string) string) (draConfig, error) {
-	c := draConfig{pools: map[string]int{}, alignPool: getenv("E2E_DRA_ALIGN_POOL"),
-		latencyPool: getenv("E2E_DRA_LATENCY_POOL"), gpuDriver: getenv("E2E_DRA_GPU_DRIVER"),
-		gpuClass:   orDefault(getenv("E2E_DRA_GPU_CLASS"), getenv("E2E_DRA_GPU_DRIVER")),
-		portDevice: getenv("E2E_DRA_PORT_DEVICE"), latencyPods: 5}
-	for item := range strings.SplitSeq(getenv("E2E_DRA_POOLS"), ",") {
-		if item = strings.TrimSpace(item); item == "" {
-			continue
-		}
-		name, count, ok := strings.Cut(item, ":")
-		n, err := strconv.Atoi(count)
-		if !ok || name == "" || err != nil || n < 0 {
-			return c, fmt.Errorf("E2E_DRA_POOLS entry %q: want name:count", item)
-		}
-		c.pools[name] = n
-	}
-	for key, p := range map[string]string{"E2E_DRA_ALIGN_POOL": c.alignPool, "E2E_DRA_LATENCY_POOL": c.latencyPool} {
-		if _, ok := c.pools[p]; p != "" && !ok {
-			return c, fmt.Errorf("%s=%s is not in E2E_DRA_POOLS", key, p)
-		}
-	}
-	if v := getenv("E2E_DRA_LATENCY_PODS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return c, fmt.Errorf("E2E_DRA_LATENCY_PODS=%q: want a positive number", v)
-		}
-		c.latencyPods = n
-	}
-	return c, nil
+	latencyPods int // pods of each kind in the start latency test
+	// gpuDriver: a GPU DRA driver whose devices have pciBusID, pcieRoot and
+	// kube-rdma.io/pcieSwitch; gpuClass: a DeviceClass of its GPUs.
+	gpuDriver, gpuClass string
+	// portDevice: RDMA device of alignPool the taint test takes down (port 1); best the one
+	// an unconstrained claim would get first.
+	portDevice string
 }
 
 // needDRA returns the DRA phase's configuration and waits until the node publishes every
 // dra pool; it skips t outside the DRA phase.
 func (e *env) needDRA(t *testing.T) draConfig {
 	t.Helper()
-	c, err := parseDRAConfig(os.Getenv)
-	if err != nil {
-		t.Fatal(err)
+	if e.dra == nil {
+		t.Fatal("not the DRA phase: no dra pools")
 	}
-	if len(c.pools) == 0 {
-		t.Skip("E2E_DRA_POOLS unset (e2e/local-node/run.sh sets it in its DRA phase)")
-	}
-	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+	c := *e.dra
+	err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
 		devs, err := e.draDevices(ctx, draDriver)
 		if err != nil {
 			return err
@@ -252,7 +207,7 @@ func allocated(t *testing.T, c *resourceapi.ResourceClaim) map[string]resourceap
 
 // checkNICContainer checks what the container of pod got for the one NIC dev of our driver:
 // its device nodes (one uverbs, nothing else of ours) and NCCL_IB_HCA (and, for RoCE,
-// NCCL_IB_GID_INDEX) naming it when its pool sets NCCL's variables (E2E_NCCL_POOLS), none
+// NCCL_IB_GID_INDEX) naming it when its pool sets NCCL's variables (ncclPools), none
 // when it does not; it returns the pod's environment.
 func (e *env) checkNICContainer(t *testing.T, ns, pod string, dev resourceapi.Device) map[string]string {
 	t.Helper()

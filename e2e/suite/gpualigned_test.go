@@ -15,32 +15,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The GPU-aligned phase's environment (e2e/local-node/run.sh sets it after the main suite,
-// with the chart's pool E2E_GPU_ALIGNED_POOL given binding gpuAligned):
-//
-//	E2E_GPU_ALIGNED_POOL  a pool with binding gpuAligned; unset: TestGPUAligned skips
-//	E2E_GPU_NICS          the node's answer key: for each GPU (by its device ID, a UUID) the
-//	                      RDMA device and host netdev on its PCIe switch,
-//	                      "GPU-uuid=mlx5_0/ibp24s0,..." (a fact of the fixture, not computed)
-//	E2E_GPU_RESOURCE      the GPUs' resource (nvidia.com/gpu)
-//	E2E_FAKE_RDMA_STATE   the fake RDMA netlink's state file (internal/fakerdma): no device may
-//	                      be recorded outside the host once the pods are gone
-
-// gpuNIC is what E2E_GPU_NICS says of one GPU.
-type gpuNIC struct{ rdma, netdev string }
-
-func parseGPUNICs(s string) (map[string]gpuNIC, error) {
-	out := map[string]gpuNIC{}
-	for item := range strings.SplitSeq(s, ",") {
-		gpu, nic, ok := strings.Cut(item, "=")
-		rdma, netdev, ok2 := strings.Cut(nic, "/")
-		if !ok || !ok2 || gpu == "" || rdma == "" || netdev == "" {
-			return nil, fmt.Errorf("E2E_GPU_NICS entry %q: want gpu-id=rdma-device/netdev", item)
-		}
-		out[gpu] = gpuNIC{rdma, netdev}
-	}
-	return out, nil
+// gpuAlignedConfig is what the GPU-aligned phase expects (phases_test.go sets it).
+type gpuAlignedConfig struct {
+	pool string // a pool with binding gpuAligned
+	// nics is the node's answer key: for each GPU (by its device ID, a UUID) the RDMA device
+	// and host netdev on its PCIe switch.
+	nics     map[string]gpuNIC
+	resource corev1.ResourceName // the GPUs' resource (nvidia.com/gpu)
+	// fakeRDMAState: the fake RDMA netlink's state file (internal/fakerdma): no device may be
+	// recorded outside the host once the pods are gone.
+	fakeRDMAState string
 }
+
+// gpuNIC is the NIC on one GPU's switch.
+type gpuNIC struct{ rdma, netdev string }
 
 // alignedScript prints what the CNI plugin bound to the pod, as key=value lines, then waits:
 // its GPUs (the GPU plugin's NVIDIA_VISIBLE_DEVICES), the pool's env file (the variables it
@@ -62,7 +50,7 @@ echo end
 while :; do sleep 2 & wait $!; done
 `
 
-// TestGPUAligned: the kubelet allocates GPUs (a stand-in for NVIDIA's plugin) and slots of a
+// testGPUAligned: the kubelet allocates GPUs (a stand-in for NVIDIA's plugin) and slots of a
 // gpuAligned pool independently; the CNI plugin binds each pod the NICs on its GPUs' PCIe
 // switches, moves them in, and fills the pod's allocation directory to match.
 //
@@ -71,18 +59,11 @@ while :; do sleep 2 & wait $!; done
 //     and must get the NIC under that GPU, not the first free one;
 //   - a pod with a NIC and no GPU gets what is left;
 //   - the host gets every netdev back, and no RDMA device stays recorded in a pod.
-func TestGPUAligned(t *testing.T) {
-	e := need(t)
-	poolName := os.Getenv("E2E_GPU_ALIGNED_POOL")
-	if poolName == "" {
-		t.Skip("E2E_GPU_ALIGNED_POOL unset (e2e/local-node/run.sh sets it in its GPU-aligned phase)")
+func testGPUAligned(t *testing.T, e *env) {
+	if e.gpuAligned == nil {
+		t.Fatal("not the GPU-aligned phase: no gpuAligned pool")
 	}
-	e.needHook(t)
-	nics, err := parseGPUNICs(os.Getenv("E2E_GPU_NICS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpuRes := corev1.ResourceName(orDefault(os.Getenv("E2E_GPU_RESOURCE"), "nvidia.com/gpu"))
+	poolName, nics, gpuRes := e.gpuAligned.pool, e.gpuAligned.nics, e.gpuAligned.resource
 	ctx := t.Context()
 	if err := e.waitAllocatableNames(ctx, map[corev1.ResourceName]int64{gpuRes: int64(len(nics)), e.resource(poolName): int64(len(nics))}); err != nil {
 		t.Fatal(err)
@@ -141,10 +122,10 @@ func TestGPUAligned(t *testing.T) {
 		e.deletePod(t, ns, name)
 	}
 	e.waitLinks(t, hostLinks)
-	if f := os.Getenv("E2E_FAKE_RDMA_STATE"); f != "" {
+	if f := e.gpuAligned.fakeRDMAState; f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatalf("E2E_FAKE_RDMA_STATE: %v", err)
+			t.Fatalf("fake RDMA state: %v", err)
 		}
 		var s struct {
 			Devices map[string]string `json:"devices"`
@@ -228,7 +209,7 @@ func (e *env) checkAligned(t *testing.T, name string, l alignedLog, gpus []strin
 	for _, g := range gpus {
 		n, ok := nics[g]
 		if !ok {
-			t.Fatalf("pod %s: GPU %q is not in E2E_GPU_NICS", name, g)
+			t.Fatalf("pod %s: GPU %q is not in the answer key", name, g)
 		}
 		want = append(want, n.rdma)
 		gone = append(gone, n.netdev)

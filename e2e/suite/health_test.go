@@ -11,20 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestPortDown: port 1 of E2E_PORT_DEVICE going down takes one device out of
+// testPortDown: port 1 of the phase's portDevice going down takes one device out of
 // its pool's allocatable within 30 s; coming up puts it back.
-func TestPortDown(t *testing.T) {
-	e := need(t)
-	e.needHook(t)
+func testPortDown(t *testing.T, e *env) {
 	if e.portDevice == "" {
-		t.Skip("E2E_PORT_DEVICE unset")
+		t.Skip("the phase names no port device")
 	}
 	var exclusive []string
 	for _, p := range e.exclusivePools() {
 		exclusive = append(exclusive, p.name)
 	}
 	if len(exclusive) == 0 {
-		t.Skip("no exclusive pool with devices in E2E_POOLS")
+		t.Skip("the phase has no exclusive pool with devices")
 	}
 	want := e.counts()
 	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
@@ -87,11 +85,9 @@ func oneDropped(want, got map[string]int64, exclusive []string) (string, error) 
 	return dropped[0], nil
 }
 
-// TestKubeletRestart: after a kubelet restart the pools are advertised again
+// testKubeletRestart: after a kubelet restart the pools are advertised again
 // within 90 s, and a running pod keeps its container, devices and netdevs.
-func TestKubeletRestart(t *testing.T) {
-	e := need(t)
-	e.needHook(t)
+func testKubeletRestart(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	w := e.startWatchedPod(t, ns)
 	hb0, err := e.heartbeat(t.Context())

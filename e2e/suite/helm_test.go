@@ -24,11 +24,10 @@ const (
 	rollout      = 5 * time.Minute
 )
 
-// TestDaemonSetRestartAndHelmUpgrade: restarting the DaemonSet, changing a
+// testDaemonSetRestartAndHelmUpgrade: restarting the DaemonSet, changing a
 // pool with helm upgrade and changing it back leave a running pod's
 // container, devices and netdevs alone; the change shows on the node.
-func TestDaemonSetRestartAndHelmUpgrade(t *testing.T) {
-	e := need(t)
+func testDaemonSetRestartAndHelmUpgrade(t *testing.T, e *env) {
 	e.needHelm(t)
 	ns := e.namespace(t)
 	w := e.startWatchedPod(t, ns)
@@ -51,7 +50,7 @@ func (e *env) needHelm(t *testing.T) {
 
 // runHelm runs helm with the release's namespace and returns its stdout.
 func (e *env) runHelm(ctx context.Context, args ...string) ([]byte, error) {
-	args = append(args, "--namespace", e.helm.namespace)
+	args = append(args, "--namespace", e.helm.namespace, "--kubeconfig", os.Getenv("E2E_KUBECONFIG"))
 	cmd := exec.CommandContext(ctx, e.helm.bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -228,7 +227,7 @@ func (e *env) observe(ctx context.Context, ch valuesChange) error {
 }
 
 // planChange picks an observable change: the slots of a shared pool that
-// E2E_POOLS expects devices in (its allocatable follows: devices x slots), else
+// the phase expects devices in (its allocatable follows: devices x slots), else
 // a new shared pool e2e-extra that selects no device (shared pools may overlap
 // anything, so the daemon accepts it whatever the exclusive pools select).
 func planChange(all, user map[string]any, pools []pool, prefix string) (valuesChange, error) {
@@ -237,7 +236,7 @@ func planChange(all, user map[string]any, pools []pool, prefix string) (valuesCh
 		return valuesChange{}, fmt.Errorf("helm values: no config (%v)", err)
 	}
 	if p, _ := cfg["resourcePrefix"].(string); p != prefix {
-		return valuesChange{}, fmt.Errorf("helm values: config.resourcePrefix %q, E2E_RESOURCE_PREFIX %q", p, prefix)
+		return valuesChange{}, fmt.Errorf("helm values: config.resourcePrefix %q, the suite's prefix %q", p, prefix)
 	}
 	list, _ := cfg["pools"].([]any)
 	values := map[string]any{}

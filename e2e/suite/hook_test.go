@@ -17,7 +17,16 @@ import (
 
 // runHook runs `$E2E_NODE_HOOK verb args...` and returns its stdout.
 func runHook(ctx context.Context, hook string, verb string, args ...string) (string, error) {
+	return runHookOn(ctx, hook, "", verb, args...)
+}
+
+// runHookOn runs the hook with NODE=node in its environment (unless node is ""): a harness
+// with several nodes (kind-rxe) picks the node by it.
+func runHookOn(ctx context.Context, hook, node, verb string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, hook, append([]string{verb}, args...)...)
+	if node != "" {
+		cmd.Env = append(os.Environ(), "NODE="+node)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

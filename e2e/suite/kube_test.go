@@ -311,7 +311,7 @@ func (e *env) nodeResources(ctx context.Context, capacity bool, pools ...string)
 	return out, nil
 }
 
-// counts is E2E_POOLS as a map from pool to expected allocatable.
+// counts is the phase's pools as a map from pool to expected allocatable.
 func (e *env) counts() map[string]int64 {
 	m := map[string]int64{}
 	for _, p := range e.pools {

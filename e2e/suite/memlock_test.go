@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,39 +22,13 @@ echo "limits $(awk '/^Max locked memory/ {print $4, $5}' /proc/self/limits) uid 
 while :; do sleep 2 & wait $!; done
 `
 
-// memlockLimits parses E2E_MEMLOCK: pool:limit,... with limit a number of
-// bytes or "unlimited", what the daemon's NRI plugin should give a container
-// with a device of that pool.
-func memlockLimits(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for item := range strings.SplitSeq(s, ",") {
-		if item = strings.TrimSpace(item); item == "" {
-			continue
-		}
-		pool, limit, ok := strings.Cut(item, ":")
-		if _, err := strconv.ParseUint(limit, 10, 64); !ok || pool == "" || (err != nil && limit != "unlimited") {
-			return nil, fmt.Errorf("E2E_MEMLOCK entry %q: want pool:bytes or pool:unlimited", item)
-		}
-		out[pool] = limit
-	}
-	return out, nil
-}
-
-// TestMemlock: with the chart's nri.enabled, a non-root container given a
+// testMemlock: with the chart's nri.enabled, a non-root container given a
 // device gets its pool's RLIMIT_MEMLOCK from the daemon's NRI plugin (two
 // pools with different limits, the pod annotation lowering one); a container without our devices keeps the runtime's own limit.
 // The daemon restarted while pods run leaves them as they were, and a pod
 // created after the restart gets the limit again.
-func TestMemlock(t *testing.T) {
-	e := need(t)
-	limits, err := memlockLimits(strings.TrimSpace(os.Getenv("E2E_MEMLOCK")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(limits) == 0 {
-		t.Skip("E2E_MEMLOCK unset: this cluster configuration runs the daemon without NRI")
-	}
-	e.needHook(t)
+func testMemlock(t *testing.T, e *env) {
+	limits := e.memlock
 	// Two exclusive pools with different limits, the first with 2+ devices (two of
 	// its pods run at once).
 	var configured, other string
@@ -70,7 +43,7 @@ func TestMemlock(t *testing.T) {
 		}
 	}
 	if configured == "" || other == "" {
-		t.Fatalf("E2E_MEMLOCK %v: want two exclusive pools with different limits, one with 2+ devices", limits)
+		t.Fatalf("memlock %v: want two exclusive pools with different limits, one with 2+ devices", limits)
 	}
 	want := limits[configured]
 	lower := "67108864" // the annotation lowers it: to 64 MiB from unlimited, else to half
@@ -199,14 +172,14 @@ func (e *env) memlockStatus(t *testing.T, ns, name string) corev1.ContainerStatu
 	return container(pod)
 }
 
-// waitNRIConnected polls the daemon's /state (E2E_DAEMON_STATE) until its
+// waitNRIConnected polls the daemon's /state (daemonState) until its
 // NRI plugin is registered with the runtime: containers created before then
 // get no adjustment.
 func (e *env) waitNRIConnected(t *testing.T) {
 	t.Helper()
-	url := os.Getenv("E2E_DAEMON_STATE")
+	url := e.daemonState
 	if url == "" {
-		t.Fatal("E2E_DAEMON_STATE unset: the test needs the daemon's /state URL to wait for NRI")
+		t.Fatal("the phase gives no daemon /state URL to wait for NRI")
 	}
 	start := time.Now()
 	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
@@ -241,16 +214,4 @@ func (e *env) waitNRIConnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("NRI plugin connected %s after the rollout", time.Since(start).Round(time.Millisecond))
-}
-
-func TestMemlockLimits(t *testing.T) {
-	got, err := memlockLimits("ib:536870912, vf:unlimited")
-	if err != nil || len(got) != 2 || got["ib"] != "536870912" || got["vf"] != "unlimited" {
-		t.Errorf("memlockLimits: %v, %v", got, err)
-	}
-	for _, bad := range []string{"ib", "ib:512Mi", ":1", "ib:-1"} {
-		if _, err := memlockLimits(bad); err == nil {
-			t.Errorf("memlockLimits(%q): no error", bad)
-		}
-	}
 }

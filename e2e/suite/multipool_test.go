@@ -11,7 +11,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
 
-// TestMultiPoolPod runs a pod with one device of an NCCL pool and one of a
+// testMultiPoolPod runs a pod with one device of an NCCL pool and one of a
 // pool with nccl: false (on the local node: ib, and the chained vf pool),
 // the layout of a compute fabric beside a storage network (issue 26). NCCL_IB_HCA
 // names the NCCL pool's device only, whatever order the kubelet merged the two
@@ -19,8 +19,7 @@ import (
 // pools' KUBE_RDMA_<POOL>_RDMA_DEVICES are there; and kubectl rdma doctor,
 // run as soon as the pod is Ready (as a user does) and again once the node
 // state has the pod, fails no check but those the fixture devices cause.
-func TestMultiPoolPod(t *testing.T) {
-	e := need(t)
+func testMultiPoolPod(t *testing.T, e *env) {
 	var nccl, other *pool
 	for _, p := range e.exclusivePools() {
 		switch {
@@ -31,7 +30,7 @@ func TestMultiPoolPod(t *testing.T) {
 		}
 	}
 	if nccl == nil || other == nil {
-		t.Skip("E2E_POOLS and E2E_NCCL_POOLS name no exclusive NCCL pool beside an exclusive pool that is not")
+		t.Skip("the phase has no exclusive NCCL pool beside an exclusive pool that is not")
 	}
 	ns := e.namespace(t)
 	name := "multi-pool"

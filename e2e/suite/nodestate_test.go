@@ -20,12 +20,11 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
 )
 
-// TestNodeState: the daemon publishes the node's RDMANodeState: named and owned
-// by the node, every pool of E2E_POOLS at its count, and a pod given a device
+// testNodeState: the daemon publishes the node's RDMANodeState: named and owned
+// by the node, every pool of the phase at its count, and a pod given a device
 // of the chained pool among its allocations; `kubectl rdma nodes`, `pods` and
 // `doctor` (its API checks) report that pod. Skips when the CRD is absent.
-func TestNodeState(t *testing.T) {
-	e := need(t)
+func testNodeState(t *testing.T, e *env) {
 	p := e.devicePool(t)
 	state := e.waitNodeState(t, "every pool at its count", func(s *v1alpha1.RDMANodeState) error {
 		for _, want := range e.pools {

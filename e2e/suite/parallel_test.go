@@ -18,16 +18,15 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// TestParallelPods: E2E_PARALLEL_PODS pods with one device each, created at
+// testParallelPods: parallelPods (20) pods with one device each, created at
 // once, all run (their start latency is reported against as many pods without
 // devices, started the same way just before); deleted at once, they leave the
 // node's links, CNI records and IPAM leases as they were.
-func TestParallelPods(t *testing.T) {
-	e := need(t)
+func testParallelPods(t *testing.T, e *env) {
 	p := e.devicePool(t)
 	n := e.parallelPods
 	if int64(n) > p.count {
-		t.Logf("E2E_PARALLEL_PODS=%d, but pool %s has %d devices: %d pods", n, p.name, p.count, p.count)
+		t.Logf("%d parallel pods, but pool %s has %d devices: %d pods", n, p.name, p.count, p.count)
 		n = int(p.count)
 	}
 	ns := e.namespace(t)

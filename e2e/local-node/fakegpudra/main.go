@@ -16,7 +16,8 @@
 //	fakegpudra -kubeconfig FILE -node NAME -sysfs-root DIR -proc-root DIR -cdi-dir DIR \
 //	  -plugin-dir DIR -registry-dir DIR
 //
-// It is e2e tooling (run by e2e/local-node/dra-phase.sh); no shipped binary links it.
+// It is e2e tooling (built by e2e/local-node/up.sh, started by hook.sh start fakegpudra for the
+// suite's DRA phase); no shipped binary links it.
 package main
 
 import (

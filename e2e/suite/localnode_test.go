@@ -1,0 +1,475 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/fakerdma"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+)
+
+// The local-node harness (e2e/local-node): one node on this machine whose RDMA devices are
+// the fixture nodesim.LocalNode written below its fixture directory (up.sh). Its hook
+// describes it:
+//
+//	harness local-node, node, test-image, image (the kube-rdma image, REPO:TAG), node-run
+//	(the node's state directory), fixture (the fixture's root), fixture-vfs, api-port,
+//	metrics-port, cni-state-dir, rdma-ipam-dir, nad-crd (a CRD file for the dry runs),
+//	gpu-dra-driver (the driver name of the stand-in GPU DRA driver, hook start fakegpudra),
+//	memlock-raisable (yes: root may raise RLIMIT_MEMLOCK above containerd's hard limit),
+//	memlock-hard-kib
+//
+// Three phases, each with the chart's values and the answers computed here from the fixture:
+// device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
+// a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
+// driver beside a stand-in GPU DRA driver).
+
+// localNodeDesc is the local node's hook description, parsed.
+type localNodeDesc struct {
+	node, testImage, imageRepo, imageTag string
+	nodeRun, fixture, cniState, rdmaIPAM string
+	nadCRD, memlockHardKiB               string
+	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
+	vfs, apiPort, metricsPort            int
+	memlockRaisable                      bool
+	fix                                  fixtureNode
+}
+
+// fixtureNode is what the phases need of nodesim.LocalNode, in topology order (RDMA device
+// names follow it: mlx5_0 and mlx5_1 the HCAs, mlx5_2 the PF, mlx5_3... its VFs).
+type fixtureNode struct {
+	ib  []string // the InfiniBand HCAs' RDMA devices
+	pfs []string // the RoCE PFs'
+	vfs []string // the RoCE VFs'
+	// gpuNICs: for each GPU (by UUID, as the fixture's procfs gives it) the InfiniBand HCA on
+	// its PCIe switch and the HCA's netdev.
+	gpuNICs map[string]gpuNIC
+}
+
+// fixtureOf reads the fixture's layout: which RDMA devices are which kind, and each GPU's NIC.
+func fixtureOf(t nodesim.Topology) (fixtureNode, error) {
+	fn := map[string]nodesim.Function{} // by PCI address
+	for _, f := range t.PCI {
+		fn[path.Base(f.Path)] = f
+	}
+	// A function's PCIe switch: its path less the downstream port and itself.
+	sw := func(f nodesim.Function) string { return path.Dir(path.Dir(f.Path)) }
+	out := fixtureNode{gpuNICs: map[string]gpuNIC{}}
+	ibBySwitch := map[string]gpuNIC{}
+	for _, r := range t.RDMA {
+		f, ok := fn[r.Parent]
+		if !ok || len(r.Ports) == 0 {
+			return out, fmt.Errorf("fixture %s: RDMA device %s: no PCI function %s or no port", t.Name, r.Name, r.Parent)
+		}
+		switch {
+		case r.Ports[0].LinkLayer == "InfiniBand":
+			out.ib = append(out.ib, r.Name)
+			if len(f.Netdevs) > 0 {
+				ibBySwitch[sw(f)] = gpuNIC{rdma: r.Name, netdev: f.Netdevs[0].Name}
+			}
+		case f.PhysFn != "":
+			out.vfs = append(out.vfs, r.Name)
+		default:
+			out.pfs = append(out.pfs, r.Name)
+		}
+	}
+	for _, f := range t.PCI {
+		if f.UUID == "" {
+			continue
+		}
+		nic, ok := ibBySwitch[sw(f)]
+		if !ok {
+			return out, fmt.Errorf("fixture %s: GPU %s has no InfiniBand HCA on its switch", t.Name, f.UUID)
+		}
+		out.gpuNICs[f.UUID] = nic
+	}
+	return out, nil
+}
+
+func parseLocalNode(d map[string]string) (localNodeDesc, error) {
+	l := localNodeDesc{node: d["node"], testImage: d["test-image"], nodeRun: d["node-run"], fixture: d["fixture"],
+		cniState: d["cni-state-dir"], rdmaIPAM: d["rdma-ipam-dir"], nadCRD: d["nad-crd"], gpuDRADriver: d["gpu-dra-driver"],
+		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes"}
+	for k, v := range map[string]string{"node": l.node, "node-run": l.nodeRun, "fixture": l.fixture,
+		"cni-state-dir": l.cniState, "rdma-ipam-dir": l.rdmaIPAM, "nad-crd": l.nadCRD, "image": d["image"],
+		"gpu-dra-driver": l.gpuDRADriver} {
+		if v == "" {
+			return l, fmt.Errorf("hook describe (local-node): no %s", k)
+		}
+	}
+	i := strings.LastIndex(d["image"], ":")
+	if i <= 0 || i == len(d["image"])-1 {
+		return l, fmt.Errorf("hook describe: image %q: want REPOSITORY:TAG", d["image"])
+	}
+	l.imageRepo, l.imageTag = d["image"][:i], d["image"][i+1:]
+	for k, p := range map[string]*int{"fixture-vfs": &l.vfs, "api-port": &l.apiPort, "metrics-port": &l.metricsPort} {
+		n, err := strconv.Atoi(d[k])
+		if err != nil || n < 1 {
+			return l, fmt.Errorf("hook describe: %s %q: want a positive number", k, d[k])
+		}
+		*p = n
+	}
+	var err error
+	l.fix, err = fixtureOf(nodesim.LocalNode(l.vfs))
+	return l, err
+}
+
+// localNode is the local-node harness's phases.
+func localNode(d map[string]string) (harness, error) {
+	l, err := parseLocalNode(d)
+	if err != nil {
+		return harness{}, err
+	}
+	if len(l.fix.ib) < 2 || len(l.fix.pfs) != 1 || len(l.fix.vfs) < 2 || len(l.fix.gpuNICs) < 2 {
+		return harness{}, fmt.Errorf("fixture: %d HCAs, %d PFs, %d VFs, %d GPUs: the phases need 2+, 1, 2+, 2+",
+			len(l.fix.ib), len(l.fix.pfs), len(l.fix.vfs), len(l.fix.gpuNICs))
+	}
+	return harness{
+		node:   l.node,
+		setup:  l.setup,
+		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase()},
+	}, nil
+}
+
+// common is what every phase of this node expects: its devices are fixtures, the port-down
+// test's device, the daemon's /state.
+func (l localNodeDesc) common(c *config) {
+	c.fixtureDevs = true
+	c.portDevice = l.fix.ib[1] // the second HCA
+	c.daemonState = fmt.Sprintf("http://127.0.0.1:%d/state", l.metricsPort)
+}
+
+// nodeValues are what every phase's install shares: the image, the node's paths and the API
+// server's own address.
+func (l localNodeDesc) nodeValues() values {
+	return values{
+		"image":  values{"repository": l.imageRepo, "tag": l.imageTag, "pullPolicy": "Never"},
+		"config": values{"resourcePrefix": "rdma.kube-rdma.io"},
+		"devicePlugin": values{
+			"cdiDir":      l.nodeRun + "/cdi",
+			"metricsPort": l.metricsPort,
+			// No kube-proxy on this node: the service address the in-cluster config names
+			// (10.96.0.1) does not answer, so the node-state publisher and the DRA driver go
+			// to the API server directly.
+			"extraEnv": []values{
+				{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+				{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(l.apiPort)},
+			},
+		},
+		"hostPaths": values{"sysfsRoot": l.fixture + "/sys", "kubeletDir": l.nodeRun + "/kubelet"},
+		"cni":       values{"binDir": l.nodeRun + "/cni/bin", "confDir": l.nodeRun + "/cni/net.d"},
+	}
+}
+
+func (l localNodeDesc) cniLog() string { return l.nodeRun + "/logs/kube-rdma-cni.log" }
+
+// memlockLimits are the pools' memlock values and the RLIMIT_MEMLOCK each gives a container.
+// runc raises a container's limit from the host; above the runtime's own hard limit that
+// takes CAP_SYS_RESOURCE, which root has on a node but not in some sandboxes (containerd then
+// keeps the 8 MiB hard limit it started with). There the pools get limits below it (the same
+// mechanism, lowering instead of raising), or every pod with a device would fail to start.
+func (l localNodeDesc) memlockLimits() (ib, others string, want map[string]string) {
+	if l.memlockRaisable {
+		return "512Mi", "", map[string]string{"ib": "536870912", "vf": "unlimited", "roce-shared": "unlimited"}
+	}
+	return "4Mi", "6Mi", map[string]string{"ib": "4194304", "vf": "6291456", "roce-shared": "6291456"}
+}
+
+// devicePluginPhase: pools of every kind on the fixture node: exclusive InfiniBand HCAs,
+// exclusive RoCE VFs whose netdevs the chained CNI entry moves into pods, the RoCE PF shared
+// by 8 pods. ib is NCCL's fabric; the others set no NCCL_* (nccl: false), so a pod with ib
+// and vf gets ib's NCCL_IB_HCA. containerd runs with NRI on (up.sh): the daemon's NRI plugin
+// sets RLIMIT_MEMLOCK of the containers with our devices (the pools' memlock).
+func (l localNodeDesc) devicePluginPhase() phase {
+	const slots = 8
+	mlIB, mlOthers, memlock := l.memlockLimits()
+	withMemlock := func(p values) values {
+		if mlOthers != "" {
+			p["memlock"] = mlOthers
+		}
+		return p
+	}
+	pools := []values{
+		{"name": "ib", "mode": "exclusive", "memlock": mlIB, "selectors": values{"linkLayers": []string{"InfiniBand"}}},
+		withMemlock(values{"name": "vf", "mode": "exclusive", "nccl": false,
+			"selectors": values{"kinds": []string{"VF"}, "linkLayers": []string{"Ethernet"}}}),
+		withMemlock(values{"name": "roce-shared", "mode": "shared", "slots": slots, "nccl": false,
+			"selectors": values{"kinds": []string{"PF"}, "linkLayers": []string{"Ethernet"}}}),
+	}
+	v := values{
+		"config": values{"pools": pools},
+		"nri":    values{"enabled": true, "socket": l.nodeRun + "/nri/nri.sock"},
+		"cni": values{
+			"install": true,
+			"mode":    "chained",
+			// This kernel has no RDMA netlink: say the mode instead of asking it.
+			"pluginConfig": values{"rdmaNetnsMode": "shared", "stateDir": l.cniState, "logFile": l.cniLog()},
+			"chained": values{"pool": "vf", "ipam": values{"type": "host-local",
+				"ranges": [][]values{{{"subnet": "192.168.77.0/24"}}}, "dataDir": l.rdmaIPAM}},
+		},
+	}
+	return phase{
+		name: "device-plugin",
+		config: func(c *config) {
+			c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}, {"vf", "exclusive", int64(len(l.fix.vfs))},
+				{"roce-shared", "shared", int64(slots * len(l.fix.pfs))}}
+			l.common(c)
+			c.chainedPool, c.ncclPools, c.memlock = "vf", []string{"ib"}, memlock
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "chart installed, DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"Allocatable", testAllocatable},
+			{"PodWithDevices", testPodWithDevices},
+			{"Pending", testPending},
+			{"PortDown", testPortDown},
+			{"KubeletRestart", testKubeletRestart},
+			{"DaemonSetRestartAndHelmUpgrade", testDaemonSetRestartAndHelmUpgrade},
+			{"Memlock", testMemlock},
+			{"MultiPoolPod", testMultiPoolPod},
+			{"NodeState", testNodeState},
+			{"ParallelPods", testParallelPods},
+		},
+	}
+}
+
+// gpuAlignedPhase: the InfiniBand pool gets binding gpuAligned. Such a pool needs the
+// exclusive RDMA netns mode, which this kernel (no RDMA netlink) can neither report nor
+// provide, so this phase installs the image built with the tag kuberdma_e2e, whose binaries
+// fake RDMA netlink (internal/fakerdma: a state file of which netns each RDMA device is in);
+// the netdev moves, the kubelet, PodResources and containerd are real. fakegpu (hook start
+// fakegpu) stands in for NVIDIA's GPU device plugin: the fixture's GPUs as nvidia.com/gpu,
+// by UUID.
+func (l localNodeDesc) gpuAlignedPhase() phase {
+	v := values{
+		"image": values{"tag": l.imageTag + "-fakerdma"},
+		"config": values{"pools": []values{{"name": "ib", "mode": "exclusive", "binding": "gpuAligned",
+			"selectors": values{"linkLayers": []string{"InfiniBand"}}}}},
+		"devicePlugin": values{"allocDir": l.nodeRun + "/alloc"},
+		"cni": values{
+			"install": true,
+			"mode":    "chained",
+			"pluginConfig": values{"rdmaNetnsMode": "exclusive", "procRoot": l.fixture + "/proc",
+				"stateDir": l.cniState, "logFile": l.cniLog()},
+			"chained": values{"pool": "ib"},
+		},
+	}
+	return phase{
+		name: "gpu-aligned",
+		config: func(c *config) {
+			l.common(c)
+			c.pools, c.ncclPools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}}, []string{"ib"}
+			c.gpuAligned = &gpuAlignedConfig{pool: "ib", nics: l.fix.gpuNICs, resource: "nvidia.com/gpu",
+				fakeRDMAState: fakerdma.DefaultStateFile}
+		},
+		setup: func(t *testing.T, e *env) {
+			e.mustHook(t, 3*time.Minute, "start", "fakegpu")
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v}}},
+		tests:    []namedTest{{"GPUAligned", testGPUAligned}},
+	}
+}
+
+// draPhase: the pools served as a DRA driver beside fakegpudra, a stand-in GPU DRA driver
+// publishing the fixture's GPUs with pcieRoot, pciBusID and kube-rdma.io/pcieSwitch.
+// ib-dra (frontend dra, the HCAs, one under each GPU's switch), vf-dra (frontend dra, the
+// first half of the RoCE VFs, all on GPU0's switch) and vf-dp (the device plugin, the other
+// half); no CNI, no NRI: a claim's container and a device plugin pod's get the same kind of
+// thing (CDI device nodes and NCCL environment), so their start latencies compare. The dra
+// pools are not named ib and vf: the earlier phases' device plugin advertised
+// rdma.kube-rdma.io/ib and /vf, which the kubelet keeps in the node's allocatable at 0 once
+// their plugin is gone, and the scheduler gives an extended resource the node lists to the
+// device plugin, not to a DeviceClass's extendedResourceName. ib-dra is NCCL's fabric: the
+// VF pools set no NCCL_* (a config with two NCCL pools is refused).
+func (l localNodeDesc) draPhase() phase {
+	half := len(l.fix.vfs) / 2
+	vfDRA, vfDP := l.fix.vfs[:half], l.fix.vfs[half:]
+	vfSel := func(devs []string) values {
+		return values{"linkLayers": []string{"Ethernet"}, "kinds": []string{"VF"}, "rdmaDevices": devs}
+	}
+	v := values{
+		"config": values{"pools": []values{
+			{"name": "ib-dra", "mode": "exclusive", "frontend": "dra", "selectors": values{"linkLayers": []string{"InfiniBand"}}},
+			{"name": "vf-dra", "mode": "exclusive", "frontend": "dra", "nccl": false, "selectors": vfSel(vfDRA)},
+			{"name": "vf-dp", "mode": "exclusive", "nccl": false, "selectors": vfSel(vfDP)},
+		}},
+		"dra": values{"enabled": true},
+	}
+	return phase{
+		name: "dra",
+		config: func(c *config) {
+			l.common(c)
+			c.pools, c.ncclPools = []pool{{"vf-dp", "exclusive", int64(len(vfDP))}}, []string{"ib-dra"}
+			c.dra = &draConfig{pools: map[string]int{"ib-dra": len(l.fix.ib), "vf-dra": len(vfDRA)},
+				alignPool: "ib-dra", latencyPool: "vf-dra", latencyPods: 5,
+				gpuDriver: l.gpuDRADriver, gpuClass: l.gpuDRADriver,
+				// The device a claim for any HCA of ib-dra gets first (device names sort by PCI
+				// address), so a claim that still gets it while it is tainted shows.
+				portDevice: l.fix.ib[0]}
+		},
+		setup: func(t *testing.T, e *env) {
+			e.mustHook(t, 3*time.Minute, "start", "fakegpudra")
+			dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: l.gpuDRADriver},
+				Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+					CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", l.gpuDRADriver)}}}}}
+			if _, err := e.draAPI.DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("create DeviceClass %s: %v", l.gpuDRADriver, err)
+			}
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"DRAClaimTemplate", testDRAClaimTemplate},
+			{"DRAAlignPCIeRoot", testDRAAlignPCIeRoot},
+			{"DRAAlignPCIeSwitch", testDRAAlignPCIeSwitch},
+			{"DRAPortDownTaint", testDRAPortDownTaint},
+			{"DRAExtendedResource", testDRAExtendedResource},
+			{"DRAStartLatency", testDRAStartLatency},
+		},
+		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
+	}
+}
+
+// waitNoDRASlices waits until no ResourceSlice of the driver is left: the kubelet deletes the
+// slices of a driver that unregistered (after a grace period).
+func (e *env) waitNoDRASlices(t *testing.T) {
+	start := time.Now()
+	err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		list, err := e.draAPI.ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.driver", draDriver).String()})
+		if err != nil {
+			return err
+		}
+		if n := len(list.Items); n > 0 {
+			return fmt.Errorf("%d ResourceSlices of %s left after helm uninstall", n, draDriver)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.appendReport(t, fmt.Sprintf("dra: no ResourceSlice of %s left %d s after the chart's uninstall", draDriver,
+		int(time.Since(start).Seconds())))
+}
+
+// setup reports the memlock limits the pools get on this machine and checks the chart's
+// output against the API server.
+func (l localNodeDesc) setup(t *testing.T, e *env) {
+	if !l.memlockRaisable {
+		e.appendReport(t, fmt.Sprintf("memlock: this machine's root cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE): pools at 4Mi and 6Mi, below containerd's %s KiB", l.memlockHardKiB))
+	}
+	e.chartDryRun(t, l.nadCRD)
+}
+
+// TestFixtureOf: the answer key read from nodesim.LocalNode matches the tree up.sh writes:
+// each GPU's UUID as its procfs information file gives it, the HCA on the GPU's switch by
+// its PCI path in sysfs.
+func TestFixtureOf(t *testing.T) {
+	topo := nodesim.LocalNode(4)
+	tree, err := nodesim.Build(t.TempDir(), topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fixtureOf(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := func(bus string) string {
+		b, err := os.ReadFile(filepath.Join(tree.ProcRoot, "driver/nvidia/gpus", bus, "information"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^GPU UUID:\s*(\S+)`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no GPU UUID in %s's information", bus)
+		}
+		return string(m[1])
+	}
+	want := fixtureNode{
+		ib:  []string{"mlx5_0", "mlx5_1"},
+		pfs: []string{"mlx5_2"},
+		vfs: []string{"mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6"},
+		gpuNICs: map[string]gpuNIC{
+			uuid("0000:19:00.0"): {rdma: "mlx5_0", netdev: "ibp24s0"},
+			uuid("0000:9b:00.0"): {rdma: "mlx5_1", netdev: "ibp154s0"},
+		},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(fixtureNode{}, gpuNIC{})); diff != "" {
+		t.Errorf("fixtureOf (-want +got):\n%s", diff)
+	}
+	// The HCA each GPU gets shares its PCIe switch in sysfs.
+	for _, bus := range []string{"0000:19:00.0", "0000:9b:00.0"} {
+		gpu, err := filepath.EvalSymlinks(filepath.Join(tree.SysRoot, "bus/pci/devices", bus))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := filepath.EvalSymlinks(filepath.Join(tree.SysRoot, "class/infiniband", got.gpuNICs[uuid(bus)].rdma))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nic := filepath.Dir(filepath.Dir(dev)) // <pci function>/infiniband/<device>
+		if sw := filepath.Dir(filepath.Dir(gpu)); sw != filepath.Dir(filepath.Dir(nic)) {
+			t.Errorf("GPU %s (%s) and its HCA (%s) are not under one switch", bus, gpu, nic)
+		}
+	}
+}
+
+// TestLocalNodeHarness: hook describe's text gives the three phases in order, the device
+// plugin phase's pools counted from the fixture; a description without a key is refused.
+func TestLocalNodeHarness(t *testing.T) {
+	desc := `harness local-node
+node kube-rdma-e2e
+image localhost/kube-rdma:e2e
+test-image localhost/rdma-test:e2e
+node-run /n
+fixture /n/fixture
+fixture-vfs 6
+api-port 36443
+metrics-port 39478
+cni-state-dir /n/cni/kube-rdma
+rdma-ipam-dir /n/cni/ipam-rdma
+nad-crd /r/nad-crd.yaml
+gpu-dra-driver gpu.e2e.kube-rdma.io
+memlock-raisable no
+memlock-hard-kib 8192
+`
+	h, err := localNode(parseDescription(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range h.phases {
+		names = append(names, p.name)
+	}
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra"}, names); diff != "" {
+		t.Errorf("phases (-want +got):\n%s", diff)
+	}
+	var c config
+	h.phases[0].config(&c)
+	want := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 6}, {"roce-shared", "shared", 8}}
+	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
+		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
+	}
+	for _, key := range []string{"node-run", "image", "fixture-vfs", "gpu-dra-driver"} {
+		d := parseDescription(desc)
+		delete(d, key)
+		if _, err := localNode(d); err == nil {
+			t.Errorf("description without %s: no error", key)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// values are a chart's Helm values; helm merges the files of a release in order.
+type values = map[string]any
+
+// phase is one install of the chart: what the tests expect of it, the values it is installed
+// with, and its tests, run in order between the install and the uninstall check.
+type phase struct {
+	name string
+	// config sets what the tests expect over the suite's environment (restored after the phase).
+	config func(c *config)
+	// setup runs before the node-state snapshot and the install (a stand-in GPU plugin).
+	setup func(t *testing.T, e *env)
+	// releases: one per node the phase installs the chart for (kind-rxe: one per worker).
+	releases []release
+	// installed runs after the releases' DaemonSets are ready, before the tests (waits for
+	// what a rollout does not show).
+	installed func(t *testing.T, e *env)
+	// tests run in order after the install; the uninstall check follows them.
+	tests []namedTest
+	// after runs after the uninstall check passed.
+	after func(t *testing.T, e *env)
+}
+
+// release is one helm release of a phase, and the node whose state it must leave as it was.
+type release struct {
+	name   string
+	node   string // "": the node under test
+	values []values
+	// report: the line to append to E2E_REPORT once the release's DaemonSet is ready ("":
+	// none); its %s is the seconds from helm install to then.
+	report string
+}
+
+type namedTest struct {
+	name string
+	run  func(t *testing.T, e *env)
+}
+
+// harness is a cluster the suite knows how to drive, from its node hook's description.
+type harness struct {
+	node string // the node under test
+	// setup runs once before the phases (checks of the chart that install nothing).
+	setup  func(t *testing.T, e *env)
+	phases []phase
+}
+
+// TestCluster runs the phases of the harness the node hook describes (`hook describe`), in
+// order: each installs the chart with values built here, runs its tests, uninstalls the
+// chart and checks that the node is as it was before the install. A failed phase stops the
+// phases after it (the chart may still be installed). -run selects tests as
+// TestCluster/<phase>/<test>; a phase that runs always installs, uninstalls and checks.
+func TestCluster(t *testing.T) {
+	e := need(t)
+	d, err := e.describe(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h harness
+	switch d["harness"] {
+	case "local-node":
+		h, err = localNode(d)
+	case "kind-rxe":
+		h, err = kindRXE(d)
+	default:
+		err = fmt.Errorf("hook describe: harness %q: want local-node or kind-rxe", d["harness"])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.setNode(t.Context(), h.node); err != nil {
+		t.Fatal(err)
+	}
+	e.image = d["test-image"]
+	if h.setup != nil {
+		h.setup(t, e)
+		if t.Failed() {
+			return
+		}
+	}
+	for _, p := range h.phases {
+		if !t.Run(p.name, func(t *testing.T) { e.runPhase(t, p) }) {
+			t.Fatalf("phase %s failed: the phases after it do not run", p.name)
+		}
+	}
+}
+
+// runPhase installs the chart for p, runs its tests, then the uninstall check.
+func (e *env) runPhase(t *testing.T, p phase) {
+	base := e.config
+	t.Cleanup(func() { e.config = base })
+	if p.config != nil {
+		p.config(&e.config)
+	}
+	if p.setup != nil {
+		p.setup(t, e)
+		if t.Failed() {
+			return
+		}
+	}
+	before := map[string]string{}
+	for _, r := range p.releases {
+		node := orDefault(r.node, e.node)
+		s, err := e.nodeState(t.Context(), node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[node] = s
+	}
+	for _, r := range p.releases {
+		e.install(t, p.name, r)
+	}
+	if p.installed != nil {
+		p.installed(t, e)
+	}
+	for _, tc := range p.tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
+	}
+	// Not a subtest: -run may leave out any test, never the uninstall.
+	e.uninstall(t, p.releases, before)
+	if p.after != nil {
+		p.after(t, e)
+	}
+}
+
+// chartDir is the repository's chart: go test runs a test binary in its package's directory.
+func chartDir() (string, error) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "deploy", "helm", "kube-rdma"))
+	if err != nil {
+		return "", fmt.Errorf("the chart: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
+		return "", fmt.Errorf("the chart: %w", err)
+	}
+	return dir, nil
+}
+
+// writeValues writes each of vs as YAML into dir and returns helm's -f arguments.
+func writeValues(dir, prefix string, vs []values) ([]string, error) {
+	var args []string
+	for i, v := range vs {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("marshal helm values: %w", err)
+		}
+		f := filepath.Join(dir, fmt.Sprintf("%s.%d.yaml", prefix, i))
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return nil, fmt.Errorf("write helm values: %w", err)
+		}
+		args = append(args, "-f", f)
+	}
+	return args, nil
+}
+
+// install runs helm install of r and waits until its DaemonSet has rolled out.
+func (e *env) install(t *testing.T, phase string, r release) {
+	t.Helper()
+	args, err := writeValues(t.TempDir(), "values-"+phase, r.values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	args = append([]string{"install", r.name, e.helm.chart, "--create-namespace", "--wait", "--timeout", "180s"}, args...)
+	if _, err := e.runHelm(t.Context(), args...); err != nil {
+		t.Fatal(err)
+	}
+	// helm's --wait can pass a DaemonSet whose status the controller has not filled in yet.
+	dss := e.apps.DaemonSets(e.helm.namespace)
+	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		list, err := dss.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.name})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("release %s has %d DaemonSets, want 1", r.name, len(list.Items))
+		}
+		return rolledOut(&list.Items[0], list.Items[0].Generation)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := fmt.Sprintf("%.1f", time.Since(start).Seconds())
+	t.Logf("helm install %s (phase %s): DaemonSet ready %s s after", r.name, phase, took)
+	if r.report != "" {
+		e.appendReport(t, fmt.Sprintf(r.report, took))
+	}
+}
+
+// uninstall runs helm uninstall of every release, then waits until each node's `hook
+// node-state` is what it was before the install.
+func (e *env) uninstall(t *testing.T, releases []release, before map[string]string) {
+	t.Helper()
+	for _, r := range releases {
+		if _, err := e.runHelm(t.Context(), "uninstall", r.name, "--wait", "--timeout", rollout.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for _, r := range releases {
+		node := orDefault(r.node, e.node)
+		want := before[node]
+		if diff, err := e.waitNodeStateOn(t.Context(), node, want); err != nil {
+			t.Fatalf("after helm uninstall: node %s: %v; node-state (-before helm install +now):\n%s", node, err, diff)
+		}
+		line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets) equal to before helm install %s after it returned",
+			strings.Count(want, "\n"), time.Since(start).Round(time.Millisecond))
+		if len(releases) > 1 {
+			line = "node " + node + ": " + line
+		}
+		t.Log(line)
+		e.appendReport(t, line)
+	}
+}
+
+// nodeState is `hook node-state` of node ("": the hook's default, the node under test).
+func (e *env) nodeState(ctx context.Context, node string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return runHookOn(ctx, e.hook, node, "node-state")
+}
+
+// waitNodeStateIs waits up to a minute until the node under test's `hook node-state` prints
+// want; on timeout it returns the last difference (-want +now).
+func (e *env) waitNodeStateIs(ctx context.Context, want string) (string, error) {
+	return e.waitNodeStateOn(ctx, e.node, want)
+}
+
+// waitNodeStateOn is waitNodeStateIs for node.
+func (e *env) waitNodeStateOn(ctx context.Context, node, want string) (string, error) {
+	var diff string
+	err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+		now, err := e.nodeState(ctx, node)
+		if err != nil {
+			return err
+		}
+		if diff = sameLines(want, now); diff != "" {
+			return fmt.Errorf("node state differs")
+		}
+		return nil
+	})
+	return diff, err
+}
+
+// describe is `hook describe` of node ("": the hook's default): "key value" lines saying
+// what the harness provisioned.
+func (e *env) describe(ctx context.Context, node string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := runHookOn(ctx, e.hook, node, "describe")
+	if err != nil {
+		return nil, err
+	}
+	d := parseDescription(out)
+	for _, k := range []string{"harness", "test-image"} {
+		if d[k] == "" {
+			return nil, fmt.Errorf("hook describe: no %s in\n%s", k, out)
+		}
+	}
+	return d, nil
+}
+
+// parseDescription parses "key value" lines; a value may hold spaces.
+func parseDescription(out string) map[string]string {
+	d := map[string]string{}
+	for l := range strings.SplitSeq(out, "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(l, " ")
+		d[k] = strings.TrimSpace(v)
+	}
+	return d
+}
