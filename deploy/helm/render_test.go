@@ -16,7 +16,8 @@ import (
 // host paths it needs and no others. Its API access (nodeState) is TestNodeStateRBAC's.
 func TestDefaults(t *testing.T) {
 	objs := render(t)
-	if diff := cmp.Diff([]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}, kinds(objs)); diff != "" {
+	if diff := cmp.Diff([]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, kinds(objs)); diff != "" {
 		t.Errorf("rendered kinds (-want +got):\n%s", diff)
 	}
 	for _, o := range objs {
@@ -26,7 +27,7 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("%s %s: no label %s", o.Kind, o.Metadata.Name, l)
 			}
 		}
-		if clusterScoped := strings.HasPrefix(o.Kind, "ClusterRole"); o.Metadata.Namespace != "kube-rdma" && !clusterScoped {
+		if clusterScoped := strings.HasPrefix(o.Kind, "ClusterRole") || strings.HasPrefix(o.Kind, "ValidatingAdmissionPolicy"); o.Metadata.Namespace != "kube-rdma" && !clusterScoped {
 			t.Errorf("%s %s: namespace %q, want the release's", o.Kind, o.Metadata.Name, o.Metadata.Namespace)
 		}
 	}
