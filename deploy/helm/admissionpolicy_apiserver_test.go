@@ -25,6 +25,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
+	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
 const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
@@ -120,11 +124,15 @@ func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 	}
 
 	// RDMANodeState, named after its node: the chart's rules give create and patch (and
-	// patch of the status) only, so delete is refused by RBAC before the policy.
-	states := a.dyn.Resource(nodeStates)
-	if _, err := states.Create(ctx, nodeState("node-a"), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("node A creates its own node state: %v", err)
+	// patch of the status) only, so delete is refused by RBAC before the policy. First the
+	// daemon's own writer (server-side apply of the object, then of its status).
+	status := &v1alpha1.RDMANodeStateStatus{StateVersion: v1alpha1.StateVersion, DaemonVersion: "test"}
+	if err := a.nodeState.Apply(ctx, "node-a", status); err != nil {
+		t.Fatalf("node A's daemon publishes its node state: %v", err)
 	}
+	err = a.nodeState.Apply(ctx, "node-b", status)
+	wantDenied(t, "node A's daemon publishes the state of node B", err, stateDenied)
+	states := a.dyn.Resource(nodeStates)
 	if _, err := b.dyn.Resource(nodeStates).Create(ctx, nodeState("node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node B creates its own node state: %v", err)
 	}
@@ -201,8 +209,9 @@ func applyRendered(t *testing.T, kube kubernetes.Interface, rendered []byte) {
 }
 
 type clients struct {
-	kube kubernetes.Interface
-	dyn  dynamic.Interface
+	kube      kubernetes.Interface
+	dyn       dynamic.Interface
+	nodeState *nodestate.Client // the daemon's RDMANodeState writer
 }
 
 // nodeClients creates a Node and a daemon Pod on it, and returns clients authenticated with a
@@ -239,7 +248,8 @@ func nodeClients(t *testing.T, admin kubernetes.Interface, cfg *rest.Config, nod
 	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != node {
 		t.Fatalf("the token of %s: user %q, extra node-name %v, want [%s]", pod.Name, review.Status.UserInfo.Username, got, node)
 	}
-	return clients{kube: kube, dyn: dynamic.NewForConfigOrDie(c)}
+	rdma := clientset.NewForConfigOrDie(c)
+	return clients{kube: kube, dyn: dynamic.NewForConfigOrDie(c), nodeState: nodestate.NewClient(kube.CoreV1(), rdma.RDMAV1alpha1())}
 }
 
 func slice(name, driver, node string) *resourcev1.ResourceSlice {
