@@ -122,6 +122,15 @@ func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 	if err := slices.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("node A deletes its own slice: %v", err)
 	}
+	// The chart's service account without a node in its credentials (a client certificate
+	// here; a token not bound to a pod on a node, or an API server without
+	// ServiceAccountTokenPodNodeInfo) writes nothing, not even a slice naming no node.
+	unbound, err := env.AddUser(envtest.User{Name: "system:serviceaccount:kube-rdma:rdma-kube-rdma", Groups: []string{"system:authenticated"}}, nil)
+	if err != nil {
+		t.Fatalf("add user: %v", err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(unbound.Config()).ResourceV1().ResourceSlices().Create(ctx, slice("x-ib", "rdma.kube-rdma.io", "node-a"), metav1.CreateOptions{})
+	wantDenied(t, "the service account without a node creates a slice", err, "token names no node")
 
 	// RDMANodeState, named after its node: the chart's rules give create and patch (and
 	// patch of the status) only, so delete is refused by RBAC before the policy. First the
