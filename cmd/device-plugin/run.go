@@ -84,7 +84,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9478", "address of /metrics, /state and /healthz; empty disables")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (unauthenticated: the loopback by default); empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)

@@ -93,6 +93,27 @@ type container struct {
 		MountPath string `json:"mountPath"`
 		ReadOnly  bool   `json:"readOnly"`
 	} `json:"volumeMounts"`
+	Ports []struct {
+		Name          string `json:"name"`
+		ContainerPort int    `json:"containerPort"`
+	} `json:"ports"`
+	ReadinessProbe *probe `json:"readinessProbe"`
+	LivenessProbe  *probe `json:"livenessProbe"`
+	Resources      struct {
+		Requests map[string]string `json:"requests"`
+		Limits   map[string]string `json:"limits"`
+	} `json:"resources"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Host string `json:"host,omitempty"`
+		Path string `json:"path"`
+		Port any    `json:"port"`
+	} `json:"httpGet,omitempty"`
+	InitialDelaySeconds int `json:"initialDelaySeconds,omitempty"`
+	PeriodSeconds       int `json:"periodSeconds,omitempty"`
+	FailureThreshold    int `json:"failureThreshold,omitempty"`
 }
 
 type envVar struct {

@@ -16,7 +16,8 @@ import (
 // host paths it needs and no others. Its API access (nodeState) is TestNodeStateRBAC's.
 func TestDefaults(t *testing.T) {
 	objs := render(t)
-	if diff := cmp.Diff([]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}, kinds(objs)); diff != "" {
+	if diff := cmp.Diff([]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, kinds(objs)); diff != "" {
 		t.Errorf("rendered kinds (-want +got):\n%s", diff)
 	}
 	for _, o := range objs {
@@ -26,7 +27,7 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("%s %s: no label %s", o.Kind, o.Metadata.Name, l)
 			}
 		}
-		if clusterScoped := strings.HasPrefix(o.Kind, "ClusterRole"); o.Metadata.Namespace != "kube-rdma" && !clusterScoped {
+		if clusterScoped := strings.HasPrefix(o.Kind, "ClusterRole") || strings.HasPrefix(o.Kind, "ValidatingAdmissionPolicy"); o.Metadata.Namespace != "kube-rdma" && !clusterScoped {
 			t.Errorf("%s %s: namespace %q, want the release's", o.Kind, o.Metadata.Name, o.Metadata.Namespace)
 		}
 	}
@@ -59,7 +60,7 @@ func TestDefaults(t *testing.T) {
 	checkUnprivileged(t, spec.Containers)
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
-		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=:9478",
+		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=127.0.0.1:9478",
 		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed",
 		"--alloc-dir=" /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */} {
 		if !slices.Contains(args, a) {

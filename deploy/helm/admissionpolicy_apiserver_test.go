@@ -1,0 +1,276 @@
+package helm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
+	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
+)
+
+const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
+
+var nodeStates = schema.GroupVersionResource{Group: "rdma.kube-rdma.io", Version: "v1alpha1", Resource: "rdmanodestates"}
+
+// The fixed parts of the policies' messages (templates/admissionpolicy.yaml).
+const (
+	sliceDenied = "may write only the ResourceSlices of driver rdma.kube-rdma.io on its own node"
+	stateDenied = "may write only the RDMANodeState of its own node"
+)
+
+// TestAdmissionPolicyAgainstAPIServer applies the chart's RBAC and admission policies, as
+// `helm template` renders them (dra and nodeState on), to a real API server, and writes as
+// the chart's service account with the tokens the kubelet would give the daemon pods of two
+// nodes (TokenRequest bound to a pod on that node): node A writes its own ResourceSlices and
+// RDMANodeState, and is refused node B's, and a slice of another driver, with the policy's message.
+func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = defaultAssets
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
+		}
+	}
+	out, err := helmTemplate(t, "--set", "dra.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(chartDir, "crds")},
+		ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver and etcd: %v", err)
+		}
+	})
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	adminDyn := dynamic.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applyRendered(t, admin, out)
+
+	a := nodeClients(t, admin, cfg, "node-a")
+	b := nodeClients(t, admin, cfg, "node-b")
+
+	// The API server loads new policies asynchronously: wait until a dry run of node A
+	// writing node B's slice is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := a.kube.ResourceV1().ResourceSlices().Create(ctx, slice("b-ib", "rdma.kube-rdma.io", "node-b"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy is not enforced within 30s: node A's dry run of node B's slice: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// ResourceSlices: each node creates its own; node A updates and deletes its own.
+	slices := a.kube.ResourceV1().ResourceSlices()
+	own, err := slices.Create(ctx, slice("a-ib", "rdma.kube-rdma.io", "node-a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node A creates its own slice: %v", err)
+	}
+	own.Spec.Pool.Generation = 2
+	if own, err = slices.Update(ctx, own, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("node A updates its own slice: %v", err)
+	}
+	theirs, err := b.kube.ResourceV1().ResourceSlices().Create(ctx, slice("b-ib", "rdma.kube-rdma.io", "node-b"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node B creates its own slice: %v", err)
+	}
+	theirs.Spec.Pool.Generation = 2
+	_, err = slices.Create(ctx, slice("b-ib-2", "rdma.kube-rdma.io", "node-b"), metav1.CreateOptions{})
+	wantDenied(t, "node A creates a slice of node B", err, sliceDenied)
+	_, err = slices.Create(ctx, slice("a-gpu", "gpu.example.com", "node-a"), metav1.CreateOptions{})
+	wantDenied(t, "node A creates a slice of another driver on its node", err, sliceDenied)
+	_, err = slices.Update(ctx, theirs, metav1.UpdateOptions{})
+	wantDenied(t, "node A updates node B's slice", err, sliceDenied)
+	err = slices.Delete(ctx, theirs.Name, metav1.DeleteOptions{})
+	wantDenied(t, "node A deletes node B's slice", err, sliceDenied)
+	if err := slices.Delete(ctx, own.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("node A deletes its own slice: %v", err)
+	}
+	// The chart's service account without a node in its credentials (a client certificate
+	// here; a token not bound to a pod on a node, or an API server without
+	// ServiceAccountTokenPodNodeInfo) writes nothing, not even a slice naming no node.
+	unbound, err := env.AddUser(envtest.User{Name: "system:serviceaccount:kube-rdma:rdma-kube-rdma", Groups: []string{"system:authenticated"}}, nil)
+	if err != nil {
+		t.Fatalf("add user: %v", err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(unbound.Config()).ResourceV1().ResourceSlices().Create(ctx, slice("x-ib", "rdma.kube-rdma.io", "node-a"), metav1.CreateOptions{})
+	wantDenied(t, "the service account without a node creates a slice", err, "token names no node")
+
+	// RDMANodeState, named after its node: the chart's rules give create and patch (and
+	// patch of the status) only, so delete is refused by RBAC before the policy. First the
+	// daemon's own writer (server-side apply of the object, then of its status).
+	status := &v1alpha1.RDMANodeStateStatus{StateVersion: v1alpha1.StateVersion, DaemonVersion: "test"}
+	if err := a.nodeState.Apply(ctx, "node-a", status); err != nil {
+		t.Fatalf("node A's daemon publishes its node state: %v", err)
+	}
+	err = a.nodeState.Apply(ctx, "node-b", status)
+	wantDenied(t, "node A's daemon publishes the state of node B", err, stateDenied)
+	states := a.dyn.Resource(nodeStates)
+	if _, err := b.dyn.Resource(nodeStates).Create(ctx, nodeState("node-b"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("node B creates its own node state: %v", err)
+	}
+	_, err = states.Create(ctx, nodeState("node-c"), metav1.CreateOptions{})
+	wantDenied(t, "node A creates another node's state", err, stateDenied)
+	patch := []byte(`{"metadata":{"labels":{"patched":"yes"}}}`)
+	if _, err := states.Patch(ctx, "node-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("node A patches its own node state: %v", err)
+	}
+	// A patch of the status subresource (the objects here have no status, which the schema
+	// would require fields of; the subresource's admission is what is checked).
+	if _, err := states.Patch(ctx, "node-a", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("node A patches its own node state's status: %v", err)
+	}
+	_, err = states.Patch(ctx, "node-b", types.MergePatchType, patch, metav1.PatchOptions{})
+	wantDenied(t, "node A patches node B's state", err, stateDenied)
+	_, err = states.Patch(ctx, "node-b", types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	wantDenied(t, "node A patches node B's state's status", err, stateDenied)
+	// The policy binds the chart's service account only: the admin is not judged.
+	if err := adminDyn.Resource(nodeStates).Delete(ctx, "node-b", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the admin (not the chart's service account) deletes node B's state: %v", err)
+	}
+}
+
+func wantDenied(t *testing.T, what string, err error, msg string) {
+	t.Helper()
+	var status *apierrors.StatusError
+	if !apierrors.IsForbidden(err) || !errors.As(err, &status) {
+		t.Errorf("%s: got %v, want Forbidden by the admission policy", what, err)
+		return
+	}
+	if !strings.Contains(status.ErrStatus.Message, msg) {
+		t.Errorf("%s: Forbidden %q, want the policy's message (%q)", what, status.ErrStatus.Message, msg)
+	}
+}
+
+// applyRendered creates the rendered objects the policy test needs: the service account, its
+// RBAC and the admission policies. The DaemonSet and the rest are not needed.
+func applyRendered(t *testing.T, kube kubernetes.Interface, rendered []byte) {
+	t.Helper()
+	ctx := context.Background()
+	var policies int
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			continue // a kind client-go does not know (the chart's own, not applied here)
+		}
+		if err != nil {
+			t.Fatalf("decode rendered document: %v\n%s", err, doc)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = kube.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = kube.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicy:
+			policies++
+			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("apply rendered %T: %v", obj, err)
+		}
+	}
+	if policies != 2 {
+		t.Fatalf("%d ValidatingAdmissionPolicies rendered, want 2 (resourceslices, rdmanodestates)", policies)
+	}
+}
+
+type clients struct {
+	kube      kubernetes.Interface
+	dyn       dynamic.Interface
+	nodeState *nodestate.Client // the daemon's RDMANodeState writer
+}
+
+// nodeClients creates a Node and a daemon Pod on it, and returns clients authenticated with a
+// token of the chart's service account bound to that Pod, as the kubelet projects it: the API
+// server names the Pod's node in the user's extra authentication.kubernetes.io/node-name.
+func nodeClients(t *testing.T, admin kubernetes.Interface, cfg *rest.Config, node string) clients {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := admin.CoreV1().Pods("kube-rdma").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rdma-kube-rdma-" + node},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "rdma-kube-rdma", AutomountServiceAccountToken: ptrTo(false),
+			Containers: []corev1.Container{{Name: "device-plugin", Image: "kube-rdma"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the daemon pod of %s: %v", node, err)
+	}
+	tr, err := admin.CoreV1().ServiceAccounts("kube-rdma").CreateToken(ctx, "rdma-kube-rdma", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("request a token bound to %s: %v", pod.Name, err)
+	}
+	c := rest.AnonymousClientConfig(cfg)
+	c.BearerToken = tr.Status.Token
+	kube := kubernetes.NewForConfigOrDie(c)
+	// The precondition of the whole test: the token names the node.
+	review, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("who is the token of %s: %v", node, err)
+	}
+	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != node {
+		t.Fatalf("the token of %s: user %q, extra node-name %v, want [%s]", pod.Name, review.Status.UserInfo.Username, got, node)
+	}
+	rdma := clientset.NewForConfigOrDie(c)
+	return clients{kube: kube, dyn: dynamic.NewForConfigOrDie(c), nodeState: nodestate.NewClient(kube.CoreV1(), rdma.RDMAV1alpha1())}
+}
+
+func slice(name, driver, node string) *resourcev1.ResourceSlice {
+	return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: driver, NodeName: ptrTo(node), Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}}}
+}
+
+func nodeState(node string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rdma.kube-rdma.io/v1alpha1", "kind": "RDMANodeState",
+		"metadata": map[string]any{"name": node},
+	}}
+}
+
+func ptrTo[T any](v T) *T { return &v }
