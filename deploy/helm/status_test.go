@@ -18,14 +18,15 @@ func TestStatusPort(t *testing.T) {
 		args     []string
 		wantArg  string
 		wantHost string // "": no probes
+		wantPort int
 		probed   bool
 	}{
-		{"default: loopback", nil, "--metrics-addr=127.0.0.1:9478", "127.0.0.1", true},
-		{"another port", []string{"--set", "devicePlugin.metricsPort=39478"}, "--metrics-addr=127.0.0.1:39478", "127.0.0.1", true},
-		{"every interface", []string{"--set", "devicePlugin.metricsHost="}, "--metrics-addr=:9478", "", true},
-		{"a node address", []string{"--set", "devicePlugin.metricsHost=10.0.0.5"}, "--metrics-addr=10.0.0.5:9478", "10.0.0.5", true},
-		{"IPv6 loopback", []string{"--set", "devicePlugin.metricsHost=::1"}, "--metrics-addr=[::1]:9478", "::1", true},
-		{"off", []string{"--set", "devicePlugin.metricsPort=0"}, "--metrics-addr=", "", false},
+		{"default: loopback", nil, "--metrics-addr=127.0.0.1:9478", "127.0.0.1", 9478, true},
+		{"another port", []string{"--set", "devicePlugin.metricsPort=39478"}, "--metrics-addr=127.0.0.1:39478", "127.0.0.1", 39478, true},
+		{"every interface", []string{"--set", "devicePlugin.metricsHost="}, "--metrics-addr=:9478", "", 9478, true},
+		{"a node address", []string{"--set", "devicePlugin.metricsHost=10.0.0.5"}, "--metrics-addr=10.0.0.5:9478", "10.0.0.5", 9478, true},
+		{"IPv6 loopback", []string{"--set", "devicePlugin.metricsHost=::1"}, "--metrics-addr=[::1]:9478", "::1", 9478, true},
+		{"off", []string{"--set", "devicePlugin.metricsPort=0"}, "--metrics-addr=", "", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := daemonSet(t, render(t, tc.args...)).Template.Spec.Containers[0]
@@ -38,8 +39,13 @@ func TestStatusPort(t *testing.T) {
 			if diff := cmp.Diff([]string{tc.wantArg}, addrs); diff != "" {
 				t.Errorf("status address (-want +got):\n%s", diff)
 			}
+			// No declared port, probed or not: on the host network it would be a host port,
+			// and an update with surge (two pods on a node) would never schedule the new pod.
+			if len(c.Ports) != 0 {
+				t.Errorf("ports %+v declared: the new pod of an update with surge would not schedule", c.Ports)
+			}
 			if !tc.probed {
-				if c.ReadinessProbe != nil || c.LivenessProbe != nil || len(c.Ports) != 0 {
+				if c.ReadinessProbe != nil || c.LivenessProbe != nil {
 					t.Errorf("no status port, yet ports %+v readiness %+v liveness %+v", c.Ports, c.ReadinessProbe, c.LivenessProbe)
 				}
 				return
@@ -49,8 +55,8 @@ func TestStatusPort(t *testing.T) {
 					t.Errorf("no %s probe", name)
 					continue
 				}
-				if p.HTTPGet.Host != tc.wantHost || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != "metrics" {
-					t.Errorf("%s probe %+v, want GET %s /healthz on port metrics", name, *p.HTTPGet, tc.wantHost)
+				if p.HTTPGet.Host != tc.wantHost || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != float64(tc.wantPort) {
+					t.Errorf("%s probe %+v, want GET %s /healthz on port %d", name, *p.HTTPGet, tc.wantHost, tc.wantPort)
 				}
 			}
 			// Liveness gives the first scan time before it counts, then restarts a daemon whose
