@@ -29,11 +29,11 @@ type Input struct {
 	// names the pods' devices have in the pods.
 	Attachments []attachment.Attachment
 	// CNIMode is the chart's CNI mode (--cni-mode); "" leaves status.cni out.
-	CNIMode       string
+	CNIMode string
 	// CNIChainedPool is the chained entry's pool (--cni-chained-pool).
 	CNIChainedPool string
-	DaemonVersion string
-	Now           time.Time
+	DaemonVersion  string
+	Now            time.Time
 }
 
 // Build returns the status for in. It is pure: same input, same status.
