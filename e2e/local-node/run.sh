@@ -36,7 +36,7 @@ finish() {
     for f in "$NODE_RUN"/pod-logs/kube-rdma_*/*/*.log; do
       [[ -f $f ]] || continue
       echo "--- ${f#"$NODE_RUN"/pod-logs/} (last 20 lines)" >&2
-      tail -n 20 "$f" >&2
+      tail -n 20 "$f" >&2 || true # a pod deleted meanwhile takes its log along
     done
   fi
   if [[ ${E2E_KEEP_NODE:-0} == 1 ]]; then
