@@ -44,7 +44,7 @@ type RDMANodeStateStatus struct {
 	StateVersion int `json:"stateVersion"`
 	// DaemonVersion is the writing daemon's --version ("v0.3.0-12-gabcdef").
 	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	DaemonVersion string `json:"daemonVersion,omitempty"`
 	// RDMANetnsMode is the kernel's RDMA netns mode: shared, exclusive or
 	// unknown (no RDMA netlink).
@@ -82,10 +82,11 @@ type RDMANodeStateStatus struct {
 	Allocations []Allocation `json:"allocations,omitempty"`
 	// ConfigErrors are the problems of the pools file the daemon runs with
 	// (overlaps, a shared pool in exclusive netns mode, a file it ignored).
+	// A rejected reload's error joins its problems with newlines: the schema
+	// bounds their length, not their characters.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:items:MaxLength=1024
-	// +kubebuilder:validation:items:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
+	// +kubebuilder:validation:items:MaxLength=32768
 	ConfigErrors []string `json:"configErrors,omitempty"`
 	// CNI is the kube-rdma CNI plugin on the node as the chart installed
 	// it; nil when the daemon was not told (an older daemon, or not run by
@@ -143,7 +144,7 @@ type Device struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=15
-	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f]+$`
+	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdevs []string `json:"netdevs,omitempty"`
 	// Healthy is what the daemon tells the kubelet: every port ACTIVE.
 	Healthy bool `json:"healthy"`
@@ -176,7 +177,7 @@ type Port struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
 	Rate string `json:"rate,omitempty"`
 	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f]+$`
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdev string `json:"netdev,omitempty"`
 	// RoCEv2GIDIndex is the index NCCL_IB_GID_INDEX would name for this port
 	// (the first RoCE v2 GID with an IPv4-mapped address, else the first
@@ -278,7 +279,7 @@ type Allocation struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	// +kubebuilder:validation:items:MaxLength=15
-	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f]+$`
+	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdevs []string `json:"netdevs,omitempty"`
 	// Attached are those of the devices the kube-rdma CNI plugin attached to
 	// the pod's network namespace, with their names there (from the
@@ -302,16 +303,16 @@ type AttachedDevice struct {
 	PodRDMADevice string `json:"podRDMADevice,omitempty"`
 	// Netdev is the netdev's name on the node before it moved.
 	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f]+$`
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdev string `json:"netdev,omitempty"`
 	// PodNetdev is the netdev's name in the pod (the attachment's ifName).
 	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f]+$`
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	PodNetdev string `json:"podNetdev"`
 	// Network is the CNI network (the NetworkAttachmentDefinition's name
 	// with Multus).
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	Network string `json:"network,omitempty"`
 }
 
