@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
 
 func TestEscapeString(t *testing.T) {
@@ -165,6 +167,33 @@ func TestHostileStrings(t *testing.T) {
 				t.Fatalf("no evil-1 in the output:\n%s", got)
 			}
 			assertNoRawControl(t, got, "\n")
+		})
+	}
+	// The escapes decode back to the strings the daemon wrote (invalid
+	// UTF-8 aside: JSON has no way to carry it, it reads back as U+FFFD).
+	for _, format := range []string{outJSON, outYAML} {
+		t.Run("nodes -o "+format+" decodes to the same strings", func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			Execute(context.Background(), []string{"nodes", "-o", format}, Options{
+				Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+				NewCluster: f.newCluster,
+				Now:        func() time.Time { return now },
+			})
+			var l v1alpha1.RDMANodeStateList
+			decodeStrict(t, format, out.String(), &l)
+			want := w.states[len(w.states)-1].Status
+			for _, s := range l.Items {
+				if s.Name != "evil-1" {
+					continue
+				}
+				got := s.Status
+				if diff := cmp.Diff([]string{want.DaemonVersion, want.RDMANetnsMode, want.Devices[3].Kind, want.Devices[0].Name, want.ConfigErrors[5]},
+					[]string{got.DaemonVersion, got.RDMANetnsMode, got.Devices[3].Kind, got.Devices[0].Name, got.ConfigErrors[5]}); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+				return
+			}
+			t.Fatalf("no evil-1 in %s", out.String())
 		})
 	}
 }
