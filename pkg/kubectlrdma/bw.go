@@ -131,7 +131,7 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Streams.Out, "server %s\nclient %s\nib_write_bw %d bytes, %ds: %.2f Gb/sec average", server, client, f.size, f.duration, avg)
+	fmt.Fprintf(o.Streams.Out, "server %s\nclient %s\nib_write_bw %d bytes, %ds: %.2f Gb/sec average", escapeString(server.String()), escapeString(client.String()), f.size, f.duration, avg)
 	if peak > 0 { // ib_write_bw -D reports no peak
 		fmt.Fprintf(o.Streams.Out, ", %.2f Gb/sec peak", peak)
 	}

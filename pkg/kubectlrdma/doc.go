@@ -8,4 +8,14 @@
 // script that only reads into containers; bw execs ib_write_bw in two pods.
 // It talks to the API server through the Cluster interface it declares; the
 // binary's main only wires streams and the process exit code.
+//
+// Every string it prints comes from objects a node's daemon (or a pod's
+// container, through exec) wrote, so it is hostile input: a printer never
+// writes one raw. The human printers (writeNodes, writePods, writeChecks,
+// the topo table, bw's summary) take an escaped deep copy of their input
+// where it enters them (escapeAll, escape.go): control characters, bidi and
+// zero-width format characters and invalid UTF-8 become \x1b, \u202e,
+// \xff. Errors are escaped on their one line (oneLine). -o json and -o yaml
+// keep the data but escape what the encoders leave raw (encode.go). A new
+// column reads from the escaped copy; a new printer must take one.
 package kubectlrdma

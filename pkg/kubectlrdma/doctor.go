@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,6 +172,8 @@ var colors = map[Verdict]string{Pass: "\x1b[32m", Warn: "\x1b[33m", Fail: "\x1b[
 // writeChecks writes one line per check, its fix indented below it, and a
 // count of each verdict.
 func writeChecks(w io.Writer, r *DoctorReport, color bool) {
+	r = &DoctorReport{Target: r.Target, Checks: slices.Clone(r.Checks)}
+	escapeAll(r)
 	fmt.Fprintf(w, "doctor %s\n", r.Target)
 	for _, c := range r.Checks {
 		v := strings.ToUpper(string(c.Verdict))

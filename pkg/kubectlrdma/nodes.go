@@ -66,6 +66,7 @@ func (o *Options) runNodes(ctx context.Context, output string) error {
 // gone. It returns an error after the table when a state is newer than
 // this binary reads.
 func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeState, wide bool, now time.Time) error {
+	nodes, states = escapedCopies(nodes), escapedCopies(states)
 	byName := make(map[string]*v1alpha1.RDMANodeState, len(states))
 	for i := range states {
 		byName[states[i].Name] = &states[i]

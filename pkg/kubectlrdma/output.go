@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 )
@@ -37,20 +36,23 @@ func addOutputFlag(c *cobra.Command, p *string, formats ...string) {
 	}
 }
 
-// writeObject writes v as indented JSON or as YAML.
+// writeObject writes v as indented JSON or as YAML. The encoders escape
+// C0 controls (ESC, BEL, CR) and replace invalid UTF-8; what they leave raw
+// (DEL, C1, bidi overrides) escapeEncoded escapes, so json and yaml output
+// is as safe on a terminal as the tables and decodes to the same strings.
 func writeObject(w io.Writer, v any, format string) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", format, err)
 	}
 	if format == outYAML {
-		if b, err = yaml.JSONToYAML(b); err != nil {
+		if b, err = toYAML(b); err != nil {
 			return fmt.Errorf("encode yaml: %w", err)
 		}
 		_, err = w.Write(b)
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	_, err = fmt.Fprintf(w, "%s\n", escapeEncoded(b, false))
 	return err
 }
 

@@ -130,6 +130,7 @@ func (o *Options) runPods(ctx context.Context, ns, output string) error {
 }
 
 func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
+	items = escapedPods(items)
 	tw := newTable(w)
 	header := []string{"POD", "NODE", "NICS", "NETDEVS", "PCI", "GPUS", "WORST"}
 	if allNS {

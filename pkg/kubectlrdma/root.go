@@ -161,13 +161,17 @@ func (o *Options) namespace() (string, error) {
 // oneLine keeps an error on one line: API server and exec errors can
 // carry newlines, and a plugin's error is one line of stderr.
 func oneLine(err error) error {
-	if err == nil || !strings.Contains(err.Error(), "\n") {
+	if err == nil || !needsEscape(err.Error()) {
 		return err
 	}
 	return lineError{err}
 }
 
+// lineError is an error on one line, with what a terminal would act on
+// (escape sequences from an object's strings) escaped.
 type lineError struct{ error }
 
-func (e lineError) Error() string { return strings.Join(strings.Fields(e.error.Error()), " ") }
+func (e lineError) Error() string {
+	return escapeString(strings.Join(strings.Fields(e.error.Error()), " "))
+}
 func (e lineError) Unwrap() error { return e.error }

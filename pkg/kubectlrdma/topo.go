@@ -67,7 +67,9 @@ func (o *Options) topoNode(ctx context.Context, node, output string) error {
 		s.APIVersion, s.Kind = v1alpha1.GroupVersion.String(), "RDMANodeState"
 		return writeObject(o.Streams.Out, s, output)
 	}
-	return report.WriteTableWith(o.Streams.Out, toDiscovery(s), report.TableOptions{NoCharDevices: true})
+	n := toDiscovery(s.DeepCopy())
+	escapeAll(n)
+	return report.WriteTableWith(o.Streams.Out, n, report.TableOptions{NoCharDevices: true})
 }
 
 // stateOf is node's state, checked for its version; a missing state is
@@ -110,5 +112,6 @@ func (o *Options) topoFile(file, output string) error {
 	if output != outTable {
 		return writeObject(o.Streams.Out, &n, output)
 	}
+	escapeAll(&n)
 	return report.WriteTable(o.Streams.Out, &n)
 }

@@ -33,6 +33,8 @@ type RDMANodeState struct {
 // RDMANodeStateSpec names the node; everything else is status.
 type RDMANodeStateSpec struct {
 	// NodeName is the node this state describes (also the object's name).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	NodeName string `json:"nodeName"`
 }
 
@@ -41,9 +43,13 @@ type RDMANodeStateStatus struct {
 	// StateVersion is the layout of this status (StateVersion when written).
 	StateVersion int `json:"stateVersion"`
 	// DaemonVersion is the writing daemon's --version ("v0.3.0-12-gabcdef").
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	DaemonVersion string `json:"daemonVersion,omitempty"`
 	// RDMANetnsMode is the kernel's RDMA netns mode: shared, exclusive or
 	// unknown (no RDMA netlink).
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z]*$`
 	RDMANetnsMode string `json:"rdmaNetnsMode,omitempty"`
 	// LastUpdate is when the daemon last changed this status.
 	LastUpdate metav1.Time `json:"lastUpdate,omitempty"`
@@ -52,26 +58,35 @@ type RDMANodeStateStatus struct {
 	// Devices are the node's RDMA devices in natural name order.
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=4096
 	Devices []Device `json:"devices,omitempty"`
 	// GPUs are the node's GPUs in PCI address order.
 	// +listType=map
 	// +listMapKey=pciAddress
+	// +kubebuilder:validation:MaxItems=1024
 	GPUs []GPU `json:"gpus,omitempty"`
 	// Affinity is the GPU x NIC matrix: one row per GPU, in GPUs order.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
 	Affinity []AffinityRow `json:"affinity,omitempty"`
 	// Pools are the configured pools with their counts.
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Pools []Pool `json:"pools,omitempty"`
 	// Allocations are the kubelet's current device allocations of this
 	// daemon's resources (PodResources API List), one per pod container and
 	// resource.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
 	Allocations []Allocation `json:"allocations,omitempty"`
 	// ConfigErrors are the problems of the pools file the daemon runs with
 	// (overlaps, a shared pool in exclusive netns mode, a file it ignored).
+	// A rejected reload's error joins its problems with newlines: the schema
+	// bounds their length, not their characters.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=32768
 	ConfigErrors []string `json:"configErrors,omitempty"`
 	// CNI is the kube-rdma CNI plugin on the node as the chart installed
 	// it; nil when the daemon was not told (an older daemon, or not run by
@@ -83,10 +98,14 @@ type RDMANodeStateStatus struct {
 type CNIStatus struct {
 	// Mode is the chart's cni.mode when it installs the plugin ("chained",
 	// "multus", "none": the binary only), "not-installed" when it does not.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z-]*$`
 	Mode string `json:"mode"`
 	// ChainedPool is the pool whose devices the chained entry attaches
 	// (cni.chained.pool) in chained mode; empty otherwise, and in the states
 	// of daemons that did not say.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	ChainedPool string `json:"chainedPool,omitempty"`
 	// Attachments counts the plugin's complete attachment records (pods'
 	// network attachments it holds on the node now).
@@ -103,24 +122,41 @@ type Summary struct {
 
 // Device is one RDMA device.
 type Device struct {
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
 	Name string `json:"name"`
 	// Kind is PF, VF, SF or virtual.
-	Kind       string `json:"kind"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z]+$`
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
 	PCIAddress string `json:"pciAddress,omitempty"`
 	// NUMANode is -1 when unknown.
-	NUMANode int    `json:"numaNode"`
+	NUMANode int `json:"numaNode"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$`
 	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// LinkLayer is port 1's: InfiniBand or Ethernet.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
 	LinkLayer string `json:"linkLayer,omitempty"`
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=15
+	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdevs []string `json:"netdevs,omitempty"`
 	// Healthy is what the daemon tells the kubelet: every port ACTIVE.
 	Healthy bool `json:"healthy"`
 	// Pools are the pools the device is in.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Pools []string `json:"pools,omitempty"`
 	// +listType=map
 	// +listMapKey=port
+	// +kubebuilder:validation:MaxItems=256
 	Ports []Port `json:"ports,omitempty"`
 }
 
@@ -128,11 +164,21 @@ type Device struct {
 type Port struct {
 	Port int `json:"port"`
 	// State is ACTIVE, DOWN, INIT or ARMED; PhysState LinkUp, Disabled, ...
-	State     string `json:"state"`
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
+	State string `json:"state"`
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
 	PhysState string `json:"physState,omitempty"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
 	LinkLayer string `json:"linkLayer,omitempty"`
-	Rate      string `json:"rate,omitempty"`
-	Netdev    string `json:"netdev,omitempty"`
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9 _.:()/+-]*$`
+	Rate string `json:"rate,omitempty"`
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
+	Netdev string `json:"netdev,omitempty"`
 	// RoCEv2GIDIndex is the index NCCL_IB_GID_INDEX would name for this port
 	// (the first RoCE v2 GID with an IPv4-mapped address, else the first
 	// RoCE v2 GID); absent on InfiniBand or with no RoCE v2 GID.
@@ -141,31 +187,48 @@ type Port struct {
 
 // GPU is one GPU.
 type GPU struct {
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
 	PCIAddress string `json:"pciAddress"`
 	// UUID is the NVIDIA GPU UUID, when the driver reports it.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:/-]+$`
 	UUID string `json:"uuid,omitempty"`
 	// Minor is the NVIDIA device minor (/dev/nvidiaN).
-	Minor    *int   `json:"minor,omitempty"`
-	NUMANode int    `json:"numaNode"`
+	Minor    *int `json:"minor,omitempty"`
+	NUMANode int  `json:"numaNode"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$`
 	PCIeRoot string `json:"pcieRoot,omitempty"`
 }
 
 // AffinityRow is one GPU's PCIe distance to every device.
 type AffinityRow struct {
 	// GPU is the GPU's PCI address.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
 	GPU string `json:"gpu"`
 	// Levels are PIX, PXB, PHB, NODE or SYS (nvidia-smi topo -m), one per
 	// device in status.devices order.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=4
+	// +kubebuilder:validation:items:Pattern=`^(PIX|PXB|PHB|NODE|SYS)?$`
 	Levels []string `json:"levels"`
 }
 
 // Pool is one configured pool: one extended resource.
 type Pool struct {
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Name string `json:"name"`
 	// Resource is the extended resource name (rdma.kube-rdma.io/ib).
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Resource string `json:"resource"`
 	// Mode is exclusive or shared.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z]*$`
 	Mode string `json:"mode"`
 	// Slots is the number of pods a shared pool serves; 0 for exclusive.
 	Slots int `json:"slots,omitempty"`
@@ -180,45 +243,76 @@ type Pool struct {
 	Allocated   int `json:"allocated"`
 	// Devices are the RDMA device names in the pool.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:-]+$`
 	Devices []string `json:"devices,omitempty"`
 }
 
 // Allocation is one container's devices of one resource.
 type Allocation struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Pod string `json:"pod"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Container string `json:"container"`
-	Resource  string `json:"resource"`
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Resource string `json:"resource"`
 	// DeviceIDs are the kubelet device IDs (PCI addresses; shared-pool slot
 	// IDs for a shared pool).
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:/-]+$`
 	DeviceIDs []string `json:"deviceIDs"`
 	// RDMADevices and Netdevs are the devices those IDs name.
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:-]+$`
 	RDMADevices []string `json:"rdmaDevices,omitempty"`
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=15
+	// +kubebuilder:validation:items:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdevs []string `json:"netdevs,omitempty"`
 	// Attached are those of the devices the kube-rdma CNI plugin attached to
 	// the pod's network namespace, with their names there (from the
 	// plugin's attachment records). Empty for a device no CNI attachment
 	// names (a shared pool's, or without the plugin).
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
 	Attached []AttachedDevice `json:"attached,omitempty"`
 }
 
 // AttachedDevice is one device the CNI plugin attached to a pod.
 type AttachedDevice struct {
 	// RDMADevice is the device's name on the node.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
 	RDMADevice string `json:"rdmaDevice"`
 	// PodRDMADevice is its name in the pod when that differs (a software
 	// RDMA device, re-created on the netdev in the pod).
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
 	PodRDMADevice string `json:"podRDMADevice,omitempty"`
 	// Netdev is the netdev's name on the node before it moved.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	Netdev string `json:"netdev,omitempty"`
 	// PodNetdev is the netdev's name in the pod (the attachment's ifName).
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[^\s/:\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]+$`
 	PodNetdev string `json:"podNetdev"`
 	// Network is the CNI network (the NetworkAttachmentDefinition's name
 	// with Multus).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	Network string `json:"network,omitempty"`
 }
 

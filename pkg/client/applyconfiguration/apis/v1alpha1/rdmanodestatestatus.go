@@ -36,6 +36,8 @@ type RDMANodeStateStatusApplyConfiguration struct {
 	Allocations []AllocationApplyConfiguration `json:"allocations,omitempty"`
 	// ConfigErrors are the problems of the pools file the daemon runs with
 	// (overlaps, a shared pool in exclusive netns mode, a file it ignored).
+	// A rejected reload's error joins its problems with newlines: the schema
+	// bounds their length, not their characters.
 	ConfigErrors []string `json:"configErrors,omitempty"`
 	// CNI is the kube-rdma CNI plugin on the node as the chart installed
 	// it; nil when the daemon was not told (an older daemon, or not run by
