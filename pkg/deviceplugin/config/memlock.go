@@ -39,8 +39,9 @@ func ParseMemlock(s string) (uint64, error) {
 	if !ok {
 		v = q.Value() // a fraction of a byte rounds up
 	}
-	if v == math.MaxInt64 {
-		// ParseQuantity saturates what does not fit in an int64.
+	if v == math.MaxInt64 || v <= 0 {
+		// ParseQuantity saturates what does not fit in an int64, or
+		// (9227000000000000000, found by FuzzParseMemlock) Value wraps.
 		return 0, fmt.Errorf("%w: %q is too large (use \"unlimited\")", ErrBadMemlock, s)
 	}
 	return uint64(v), nil
