@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,6 +14,10 @@ import (
 // pool's containers when the NRI plugin is on (docs/device-plugin.md, "Locked
 // memory").
 const MemlockUnlimited uint64 = math.MaxUint64
+
+// maxExponent bounds a limit's decimal exponent: 10^19 already exceeds
+// 64 bits.
+const maxExponent = 30
 
 // ErrBadMemlock is wrapped by every ParseMemlock error.
 var ErrBadMemlock = errors.New("bad memlock limit")
@@ -27,6 +32,14 @@ func ParseMemlock(s string) (uint64, error) {
 		return MemlockUnlimited, nil
 	case "":
 		return 0, fmt.Errorf("%w: empty (want \"unlimited\" or a quantity such as 64Gi)", ErrBadMemlock)
+	}
+	// A decimal exponent far past what fits in 64 bits makes the quantity's
+	// arithmetic run for ever ("922E372036854775807", found by
+	// FuzzParseMemlock): refuse it first. "E" and "Ei" alone are suffixes.
+	if i := strings.IndexAny(t, "eE"); i >= 0 && t[i+1:] != "" && t[i+1:] != "i" {
+		if exp, err := strconv.Atoi(t[i+1:]); err != nil || exp > maxExponent || exp < -maxExponent {
+			return 0, fmt.Errorf("%w: %q: exponent out of range (at most %d)", ErrBadMemlock, s, maxExponent)
+		}
 	}
 	q, err := resource.ParseQuantity(t)
 	if err != nil {
