@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -72,10 +72,31 @@ test:
 	else echo "make test: as $$(id -un), not root: tests that create network namespaces re-run as root in a user namespace if the kernel allows it; tests that need root skip, with reasons at the end"; fi
 	@set -o pipefail; $(GO) test -count=1 -timeout 15m -json ./... | $(GO) run ./hack/testsummary
 
+# Every parser of what the host, the kubelet or the API server hands us
+# (docs/security.md, "Parsers and fuzzing"): package:target, each run for
+# FUZZTIME. make fuzz-short is CI's few seconds each.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./pkg/discovery/:FuzzParsers \
+	./pkg/cni/netconf/:FuzzParse \
+	./pkg/kubelet/podresources/:FuzzDecodePods \
+	./pkg/kubelet/podresources/:FuzzReadResponse \
+	./pkg/hostapi/claimrecord/:FuzzReadAll \
+	./pkg/hostapi/attachment/:FuzzLoad \
+	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
+	./pkg/deviceplugin/config/:FuzzParse \
+	./pkg/deviceplugin/config/:FuzzParseMemlock \
+	./pkg/cniinstall/:FuzzChainUnchain \
+	./pkg/kubectlrdma/:FuzzNodeState
+
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzParsers -fuzztime 30s ./pkg/discovery/
-	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./pkg/cni/netconf/
-	$(GO) test -run XXX -fuzz FuzzDecodePods -fuzztime 30s ./pkg/kubelet/podresources/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Discovery of a synthetic node with 8 GPUs, 16 PFs and 1,008 VFs.
 bench:

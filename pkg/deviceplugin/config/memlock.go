@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,6 +14,10 @@ import (
 // pool's containers when the NRI plugin is on (docs/device-plugin.md, "Locked
 // memory").
 const MemlockUnlimited uint64 = math.MaxUint64
+
+// maxExponent bounds a limit's decimal exponent: 10^19 already exceeds
+// 64 bits.
+const maxExponent = 30
 
 // ErrBadMemlock is wrapped by every ParseMemlock error.
 var ErrBadMemlock = errors.New("bad memlock limit")
@@ -28,6 +33,14 @@ func ParseMemlock(s string) (uint64, error) {
 	case "":
 		return 0, fmt.Errorf("%w: empty (want \"unlimited\" or a quantity such as 64Gi)", ErrBadMemlock)
 	}
+	// A decimal exponent far past what fits in 64 bits makes the quantity's
+	// arithmetic run for ever ("922E372036854775807", found by
+	// FuzzParseMemlock): refuse it first. "E" and "Ei" alone are suffixes.
+	if i := strings.IndexAny(t, "eE"); i >= 0 && t[i+1:] != "" && t[i+1:] != "i" {
+		if exp, err := strconv.Atoi(t[i+1:]); err != nil || exp > maxExponent || exp < -maxExponent {
+			return 0, fmt.Errorf("%w: %q: exponent out of range (at most %d)", ErrBadMemlock, s, maxExponent)
+		}
+	}
 	q, err := resource.ParseQuantity(t)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %q is not \"unlimited\" or a quantity such as 64Gi", ErrBadMemlock, s)
@@ -39,8 +52,9 @@ func ParseMemlock(s string) (uint64, error) {
 	if !ok {
 		v = q.Value() // a fraction of a byte rounds up
 	}
-	if v == math.MaxInt64 {
-		// ParseQuantity saturates what does not fit in an int64.
+	if v == math.MaxInt64 || v <= 0 {
+		// ParseQuantity saturates what does not fit in an int64, or
+		// (9227000000000000000, found by FuzzParseMemlock) Value wraps.
 		return 0, fmt.Errorf("%w: %q is too large (use \"unlimited\")", ErrBadMemlock, s)
 	}
 	return uint64(v), nil

@@ -19,6 +19,9 @@ func TestParseMemlock(t *testing.T) {
 		{"8M", 8_000_000},
 		{"1073741824", 1 << 30},
 		{"0.5", 1}, // a fraction of a byte rounds up
+		{"1e3", 1000},
+		{"2E", 2_000_000_000_000_000_000},
+		{"1Ei", 1 << 60},
 	}
 	for _, tc := range good {
 		got, err := ParseMemlock(tc.in)
@@ -33,6 +36,9 @@ func TestParseMemlock(t *testing.T) {
 		{"0", `"0" must be positive`},
 		{"64GB", `"64GB" is not "unlimited"`},
 		{"100Ei", `"100Ei" is too large`},
+		{"9227000000000000000", `is too large`},          // wrapped past int64 (FuzzParseMemlock)
+		{"922E372036854775807", "exponent out of range"}, // ran for ever (FuzzParseMemlock)
+		{"1e-400", "exponent out of range"},
 	}
 	for _, tc := range bad {
 		_, err := ParseMemlock(tc.in)

@@ -33,10 +33,29 @@ const (
 	flagPadded     = 0x8
 	flagPriority   = 0x20
 
+	settingMaxHeaderListSize = 0x6
+
 	preface  = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	streamID = 1
-	maxFrame = 1 << 24
 )
+
+// The limits the client advertises in its SETTINGS, and holds the kubelet
+// to: anything larger is a broken or hostile peer, and the call fails with
+// ErrLimit before it reads or decodes more.
+const (
+	// maxFrame is SETTINGS_MAX_FRAME_SIZE, left at its default (RFC 9113
+	// 6.5.2): a frame's payload.
+	maxFrame = 16 << 10
+	// maxHeaderList is the SETTINGS_MAX_HEADER_LIST_SIZE advertised: it
+	// bounds a header block as received (HEADERS and its CONTINUATION
+	// fragments), the block decoded (names and values plus 32 bytes per
+	// field, RFC 9113 6.5.2) and so every HPACK string in it.
+	maxHeaderList = 64 << 10
+)
+
+// ErrLimit is wrapped by the error of a call whose answer exceeds a limit
+// the client advertised (frame size, header list size) or its MaxMessage.
+var ErrLimit = errors.New("exceeds the client's advertised limit")
 
 // unary makes one gRPC call on a fresh connection to the unix socket and
 // returns the response message. It speaks just enough HTTP/2 for that: the
@@ -78,7 +97,10 @@ func unary(ctx context.Context, socket, method string, msg []byte) ([]byte, erro
 
 	w := bufio.NewWriter(conn)
 	w.WriteString(preface)
-	writeFrame(w, frameSettings, 0, 0, nil)
+	var settings [6]byte
+	binary.BigEndian.PutUint16(settings[0:2], settingMaxHeaderListSize)
+	binary.BigEndian.PutUint32(settings[2:6], maxHeaderList)
+	writeFrame(w, frameSettings, 0, 0, settings[:])
 	writeFrame(w, frameHeaders, flagEndHeaders, streamID, hdr.Bytes())
 	writeFrame(w, frameData, flagEndStream, streamID, body)
 	if err := w.Flush(); err != nil {
@@ -109,13 +131,20 @@ type response struct {
 	headers  map[string]string
 	trailers map[string]string
 	block    []byte // header block being assembled across CONTINUATION
+	inBlock  bool   // a HEADERS came without END_HEADERS
 	body     []byte
 	ended    bool
+
+	// The header block being decoded: its fields and their size.
+	fields   map[string]string
+	listSize int
 }
 
 // readResponse reads frames until the stream ends and returns the message.
 func readResponse(r *bufio.Reader, w *bufio.Writer) ([]byte, error) {
-	s := &response{w: w, dec: hpack.NewDecoder(4096, nil)}
+	s := &response{w: w}
+	s.dec = hpack.NewDecoder(4096, s.emit)
+	s.dec.SetMaxStringLength(maxHeaderList)
 	for !s.ended {
 		typ, flags, stream, payload, err := readFrame(r)
 		if err != nil {
@@ -142,7 +171,7 @@ func readFrame(r *bufio.Reader) (typ, flags byte, stream uint32, payload []byte,
 	typ, flags = h[3], h[4]
 	stream = binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
 	if n > maxFrame {
-		return 0, 0, 0, nil, fmt.Errorf("frame of %d bytes", n)
+		return 0, 0, 0, nil, fmt.Errorf("frame of %d bytes: larger than %d: %w", n, maxFrame, ErrLimit)
 	}
 	payload = make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
@@ -188,7 +217,7 @@ func (s *response) onData(flags byte, payload []byte) error {
 	}
 	s.body = append(s.body, data...)
 	if len(s.body) > MaxMessage+5 {
-		return fmt.Errorf("response larger than %d bytes", MaxMessage)
+		return fmt.Errorf("response larger than %d bytes: %w", MaxMessage, ErrLimit)
 	}
 	if n := len(payload); n > 0 { // give the window back so a large answer keeps coming
 		windowUpdate(s.w, 0, n)
@@ -203,6 +232,12 @@ func (s *response) onData(flags byte, payload []byte) error {
 // headers came already.
 func (s *response) onHeaders(typ, flags byte, payload []byte) error {
 	frag := payload
+	switch {
+	case typ == frameContinuation && !s.inBlock:
+		return errors.New("CONTINUATION without HEADERS")
+	case typ == frameHeaders && s.inBlock:
+		return errors.New("HEADERS inside a header block")
+	}
 	if typ == frameHeaders {
 		var err error
 		if frag, err = unpad(flags, payload); err != nil {
@@ -216,18 +251,17 @@ func (s *response) onHeaders(typ, flags byte, payload []byte) error {
 		}
 		s.ended = flags&flagEndStream != 0
 	}
+	if len(s.block)+len(frag) > maxHeaderList {
+		return fmt.Errorf("header block larger than %d bytes: %w", maxHeaderList, ErrLimit)
+	}
 	s.block = append(s.block, frag...)
-	if flags&flagEndHeaders == 0 {
+	s.inBlock = flags&flagEndHeaders == 0
+	if s.inBlock {
 		return nil
 	}
-	fields, err := s.dec.DecodeFull(s.block)
+	m, err := s.decodeBlock()
 	if err != nil {
-		return fmt.Errorf("decode headers: %w", err)
-	}
-	s.block = nil
-	m := map[string]string{}
-	for _, f := range fields {
-		m[f.Name] = f.Value
+		return err
 	}
 	if s.headers == nil {
 		s.headers = m
@@ -235,6 +269,40 @@ func (s *response) onHeaders(typ, flags byte, payload []byte) error {
 		s.trailers = m
 	}
 	return nil
+}
+
+// decodeBlock decodes the assembled header block into a map, failing when
+// the fields add up to more than maxHeaderList: a small block of indexed
+// fields can name a large dynamic table entry many times.
+func (s *response) decodeBlock() (map[string]string, error) {
+	s.fields, s.listSize = map[string]string{}, 0
+	s.dec.SetEmitEnabled(true)
+	_, err := s.dec.Write(s.block)
+	if err == nil {
+		err = s.dec.Close()
+	}
+	s.block = s.block[:0]
+	if s.listSize > maxHeaderList {
+		return nil, fmt.Errorf("header list larger than %d bytes: %w", maxHeaderList, ErrLimit)
+	}
+	if errors.Is(err, hpack.ErrStringLength) {
+		return nil, fmt.Errorf("decode headers: %w: %w", err, ErrLimit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return s.fields, nil
+}
+
+// emit is the HPACK decoder's callback: it keeps a field until the list
+// passes maxHeaderList, then keeps none (decodeBlock fails the call).
+func (s *response) emit(f hpack.HeaderField) {
+	s.listSize += int(f.Size())
+	if s.listSize > maxHeaderList {
+		s.dec.SetEmitEnabled(false)
+		return
+	}
+	s.fields[f.Name] = f.Value
 }
 
 // message checks the HTTP and gRPC status of the ended stream and returns

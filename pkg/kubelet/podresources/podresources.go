@@ -56,9 +56,16 @@ type ContainerDevices struct {
 // containers, without duplicates, sorted: a pod's allocation.
 func ByResource(ctrs []ContainerDevices) map[string][]string {
 	out := map[string][]string{}
+	seen := map[string]map[string]struct{}{} // by resource: linear in the IDs, however many
 	for _, c := range ctrs {
+		ids := seen[c.Resource]
+		if ids == nil {
+			ids = make(map[string]struct{}, len(c.DeviceIDs))
+			seen[c.Resource] = ids
+		}
 		for _, id := range c.DeviceIDs {
-			if !slices.Contains(out[c.Resource], id) {
+			if _, dup := ids[id]; !dup {
+				ids[id] = struct{}{}
 				out[c.Resource] = append(out[c.Resource], id)
 			}
 		}
