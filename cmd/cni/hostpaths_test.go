@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
@@ -113,5 +115,39 @@ func TestNADLogFileInEtcChangesNothing(t *testing.T) {
 		if _, err := os.Stat(target); !os.IsNotExist(err) {
 			t.Fatalf("%s created %s (stat: %v)", cmd, target, err)
 		}
+	}
+}
+
+// TestUplinkRefused: a deviceID whose netdev carries the host's default
+// route is refused (code 101), even with the node's paths and the check of
+// the pod's allocation off, and the netdev stays on the host.
+func TestUplinkRefused(t *testing.T) {
+	e := newHostPathsEnv(t)
+	off := false
+	e.node.RequirePodResources = &off
+	e.nodeFile = writeNodeFile(t, e.node)
+	h := netnstest.Handle(t, e.host)
+	l, err := h.LinkByName("nic0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 77, 0, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.IPv4(10, 77, 0, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	before := netnstest.Links(t, e.host)
+	r := invoke(t, e.host, e.nodeFile, "ADD", e.pod.Path,
+		`{"cniVersion":"1.0.0","name":"tenant","type":"kube-rdma","rdmaNetnsMode":"shared","runtimeConfig":{"deviceID":"mlx5_0"}}`)
+	var got types.Error
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.exit == 0 || got.Code != 101 || !strings.Contains(got.Details, "default route") {
+		t.Errorf("ADD of the uplink: exit %d, stdout %q, want code 101 naming the default route", r.exit, r.stdout)
+	}
+	if diff := cmp.Diff(before, netnstest.Links(t, e.host)); diff != "" {
+		t.Errorf("host links changed (-before +after):\n%s", diff)
 	}
 }

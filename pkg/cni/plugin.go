@@ -50,10 +50,12 @@ type RDMA interface {
 }
 
 // Addresses puts IPAM's addresses and routes on a pod interface and reads
-// them back for CHECK.
+// them back for CHECK; CarriesDefaultRoute tells ADD which host netdev is the
+// host's own uplink, never to be moved into a pod.
 type Addresses interface {
 	Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error
 	List(ns netns.NsHandle, ifName string) ([]net.IPNet, error)
+	CarriesDefaultRoute(ns netns.NsHandle, ifName string) (bool, error)
 }
 
 // IPAM runs the IPAM plugin named in the configuration.
