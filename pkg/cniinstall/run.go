@@ -21,7 +21,7 @@ type Options struct {
 	// none.
 	BinDir string
 	// Node, with BinDir, is written next to the binary as the plugin's
-	// node file (its host paths, netconf.Node) before the binary is
+	// node file (its host paths, netconf.Node) once the binary is
 	// installed; nil writes none. It is left in place on RemoveOnExit: it
 	// says nothing to a runtime, and a binary kept for a DEL reads it.
 	Node *netconf.Node
@@ -102,13 +102,6 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("plugin config %s: %w", o.PluginConfig, err)
 		}
 	}
-	if o.BinDir != "" && o.Node != nil {
-		changed, err := WriteNodeFile(o.BinDir, *o.Node)
-		if err != nil {
-			return err
-		}
-		o.Log.Info("node file written", "path", filepath.Join(o.BinDir, netconf.NodeFileName), "changed", changed)
-	}
 	if o.BinDir != "" {
 		changed, err := InstallBinary(o.Exe, o.BinDir)
 		if err != nil {
@@ -116,6 +109,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 		o.Log.Info("binary installed", "path", filepath.Join(o.BinDir, BinaryName), "copied", changed)
 	}
+	// After the binary: a new binary reads the previous node file, an old
+	// one might refuse a newer.
+	if o.BinDir != "" && o.Node != nil {
+		changed, err := WriteNodeFile(o.BinDir, *o.Node)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("node file written", "path", filepath.Join(o.BinDir, netconf.NodeFileName), "changed", changed)
+	}
+
 	if o.ConfDir == "" {
 		return nil
 	}
