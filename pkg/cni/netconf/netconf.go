@@ -1,6 +1,7 @@
 // Package netconf parses and validates the kube-rdma CNI plugin's network
-// configuration and plans which device gets which interface name. It is pure:
-// no I/O, no netlink, no logging.
+// configuration against the node file's host-level settings (Node: the
+// paths and checks a netconf cannot change), and plans which device gets
+// which interface name. It is pure: no I/O, no netlink, no logging.
 package netconf
 
 import (
