@@ -86,6 +86,9 @@ ln -s ../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0 "$sys
 
 ours_conf=$(printf '{"cniVersion":"%s","name":"bench","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"%s","sysfsRoot":"%s","runtimeConfig":{"deviceID":"mlx5_0"}}' \
 	"$CNI_VERSION" "$tmp/state" "$sys")
+# The plugin takes its host paths from its node file (docs/cni.md), which must
+# hold the netconf's (still named there for $BEFORE); no kubelet here.
+printf '{"version":1,"stateDir":"%s","sysfsRoot":"%s","requirePodResources":false}\n' "$tmp/state" "$sys" >"$tmp/ours-node.json"
 # The GPU-aligned arm's node, pool and kubelet, up for the whole run.
 ga=$tmp/ga
 mkdir -p "$ga"
@@ -102,6 +105,8 @@ declare -A gn
 while read -r k v; do gn[$k]=$v; done <"$ga/node.out"
 ga_conf=$(printf '{"cniVersion":"%s","name":"bench-ga","type":"kube-rdma","rdmaNetnsMode":"exclusive","stateDir":"%s","sysfsRoot":"%s","procRoot":"%s","allocDir":"%s","kubeletSocket":"%s","resourceName":"%s","gpuResourceName":"%s"}' \
 	"$CNI_VERSION" "$ga/state" "${gn[sys]}" "${gn[proc]}" "$ga/alloc" "$ga/kubelet.sock" "${gn[resource]}" "${gn[gpuResource]}")
+printf '{"version":1,"stateDir":"%s","sysfsRoot":"%s","procRoot":"%s","allocDir":"%s","kubeletSocket":"%s"}\n' \
+	"$ga/state" "${gn[sys]}" "${gn[proc]}" "$ga/alloc" "$ga/kubelet.sock" >"$ga/node.json"
 # As containerd passes them.
 ga_args="IgnoreUnknown=1;K8S_POD_NAMESPACE=${gn[namespace]};K8S_POD_NAME=${gn[pod]};K8S_POD_INFRA_CONTAINER_ID=bench;K8S_POD_UID=0b1d2c3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
 # The container's allocation dir: allocdir.AllocID of its one slot.
@@ -111,9 +116,10 @@ export KUBE_RDMA_FAKE_RDMA_STATE=$ga/fakerdma.json
 hd_conf=$(printf '{"cniVersion":"%s","name":"bench","type":"host-device","device":"bench0"}' "$CNI_VERSION")
 
 # run_plugin BIN COMMAND CONF: one plugin call as a runtime makes it, from
-# inside the host netns; CNI_IFNAME is $ifname, else net1.
+# inside the host netns; CNI_IFNAME is $ifname, else net1; the node file is
+# $node, else ours.
 run_plugin() {
-	KUBE_RDMA_CNI_T0=$EPOCHREALTIME CNI_COMMAND=$2 CNI_CONTAINERID=bench CNI_NETNS=/run/netns/$pod CNI_IFNAME=${ifname:-net1} CNI_PATH=/usr/lib/cni \
+	KUBE_RDMA_CNI_NODE_FILE=${node:-$tmp/ours-node.json} KUBE_RDMA_CNI_T0=$EPOCHREALTIME CNI_COMMAND=$2 CNI_CONTAINERID=bench CNI_NETNS=/run/netns/$pod CNI_IFNAME=${ifname:-net1} CNI_PATH=/usr/lib/cni \
 		timeout "$TIMEOUT" nsenter --net=/run/netns/"$host" "$1" <<<"$3" >"$tmp/out" 2>"$tmp/err" || {
 		echo "bench-cni.sh: $1 $2 failed:" >&2
 		cat "$tmp/out" "$tmp/err" >&2
@@ -143,11 +149,11 @@ ga() {
 	local t
 	export KUBE_RDMA_CNI_TIMINGS=$tmp/ga-phases
 	t=$EPOCHREALTIME
-	ifname=eth0 CNI_ARGS=$ga_args run_plugin "$tmp/bin/kube-rdma-e2e" ADD "$ga_conf"
+	node=$ga/node.json ifname=eth0 CNI_ARGS=$ga_args run_plugin "$tmp/bin/kube-rdma-e2e" ADD "$ga_conf"
 	echo "$t $EPOCHREALTIME" >>"$tmp/ga-walls"
 	[[ -n $ga_checked ]] || ga_check
 	t=$EPOCHREALTIME
-	ifname=eth0 CNI_ARGS=$ga_args run_plugin "$tmp/bin/kube-rdma-e2e" DEL "$ga_conf"
+	node=$ga/node.json ifname=eth0 CNI_ARGS=$ga_args run_plugin "$tmp/bin/kube-rdma-e2e" DEL "$ga_conf"
 	echo "$t $EPOCHREALTIME" >>"$tmp/ga-walls"
 	unset KUBE_RDMA_CNI_TIMINGS
 	if grep -q mlx5 "$KUBE_RDMA_FAKE_RDMA_STATE"; then

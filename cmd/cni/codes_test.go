@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
@@ -76,11 +77,18 @@ func TestDocumentedErrorCodes(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	_ = l.Close()
-	conf := func(socket, extra string) string {
-		return `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"` + filepath.Join(dir, "state") +
-			`","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + socket + `"` + extra + `}`
+	// The host paths are the node file's, one per kubelet socket;
+	// requirePodResources is off there but in the "required" cases.
+	conf := func(extra string) string {
+		return `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared"` + extra + `}`
 	}
-	none := filepath.Join(dir, "none.sock")
+	node := func(socket string, required bool) string {
+		return writeNodeFile(t, netconf.Node{StateDir: filepath.Join(dir, "state"), SysfsRoot: tree.SysRoot, KubeletSocket: socket,
+			RequirePodResources: &required})
+	}
+	none := node(filepath.Join(dir, "none.sock"), false)
+	noneRequired := node(filepath.Join(dir, "none.sock"), true)
+	kubeletNode, staleNode, failingNode := node(kubelet.Socket, false), node(stale, false), node(failing.Socket, false)
 	env := func(command, ifName, args string) []string {
 		return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=" + ifName,
 			"CNI_PATH=/usr/lib/cni", "CNI_ARGS=" + args}
@@ -89,7 +97,7 @@ func TestDocumentedErrorCodes(t *testing.T) {
 	dev := func(id string) string { return `,"runtimeConfig":{"deviceID":"` + id + `"}` }
 
 	// mlx5_1 is claimed by another attachment.
-	busy := invokeEnv(t, host, conf(none, dev("mlx5_1")), "CNI_COMMAND=ADD", "CNI_CONTAINERID=busy", "CNI_NETNS="+pod.Path,
+	busy := invokeEnv(t, host, conf(dev("mlx5_1")), none, "CNI_COMMAND=ADD", "CNI_CONTAINERID=busy", "CNI_NETNS="+pod.Path,
 		"CNI_IFNAME=busy1", "CNI_PATH=/usr/lib/cni")
 	if busy.exit != 0 {
 		t.Fatalf("ADD of mlx5_1: exit %d", busy.exit)
@@ -99,26 +107,28 @@ func TestDocumentedErrorCodes(t *testing.T) {
 		code  uint
 		what  string
 		stdin string
+		node  string
 		env   []string
 	}{
-		{1, "unsupported cniVersion", `{"cniVersion":"0.2.0","name":"rdma","type":"kube-rdma"}`, env("ADD", "net1", "")},
-		{4, "standalone without pod name", conf(kubelet.Socket, `,"resourceName":"rdma/hca"`), env("ADD", "net1", "")},
-		{6, "malformed json", `{"cniVersion":"1.1.0",`, env("ADD", "net1", "")},
-		{7, "unknown field", conf(none, `,"master":"eth0"`+dev("mlx5_0")), env("ADD", "net1", "")},
-		{7, "missing deviceID", conf(none, ""), env("ADD", "net1", "")},
-		{11, "kubelet not answering", conf(stale, dev("mlx5_0")), env("ADD", "net1", podArgs)},
-		{50, "standalone without kubelet socket", conf(none, `,"resourceName":"rdma/hca"`), env("ADD", "net1", podArgs)},
-		{50, "requirePodResources without kubelet socket", conf(none, `,"requirePodResources":true`+dev("mlx5_0")), env("ADD", "net1", podArgs)},
-		{100, "no such device", conf(none, dev("mlx5_9")), env("ADD", "net1", "")},
-		{101, "device claimed", conf(none, dev("mlx5_1")), env("ADD", "net1", "")},
-		{102, "device not allocated", conf(kubelet.Socket, dev("mlx5_1")), env("ADD", "net1", podArgs)},
-		{102, "pod unknown to the kubelet", conf(kubelet.Socket, dev("mlx5_0")), env("ADD", "net1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=other")},
-		{103, "pod interface name taken", conf(none, dev("mlx5_0")), env("ADD", "taken", "")},
-		{104, "CHECK without attachment", conf(none, dev("mlx5_0")), env("CHECK", "net1", "")},
-		{999, "kubelet answers an error", conf(failing.Socket, dev("mlx5_0")), env("ADD", "net1", podArgs)},
+		{1, "unsupported cniVersion", `{"cniVersion":"0.2.0","name":"rdma","type":"kube-rdma"}`, none, env("ADD", "net1", "")},
+		{4, "standalone without pod name", conf(`,"resourceName":"rdma/hca"`), kubeletNode, env("ADD", "net1", "")},
+		{6, "malformed json", `{"cniVersion":"1.1.0",`, none, env("ADD", "net1", "")},
+		{7, "unknown field", conf(`,"master":"eth0"` + dev("mlx5_0")), none, env("ADD", "net1", "")},
+		{7, "missing deviceID", conf(""), none, env("ADD", "net1", "")},
+		{11, "kubelet not answering", conf(dev("mlx5_0")), staleNode, env("ADD", "net1", podArgs)},
+		{50, "standalone without kubelet socket", conf(`,"resourceName":"rdma/hca"`), none, env("ADD", "net1", podArgs)},
+		{50, "requirePodResources without kubelet socket", conf(`,"requirePodResources":true` + dev("mlx5_0")), none, env("ADD", "net1", podArgs)},
+		{50, "deviceID without kubelet socket, required (the default)", conf(dev("mlx5_0")), noneRequired, env("ADD", "net1", podArgs)},
+		{100, "no such device", conf(dev("mlx5_9")), none, env("ADD", "net1", "")},
+		{101, "device claimed", conf(dev("mlx5_1")), none, env("ADD", "net1", "")},
+		{102, "device not allocated", conf(dev("mlx5_1")), kubeletNode, env("ADD", "net1", podArgs)},
+		{102, "pod unknown to the kubelet", conf(dev("mlx5_0")), kubeletNode, env("ADD", "net1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=other")},
+		{103, "pod interface name taken", conf(dev("mlx5_0")), none, env("ADD", "taken", "")},
+		{104, "CHECK without attachment", conf(dev("mlx5_0")), none, env("CHECK", "net1", "")},
+		{999, "kubelet answers an error", conf(dev("mlx5_0")), failingNode, env("ADD", "net1", podArgs)},
 	} {
 		t.Run(strconv.Itoa(int(tc.code))+" "+tc.what, func(t *testing.T) {
-			r := invokeEnv(t, host, tc.stdin, tc.env...)
+			r := invokeEnv(t, host, tc.stdin, tc.node, tc.env...)
 			var got struct {
 				Code uint `json:"code"`
 			}

@@ -23,7 +23,12 @@ const installUsage = `usage: kube-rdma install [flags]
 
 Install the plugin on a node from a container, without a shell (docs/cni.md,
 Installing):
-  --bin-dir                copy this binary into the CNI bin directory
+  --bin-dir                copy this binary into the CNI bin directory, with
+                           its node file (kube-rdma.json: the host paths
+                           --state-dir, --log-file, --kubelet-socket,
+                           --sysfs-root, --proc-root, --alloc-dir,
+                           --dra-claims-dir and --require-pod-resources,
+                           which no netconf may change)
   --conf-dir ... --plugin-config FILE
                            chain FILE's plugin into the primary conflist
   --watch [--remove-on-exit]
@@ -64,6 +69,14 @@ func parseInstallFlags(args []string, stdout, stderr io.Writer) (cniinstall.Opti
 	fs.StringVar(&o.Conflist, "conflist", "", "conflist file name in --conf-dir; empty: the first *.conflist in lexical order (the runtime's), looked up again at each change with --watch")
 	fs.StringVar(&o.PluginConfig, "plugin-config", "", "JSON object to chain: type kube-rdma, no cniVersion or name (the conflist's apply); it replaces the kube-rdma entry in place or is appended as the last plugin")
 	fs.StringVar(&o.StateDir, "state-dir", netconf.DefaultStateDir, "the plugin's stateDir: with --remove-on-exit and --bin-dir, the binary is kept while it holds an attachment record of this boot; empty: always kept")
+	var n netconf.Node
+	fs.StringVar(&n.LogFile, "log-file", "", "node file: the plugin's log file (appended to); empty: none")
+	fs.StringVar(&n.KubeletSocket, "kubelet-socket", netconf.DefaultKubeletSocket, "node file: the kubelet's PodResources socket")
+	fs.StringVar(&n.SysfsRoot, "sysfs-root", netconf.DefaultSysfsRoot, "node file: where sysfs is")
+	fs.StringVar(&n.ProcRoot, "proc-root", netconf.DefaultProcRoot, "node file: where procfs is (NVIDIA GPU files)")
+	fs.StringVar(&n.AllocDir, "alloc-dir", netconf.DefaultAllocDir, "node file: the device plugin's --alloc-dir (gpuAligned pools)")
+	fs.StringVar(&n.DRAClaimsDir, "dra-claims-dir", netconf.DefaultDRAClaimsDir, "node file: the DRA driver's claim records directory")
+	require := fs.Bool("require-pod-resources", true, "node file: refuse a deviceID the kubelet cannot confirm for the pod (a netconf cannot turn this off)")
 	fs.BoolVar(&o.Watch, "watch", false, "keep the entry in the conflist (inotify on --conf-dir) until SIGTERM or SIGINT, then exit 0")
 	fs.BoolVar(&o.RemoveOnExit, "remove-on-exit", false, "with --watch: on SIGTERM or SIGINT take the entry out of the conflist; with --bin-dir also remove the binary unless a file in --conf-dir names kube-rdma or --state-dir holds a record")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "without --watch: how long to wait for the conflist before failing")
@@ -89,10 +102,23 @@ func parseInstallFlags(args []string, stdout, stderr io.Writer) (cniinstall.Opti
 	default:
 		return o, cli.Usagef("install: --log-format %q: want json or text", *format)
 	}
+	n.StateDir, n.RequirePodResources = o.StateDir, require
+	if o.BinDir != "" {
+		if _, err := netconf.ParseNode(mustMarshal(n)); err != nil {
+			return o, cli.Usagef("install: %w", err)
+		}
+		o.Node = &n
+	}
 	o.Versions = cni.Versions.SupportedVersions()
 	if err := o.Validate(); err != nil {
 		fs.Usage()
 		return o, cli.Usagef("install: %w", err)
 	}
 	return o, nil
+}
+
+// mustMarshal encodes a node file; a Node always encodes.
+func mustMarshal(n netconf.Node) []byte {
+	b, _ := n.Marshal()
+	return b
 }

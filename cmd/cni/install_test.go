@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
@@ -76,8 +79,14 @@ func TestInstallCopiesItself(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, "kube-rdma")); fi.Mode().Perm() != 0o755 {
 		t.Errorf("mode %v, want 0755", fi.Mode().Perm())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("bin dir holds %v, want only kube-rdma", ents)
+	var names []string
+	if ents, _ := os.ReadDir(dir); ents != nil {
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	if diff := cmp.Diff([]string{"kube-rdma", netconf.NodeFileName}, names); diff != "" {
+		t.Errorf("bin dir (-want +got):\n%s", diff)
 	}
 }
 
@@ -180,5 +189,45 @@ func TestInstallWatchUntilSignal(t *testing.T) {
 				t.Errorf("binary kept %v, want %v (pod attached %v)", kept, tt.attached, tt.attached)
 			}
 		})
+	}
+}
+
+// TestInstallWritesNodeFile: install --bin-dir writes the node file from
+// its flags next to the binary, and the installed binary, run as the
+// runtime runs it, takes its host paths from there: a netconf naming
+// another state dir is refused with the node's in the message.
+func TestInstallWritesNodeFile(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	_, errOut, exit := runBinary(t, []string{"install", "--bin-dir=" + dir, "--state-dir=" + state, "--kubelet-socket=/k/kubelet.sock",
+		"--sysfs-root=/host/sys", "--log-file=/var/log/kube-rdma-cni.log", "--require-pod-resources=false", "--log-format=text"}, nil, "")
+	if exit != 0 {
+		t.Fatalf("install: exit %d, stderr %s", exit, errOut)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, netconf.NodeFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := netconf.ParseNode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	want := netconf.Node{Version: netconf.NodeFileVersion, StateDir: state, LogFile: "/var/log/kube-rdma-cni.log",
+		KubeletSocket: "/k/kubelet.sock", SysfsRoot: "/host/sys", ProcRoot: netconf.DefaultProcRoot, AllocDir: netconf.DefaultAllocDir,
+		DRAClaimsDir: netconf.DefaultDRAClaimsDir, RequirePodResources: &off}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("node file (-want +got):\n%s", diff)
+	}
+
+	cmd := exec.Command(filepath.Join(dir, cniinstall.BinaryName))
+	cmd.Env = []string{"KUBE_RDMA_AS_PLUGIN=1", "CNI_COMMAND=ADD", "CNI_CONTAINERID=c", "CNI_NETNS=/nonexistent", "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni"}
+	cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0","name":"n","type":"kube-rdma","stateDir":"/tmp/elsewhere","runtimeConfig":{"deviceID":"mlx5_0"}}`)
+	out, _ := cmd.Output()
+	var cerr struct {
+		Code    uint   `json:"code"`
+		Details string `json:"details"`
+	}
+	if err := json.Unmarshal(out, &cerr); err != nil || cerr.Code != 7 || !strings.Contains(cerr.Details, state) {
+		t.Errorf("installed binary, netconf stateDir elsewhere: %s, want code 7 naming the node's %s", out, state)
 	}
 }

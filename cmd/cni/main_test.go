@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/cni"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
@@ -33,22 +35,42 @@ type run struct {
 	exit   int
 }
 
-// invoke runs the plugin as a runtime does, from inside host.
-func invoke(t *testing.T, host *netnstest.NS, command, netnsPath, stdin string) run {
+// writeNodeFile writes the node file n into a new directory and returns
+// its path, for invoke's node.
+func writeNodeFile(t *testing.T, n netconf.Node) string {
 	t.Helper()
-	return invokeEnv(t, host, stdin, "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr1",
+	b, err := n.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), netconf.NodeFileName)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// invoke runs the plugin as a runtime does, from inside host, with the
+// node file node ("": none, the built-in defaults).
+func invoke(t *testing.T, host *netnstest.NS, node, command, netnsPath, stdin string) run {
+	t.Helper()
+	return invokeEnv(t, host, stdin, node, "CNI_COMMAND="+command, "CNI_CONTAINERID=ctr1",
 		"CNI_NETNS="+netnsPath, "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni")
 }
 
-// invokeEnv runs the plugin with exactly the CNI_* variables given.
-func invokeEnv(t *testing.T, host *netnstest.NS, stdin string, cniEnv ...string) run {
+// invokeEnv runs the plugin with exactly the CNI_* variables given and the
+// node file node ("": none).
+func invokeEnv(t *testing.T, host *netnstest.NS, stdin, node string, cniEnv ...string) run {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = []string{"KUBE_RDMA_AS_PLUGIN=1"}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CNI_") {
+		if !strings.HasPrefix(kv, "CNI_") && !strings.HasPrefix(kv, cni.NodeFileEnv+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
+	}
+	if node != "" {
+		cmd.Env = append(cmd.Env, cni.NodeFileEnv+"="+node)
 	}
 	cmd.Env = append(cmd.Env, cniEnv...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -79,12 +101,14 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	off := false
+	node := writeNodeFile(t, netconf.Node{StateDir: filepath.Join(dir, "state"), SysfsRoot: tree.SysRoot,
+		KubeletSocket: filepath.Join(dir, "none.sock"), RequirePodResources: &off})
 	base := `"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","mtu":9000,` +
-		`"stateDir":"` + filepath.Join(dir, "state") + `","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + filepath.Join(dir, "none.sock") + `",` +
 		`"runtimeConfig":{"deviceID":"mlx5_0"}`
 	before := netnstest.Links(t, host)
 
-	add := invoke(t, host, "ADD", pod.Path, "{"+base+"}")
+	add := invoke(t, host, node, "ADD", pod.Path, "{"+base+"}")
 	if add.exit != 0 {
 		t.Fatalf("ADD exit %d", add.exit)
 	}
@@ -98,11 +122,11 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 	if got := netnstest.Links(t, pod); len(got) != 1 || got[0].Name != "net1" || got[0].MTU != 9000 || !got[0].Up {
 		t.Errorf("pod links = %v", got)
 	}
-	if r := invoke(t, host, "CHECK", pod.Path, "{"+base+`,"prevResult":`+add.stdout+"}"); r.exit != 0 {
+	if r := invoke(t, host, node, "CHECK", pod.Path, "{"+base+`,"prevResult":`+add.stdout+"}"); r.exit != 0 {
 		t.Errorf("CHECK exit %d", r.exit)
 	}
 	for range 2 {
-		if r := invoke(t, host, "DEL", pod.Path, "{"+base+"}"); r.exit != 0 || r.stdout != "" {
+		if r := invoke(t, host, node, "DEL", pod.Path, "{"+base+"}"); r.exit != 0 || r.stdout != "" {
 			t.Errorf("DEL exit %d, stdout %q", r.exit, r.stdout)
 		}
 	}
@@ -110,19 +134,19 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 		t.Errorf("host links after DEL (-before +after):\n%s", diff)
 	}
 
-	bad := invoke(t, host, "ADD", pod.Path, "{"+base+`,"master":"eth0"}`)
+	bad := invoke(t, host, node, "ADD", pod.Path, "{"+base+`,"master":"eth0"}`)
 	var cerr types.Error
 	if err := json.Unmarshal([]byte(bad.stdout), &cerr); err != nil || bad.exit == 0 || cerr.Code != types.ErrInvalidNetworkConfig || cerr.Details == "" {
 		t.Errorf("ADD with an unknown field: exit %d, stdout %q, want a CNI error with code %d", bad.exit, bad.stdout, types.ErrInvalidNetworkConfig)
 	}
 	// STATUS fails with "plugin not available" on a kernel without RDMA.
-	st := invoke(t, host, "STATUS", "", "{"+base+"}")
+	st := invoke(t, host, node, "STATUS", "", "{"+base+"}")
 	if st.exit != 0 {
 		if err := json.Unmarshal([]byte(st.stdout), &cerr); err != nil || cerr.Code != types.ErrPluginNotAvailable {
 			t.Errorf("STATUS: exit %d, stdout %q", st.exit, st.stdout)
 		}
 	}
-	if v := invoke(t, host, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`) {
+	if v := invoke(t, host, node, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`) {
 		t.Errorf("VERSION = %q", v.stdout)
 	}
 }
@@ -138,9 +162,11 @@ func TestErrorsCarryCNIVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	off := false
+	node := writeNodeFile(t, netconf.Node{StateDir: filepath.Join(dir, "state"), SysfsRoot: tree.SysRoot,
+		KubeletSocket: filepath.Join(dir, "none.sock"), RequirePodResources: &off})
 	conf := func(ver, extra string) string {
-		return `{"cniVersion":"` + ver + `","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared","stateDir":"` +
-			filepath.Join(dir, "state") + `","sysfsRoot":"` + tree.SysRoot + `","kubeletSocket":"` + filepath.Join(dir, "none.sock") + `"` + extra + `}`
+		return `{"cniVersion":"` + ver + `","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared"` + extra + `}`
 	}
 	env := func(command string) []string {
 		return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=net1", "CNI_PATH=/usr/lib/cni"}
@@ -162,7 +188,7 @@ func TestErrorsCarryCNIVersion(t *testing.T) {
 		{"CHECK without attachment", conf("1.1.0", `,"runtimeConfig":{"deviceID":"mlx5_0"}`), env("CHECK"), 104, "1.1.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := invokeEnv(t, host, tc.stdin, tc.env...)
+			r := invokeEnv(t, host, tc.stdin, node, tc.env...)
 			var got struct {
 				CNIVersion string `json:"cniVersion"`
 				Code       uint   `json:"code"`

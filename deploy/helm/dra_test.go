@@ -197,7 +197,7 @@ func TestDRAChained(t *testing.T) {
 	} {
 		objs := render(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib",
 			"--set", "hostPaths.kubeletDir="+tc.kubeletDir, "--set-json", draPools)
-		c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"])
+		c := parseEntry(t, objs, find(t, objs, "ConfigMap").Data["cni-plugin.json"])
 		if !c.FromDRA() || c.DRAClaimsDir != tc.want || c.ResourceName != "" {
 			t.Errorf("kubeletDir %s: plugin entry: dra %v, claims dir %q, resource %q; want claims dir %s",
 				tc.kubeletDir, c.FromDRA(), c.DRAClaimsDir, c.ResourceName, tc.want)
@@ -213,7 +213,7 @@ func TestDRAChained(t *testing.T) {
 		}
 	}
 	objs := render(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=roce", "--set-json", draPools)
-	if c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"]); c.FromDRA() || c.ResourceName != "rdma.kube-rdma.io/roce" {
+	if c := parseEntry(t, objs, find(t, objs, "ConfigMap").Data["cni-plugin.json"]); c.FromDRA() || c.ResourceName != "rdma.kube-rdma.io/roce" {
 		t.Errorf("chained to a device plugin pool: dra %v, resource %q", c.FromDRA(), c.ResourceName)
 	}
 

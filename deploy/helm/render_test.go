@@ -89,8 +89,9 @@ func checkUnprivileged(t *testing.T, cs []container) {
 }
 
 // parseEntry parses a plugin entry of a conflist as the runtime hands it to the plugin: with
-// the list's cniVersion and name added.
-func parseEntry(t *testing.T, entry string) *netconf.Conf {
+// the list's cniVersion and name added, and the node file the install-cni container of objs
+// writes (cniNode): a host path in the entry other than the node's is refused.
+func parseEntry(t *testing.T, objs []object, entry string) *netconf.Conf {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(entry), &m); err != nil {
@@ -106,11 +107,55 @@ func parseEntry(t *testing.T, entry string) *netconf.Conf {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := netconf.Parse(b)
+	c, err := netconf.Parse(b, cniNode(t, objs))
 	if err != nil {
 		t.Fatalf("the CNI plugin rejects the rendered netconf: %v\n%s", err, entry)
 	}
 	return c
+}
+
+// cniNode is the node file that the DaemonSet's install-cni container writes: `kube-rdma
+// install` parses its flags into it.
+func cniNode(t *testing.T, objs []object) netconf.Node {
+	t.Helper()
+	for _, c := range daemonSet(t, objs).Template.Spec.InitContainers {
+		if c.Name != "install-cni" {
+			continue
+		}
+		n := netconf.Node{Version: netconf.NodeFileVersion}
+		for _, a := range c.Args {
+			k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			switch k {
+			case "state-dir":
+				n.StateDir = v
+			case "log-file":
+				n.LogFile = v
+			case "kubelet-socket":
+				n.KubeletSocket = v
+			case "sysfs-root":
+				n.SysfsRoot = v
+			case "proc-root":
+				n.ProcRoot = v
+			case "alloc-dir":
+				n.AllocDir = v
+			case "dra-claims-dir":
+				n.DRAClaimsDir = v
+			case "require-pod-resources":
+				req := v == "true"
+				n.RequirePodResources = &req
+			}
+		}
+		b, err := n.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err = netconf.ParseNode(b); err != nil {
+			t.Fatalf("install-cni args %q: %v", c.Args, err)
+		}
+		return n
+	}
+	t.Fatal("no install-cni init container")
+	return netconf.Node{}
 }
 
 func TestChained(t *testing.T) {
@@ -144,10 +189,21 @@ func TestChained(t *testing.T) {
 	if ds.Template.Metadata.Annotations["kube-rdma.io/cni-plugin-checksum"] == "" {
 		t.Error("no checksum annotation: a changed plugin entry would not roll the pods")
 	}
-	c := parseEntry(t, find(t, objs, "ConfigMap").Data["cni-plugin.json"])
+	entry := find(t, objs, "ConfigMap").Data["cni-plugin.json"]
+	c := parseEntry(t, objs, entry)
 	if !c.Standalone() || c.ResourceName != "rdma.kube-rdma.io/ib" || c.KubeletSocket != "/var/lib/k/pod-resources/kubelet.sock" ||
-		c.SysfsRoot != "/srv/fixture/sys" {
-		t.Errorf("plugin entry: standalone %v, resource %q, kubelet socket %q, sysfs %q", c.Standalone(), c.ResourceName, c.KubeletSocket, c.SysfsRoot)
+		c.SysfsRoot != "/srv/fixture/sys" || !c.RequirePodResources {
+		t.Errorf("plugin entry with the node file: standalone %v, resource %q, kubelet socket %q, sysfs %q, requirePodResources %v",
+			c.Standalone(), c.ResourceName, c.KubeletSocket, c.SysfsRoot, c.RequirePodResources)
+	}
+	for _, k := range []string{"kubeletSocket", "sysfsRoot", "procRoot", "allocDir", "logFile", "stateDir"} {
+		if strings.Contains(entry, `"`+k+`"`) {
+			t.Errorf("plugin entry names %s, a host path (the node file's):\n%s", k, entry)
+		}
+	}
+	if args := spec.Containers[1].Args; !slices.Contains(args, "--kubelet-socket=/var/lib/k/pod-resources/kubelet.sock") ||
+		!slices.Contains(args, "--sysfs-root=/srv/fixture/sys") {
+		t.Errorf("cni-chain args %q: it rewrites the node file with other paths than install-cni", args)
 	}
 }
 
@@ -165,9 +221,14 @@ func TestMultus(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Multus adds the device it allocated.
-	c := parseEntry(t, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1))
-	if c.Name != "rdma-ib" || c.Standalone() {
-		t.Errorf("netconf name %q standalone %v", c.Name, c.Standalone())
+	c := parseEntry(t, objs, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1))
+	if c.Name != "rdma-ib" || c.Standalone() || !c.RequirePodResources {
+		t.Errorf("netconf name %q standalone %v requirePodResources %v", c.Name, c.Standalone(), c.RequirePodResources)
+	}
+	for _, k := range []string{"kubeletSocket", "sysfsRoot", "procRoot", "allocDir", "logFile", "stateDir"} {
+		if strings.Contains(spec.Config, `"`+k+`"`) {
+			t.Errorf("NetworkAttachmentDefinition names %s, a host path (the node file's):\n%s", k, spec.Config)
+		}
 	}
 	ds := daemonSet(t, objs)
 	spec2 := ds.Template.Spec
@@ -202,6 +263,10 @@ func TestRejected(t *testing.T) {
 		"gpuAligned on shared":     {"--set", "config.pools[1].binding=gpuAligned"},
 		"unknown binding":          {"--set", "config.pools[0].binding=numa"},
 		"relative alloc dir":       {"--set", "devicePlugin.allocDir=run/alloc"},
+		// The plugin refuses a netconf naming another host path than its node file's.
+		"chained pluginConfig kubeletSocket": {"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", `cni.pluginConfig={"kubeletSocket":"/x"}`},
+		"multus pluginConfig sysfsRoot": {"--set", "cni.install=true,cni.mode=multus", "--set-json", `cni.networks=[{"name":"x","pool":"ib"}]`,
+			"--set-json", `cni.pluginConfig={"sysfsRoot":"/x"}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := helmTemplate(t, args...); err == nil {

@@ -51,7 +51,7 @@ func (u *undo) run(log *slog.Logger) error {
 // deferred rollback runs the undo stack and settles the record.
 func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Result, err error) {
 	start := time.Now()
-	conf, err := netconf.Parse(args.StdinData)
+	conf, err := netconf.Parse(args.StdinData, p.Node)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {
@@ -254,12 +254,30 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, k
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := p.refuseUplinks(cands); err != nil {
+		return nil, nil, err
+	}
 	// Only now the kernel is asked (auto mode), so that a node without
 	// RDMA netlink still gets the checks' own codes.
 	if err := p.markExclusive(conf, cands); err != nil {
 		return nil, nil, err
 	}
 	return cands, prev, nil
+}
+
+// refuseUplinks refuses a device whose host netdev carries a default route
+// of the host: the node's own uplink, whatever pool or deviceID names it.
+func (p *Plugin) refuseUplinks(cands []candidate) error {
+	for _, c := range cands {
+		up, err := p.Addrs.CarriesDefaultRoute(p.HostNS, c.host.Name)
+		if err != nil {
+			return fmt.Errorf("read the host's default routes: %w", err)
+		}
+		if up {
+			return fmt.Errorf("rdma device %s: netdev %s carries the host's default route: %w", c.dev.Name, c.host.Name, ErrDeviceInUse)
+		}
+	}
+	return nil
 }
 
 // newRecord builds the attachment record for the candidates, before any move.

@@ -201,7 +201,8 @@ func TestAutoModeAsksTheKernel(t *testing.T) {
 	e.mode = "auto"
 	pod := netnstest.New(t)
 	logFile := filepath.Join(t.TempDir(), "cni.log")
-	a := args("c1", pod, "net1", e.conf("1.1.0", `"logFile":"`+logFile+`","runtimeConfig":{"deviceID":"mlx5_0"}`))
+	e.logFile = logFile // the node's
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
 	mustAdd(t, e, a)
 	if got := e.snapshot(pod).RDMA["mlx5_0"]; got != "pod0" {
 		t.Errorf("mlx5_0 is in %q, want pod0", got)

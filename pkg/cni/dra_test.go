@@ -62,6 +62,7 @@ func (e draEnv) unprepare(uid string) {
 // args are a command's for pod podUID in DRA mode; extra is spliced into
 // the netconf (draPrev: chained).
 func (e draEnv) args(id string, pod *netnstest.NS, podUID, extra string) *skel.CmdArgs {
+	e.env.claims = e.claims // the node's claims dir is this env's
 	conf := `"draClaimsDir":"` + e.claims + `"`
 	if extra != "" {
 		conf += "," + extra
@@ -219,6 +220,7 @@ func TestDRAErrors(t *testing.T) {
 		args   *skel.CmdArgs
 		code   uint
 		target error
+		claims string // the node's claims dir; "" is e's
 	}{
 		{name: "device unknown on the node", args: e.args("c", pod, "pod-gone", draPrev), code: CodeDeviceNotFound, target: ErrDeviceNotFound},
 		{name: "record without an rdma device", args: e.args("c", pod, "pod-old", draPrev), code: CodeDeviceNotFound, target: ErrDeviceNotFound},
@@ -229,9 +231,13 @@ func TestDRAErrors(t *testing.T) {
 			return a
 		}(), code: types.ErrInvalidEnvironmentVariables, target: ErrBadEnvironment},
 		{name: "no claims dir (no DRA driver)", args: draEnv{env: e.env, claims: filepath.Join(e.claims, "missing")}.args("c", pod, "pod-a", draPrev),
-			code: types.ErrPluginNotAvailable, target: ErrNotAvailable},
+			code: types.ErrPluginNotAvailable, target: ErrNotAvailable, claims: filepath.Join(e.claims, "missing")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e.p.Node.DRAClaimsDir = e.claims
+			if tc.claims != "" {
+				e.p.Node.DRAClaimsDir = tc.claims
+			}
 			_, err := e.p.Add(context.Background(), tc.args)
 			if !errors.Is(err, tc.target) || cniCode(err) != tc.code {
 				t.Fatalf("ADD = %v (code %d), want %v (code %d)", err, cniCode(err), tc.target, tc.code)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -230,6 +231,8 @@ type env struct {
 	p        *Plugin
 	mode     rdma.NetnsMode
 	socket   string
+	// The node file's other paths (netconf.Node); "" is the default.
+	logFile, allocDir, procRoot, claims string
 }
 
 // newEnv makes hw "NICs" (mlx5_N on nicN) and, when soft is set, rxe0 on
@@ -287,10 +290,21 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// conf returns a netconf; extra is spliced in as further JSON fields.
+// node is the node file the test's plugin runs with: the env's paths, and
+// requirePodResources off (the tests of a deviceID without a kubelet turn
+// it on in the netconf).
+func (e *env) node() netconf.Node {
+	off := false
+	return netconf.Node{StateDir: e.stateDir, SysfsRoot: e.sys, KubeletSocket: e.kubeletSocket(), LogFile: e.logFile,
+		AllocDir: e.allocDir, ProcRoot: e.procRoot, DRAClaimsDir: e.claims, RequirePodResources: &off}
+}
+
+// conf returns a netconf, without host paths (those are the node's: conf
+// sets the plugin's Node from the env); extra is spliced in as further
+// JSON fields.
 func (e *env) conf(ver, extra string) []byte {
-	s := fmt.Sprintf(`{"cniVersion":%q,"name":"rdma","type":"kube-rdma","stateDir":%q,"sysfsRoot":%q,"rdmaNetnsMode":%q,"kubeletSocket":%q`,
-		ver, e.stateDir, e.sys, e.mode, e.kubeletSocket())
+	e.p.Node = e.node()
+	s := fmt.Sprintf(`{"cniVersion":%q,"name":"rdma","type":"kube-rdma","rdmaNetnsMode":%q`, ver, e.mode)
 	if extra != "" {
 		s += "," + extra
 	}

@@ -131,7 +131,8 @@ func (g *gpuEnv) writePoolFile(pf allocdir.PoolFile) {
 }
 
 func (g *gpuEnv) conf() []byte {
-	return g.env.conf("1.1.0", fmt.Sprintf(`"resourceName":%q,"allocDir":%q,"procRoot":%q`, gpuResource, g.allocDir, g.procRoot))
+	g.env.allocDir, g.env.procRoot = g.allocDir, g.procRoot
+	return g.env.conf("1.1.0", fmt.Sprintf(`"resourceName":%q`, gpuResource))
 }
 
 // slots returns slot IDs of the pool.

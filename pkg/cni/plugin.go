@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -49,10 +50,12 @@ type RDMA interface {
 }
 
 // Addresses puts IPAM's addresses and routes on a pod interface and reads
-// them back for CHECK.
+// them back for CHECK; CarriesDefaultRoute tells ADD which host netdev is the
+// host's own uplink, never to be moved into a pod.
 type Addresses interface {
 	Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error
 	List(ns netns.NsHandle, ifName string) ([]net.IPNet, error)
+	CarriesDefaultRoute(ns netns.NsHandle, ifName string) (bool, error)
 }
 
 // IPAM runs the IPAM plugin named in the configuration.
@@ -97,10 +100,14 @@ type Resolver interface {
 type Plugin struct {
 	// HostNS is the namespace devices live in when no pod has them.
 	HostNS netns.NsHandle
-	Links  Links
-	Addrs  Addresses
-	RDMA   RDMA
-	IPAM   IPAM
+	// Node is the node's host-level settings (paths, requirePodResources):
+	// a netconf cannot change them (netconf.Node). New reads them from the
+	// node file (NodeFile).
+	Node  netconf.Node
+	Links Links
+	Addrs Addresses
+	RDMA  RDMA
+	IPAM  IPAM
 	// Resolver returns a resolver for the configured sysfs root.
 	Resolver func(sysfsRoot string) Resolver
 	// GPUs returns the GPU source for the configured sysfs and procfs
@@ -120,9 +127,52 @@ type Plugin struct {
 	SoftRDMAWait time.Duration
 }
 
+// NodeFileEnv names the node file in the plugin's environment (the
+// runtime's, which no netconf reaches); unset, it is netconf.NodeFileName
+// next to the binary.
+const NodeFileEnv = "KUBE_RDMA_CNI_NODE_FILE"
+
+// NodeFile returns the path of the node file: $KUBE_RDMA_CNI_NODE_FILE, else
+// netconf.NodeFileName in the binary's directory (the CNI bin directory).
+func NodeFile() (path string, explicit bool, err error) {
+	if p := os.Getenv(NodeFileEnv); p != "" {
+		return p, true, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", false, fmt.Errorf("find the plugin's binary: %w", err)
+	}
+	return filepath.Join(filepath.Dir(exe), netconf.NodeFileName), false, nil
+}
+
+// LoadNode reads the node file at path. A missing file is the built-in
+// defaults unless the path was named explicitly.
+func LoadNode(path string, explicit bool) (netconf.Node, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !explicit {
+		return netconf.DefaultNode(), nil
+	}
+	if err != nil {
+		return netconf.Node{}, fmt.Errorf("read node file: %w", err)
+	}
+	n, err := netconf.ParseNode(b)
+	if err != nil {
+		return netconf.Node{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return n, nil
+}
+
 // New returns a Plugin with the real dependencies, acting on the current
 // network namespace as the host. Close the HostNS handle when done.
 func New(log io.Writer) (*Plugin, error) {
+	path, explicit, err := NodeFile()
+	if err != nil {
+		return nil, err
+	}
+	node, err := LoadNode(path, explicit)
+	if err != nil {
+		return nil, err
+	}
 	host, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("open current netns: %w", err)
@@ -135,6 +185,7 @@ func New(log io.Writer) (*Plugin, error) {
 	}
 	return &Plugin{
 		HostNS:       host,
+		Node:         node,
 		BootID:       boot,
 		Links:        rdma.Netdevs{},
 		Addrs:        routeAddrs{},

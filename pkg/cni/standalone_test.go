@@ -236,8 +236,11 @@ func TestStatus(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stdin := strings.Replace(string(e.conf("1.1.0", "")), e.stateDir, filepath.Join(notDir, "state"), 1)
-	if err := e.p.Status(ctx, args("", nil, "", []byte(stdin))); cniCode(err) != types.ErrPluginNotAvailable {
+	stateDir := e.stateDir
+	e.stateDir = filepath.Join(notDir, "state")
+	stdin := e.conf("1.1.0", "")
+	e.stateDir = stateDir
+	if err := e.p.Status(ctx, args("", nil, "", stdin)); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with an unusable state dir = %v, want code %d", err, types.ErrPluginNotAvailable)
 	}
 	e.rdma.fail = func(m string, _ netns.NsHandle) error {

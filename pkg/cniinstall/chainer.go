@@ -11,6 +11,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
@@ -63,6 +65,11 @@ func (c *chainer) apply() error {
 		}
 		if copied {
 			c.Log.Info("binary installed again", "path", filepath.Join(c.BinDir, BinaryName))
+		}
+		if c.Node != nil {
+			if _, err := WriteNodeFile(c.BinDir, *c.Node); err != nil {
+				return err
+			}
 		}
 	}
 	target, err := c.resolve()
@@ -183,7 +190,7 @@ func (c *chainer) matters(ev fsnotify.Event) bool {
 	base := filepath.Base(ev.Name)
 	if c.BinDir != "" && filepath.Clean(filepath.Dir(ev.Name)) == filepath.Clean(c.BinDir) &&
 		filepath.Clean(c.BinDir) != filepath.Clean(c.ConfDir) {
-		return base == BinaryName && ev.Has(fsnotify.Remove|fsnotify.Rename)
+		return (base == BinaryName || base == netconf.NodeFileName) && ev.Has(fsnotify.Remove|fsnotify.Rename)
 	}
 	if c.Conflist != "" {
 		return base == c.Conflist

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 )
 
 // BinaryName is the installed binary's name in the CNI bin directory.
@@ -79,6 +80,29 @@ func editFile(path string, edit func([]byte) ([]byte, bool, error)) (changed boo
 		return err == nil, err
 	}
 	return false, fmt.Errorf("edit %s: it kept changing under us", path)
+}
+
+// WriteNodeFile writes the plugin's node file (netconf.Node, its host
+// paths) into the CNI bin directory dir, next to the binary, atomically
+// (mode 0644, fsync, rename). It writes nothing (changed false) when the
+// file holds the same bytes already.
+func WriteNodeFile(dir string, n netconf.Node) (changed bool, err error) {
+	b, err := n.Marshal()
+	if err != nil {
+		return false, err
+	}
+	dst := filepath.Join(dir, netconf.NodeFileName)
+	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, b) {
+		return false, nil
+	}
+	err = atomicfile.WriteSynced(dst, 0o644, "."+netconf.NodeFileName+".*", func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("write node file: %w", err)
+	}
+	return true, nil
 }
 
 // InstallBinary copies src (the running binary, /proc/self/exe) to

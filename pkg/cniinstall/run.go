@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 )
 
 // Options say what Run installs. Their names follow the install
@@ -18,6 +20,11 @@ type Options struct {
 	// BinDir is the CNI bin directory to install the binary into; "" for
 	// none.
 	BinDir string
+	// Node, with BinDir, is written next to the binary as the plugin's
+	// node file (its host paths, netconf.Node) once the binary is
+	// installed; nil writes none. It is left in place on RemoveOnExit: it
+	// says nothing to a runtime, and a binary kept for a DEL reads it.
+	Node *netconf.Node
 	// Exe is the binary to install; "" is /proc/self/exe.
 	Exe string
 	// ConfDir is the CNI configuration directory; "" to leave conflists
@@ -102,6 +109,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 		o.Log.Info("binary installed", "path", filepath.Join(o.BinDir, BinaryName), "copied", changed)
 	}
+	// After the binary: a new binary reads the previous node file, an old
+	// one might refuse a newer.
+	if o.BinDir != "" && o.Node != nil {
+		changed, err := WriteNodeFile(o.BinDir, *o.Node)
+		if err != nil {
+			return err
+		}
+		o.Log.Info("node file written", "path", filepath.Join(o.BinDir, netconf.NodeFileName), "changed", changed)
+	}
+
 	if o.ConfDir == "" {
 		return nil
 	}

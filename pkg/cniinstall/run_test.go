@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
@@ -386,4 +387,33 @@ func TestSurgeUpdate(t *testing.T) {
 	if hasEntry(path) {
 		t.Error("the entry is left after the last pod stopped")
 	}
+}
+
+// With Watch, the node file is written with the binary and comes back when
+// it is removed: without it the plugin would fall back to the built-in
+// host paths.
+func TestWatchKeepsNodeFile(t *testing.T) {
+	e := newEnv(t)
+	path := filepath.Join(e.conf, "10-calico.conflist")
+	write(t, path, conflistOf(calico, portmap), 0o644)
+	o := e.options()
+	o.Watch = true
+	o.Node = &netconf.Node{StateDir: e.state, KubeletSocket: "/k/kubelet.sock"}
+	start(t, o)
+	nodeFile := filepath.Join(e.bin, netconf.NodeFileName)
+	read := func() (netconf.Node, error) {
+		b, err := os.ReadFile(nodeFile)
+		if err != nil {
+			return netconf.Node{}, err
+		}
+		return netconf.ParseNode(b)
+	}
+	eventually(t, "the entry", func() bool { return hasEntry(path) })
+	if n, err := read(); err != nil || n.KubeletSocket != "/k/kubelet.sock" || n.StateDir != e.state {
+		t.Fatalf("node file: %+v, %v", n, err)
+	}
+	if err := os.Remove(nodeFile); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node file back", func() bool { _, err := read(); return err == nil })
 }

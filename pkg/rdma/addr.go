@@ -6,6 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Route is a route to put on an interface: to Dst via GW (nil: on-link),
@@ -66,4 +67,42 @@ func (Addresses) List(ns netns.NsHandle, ifName string) ([]net.IPNet, error) {
 		out = append(out, *a.IPNet)
 	}
 	return out, nil
+}
+
+// CarriesDefaultRoute reports whether a default route (IPv4 or IPv6, in any
+// routing table) of ns leaves through the netdev called ifName, directly or
+// as one of its multipath next hops: the namespace's own uplink.
+func (Addresses) CarriesDefaultRoute(ns netns.NsHandle, ifName string) (bool, error) {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return false, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(ifName)
+	if err != nil {
+		return false, fmt.Errorf("find netdev %q in netns %s: %w", ifName, ns, err)
+	}
+	idx := l.Attrs().Index
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return false, fmt.Errorf("list routes in netns %s: %w", ns, err)
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		if r.LinkIndex == idx {
+			return true, nil
+		}
+		for _, nh := range r.MultiPath {
+			if nh.LinkIndex == idx {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

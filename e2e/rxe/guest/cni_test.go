@@ -13,9 +13,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 )
 
 // cniExec runs the CNI binary with the CNI_* environment of the spec and netconf on stdin,
@@ -40,6 +43,7 @@ func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs
 		"CNI_IFNAME="+ifname,
 		"CNI_PATH="+os.Getenv("KUBE_RDMA_CNI_PLUGINS_DIR"),
 		"CNI_ARGS="+cniArgs,
+		"KUBE_RDMA_CNI_NODE_FILE="+guestNodeFile(t),
 	)
 	cmd.Stdin = bytes.NewReader(netconf)
 	var o, e bytes.Buffer
@@ -48,6 +52,22 @@ func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs
 		return o.String(), e.String(), fmt.Errorf("cni %s %s: %w: stdout %s stderr %s", command, containerID, err, o.String(), e.String())
 	}
 	return o.String(), e.String(), nil
+}
+
+// guestNodeFile writes the plugin's node file for the guest: the default host paths, and
+// requirePodResources off, as the guest runs no kubelet to confirm a deviceID.
+func guestNodeFile(t *testing.T) string {
+	t.Helper()
+	off := false
+	b, err := netconf.Node{RequirePodResources: &off}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), netconf.NodeFileName)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // cniNetconf is the network configuration the runtime passes to the plugin for one pod:

@@ -1,6 +1,7 @@
 // Package netconf parses and validates the kube-rdma CNI plugin's network
-// configuration and plans which device gets which interface name. It is pure:
-// no I/O, no netlink, no logging.
+// configuration against the node file's host-level settings (Node: the
+// paths and checks a netconf cannot change), and plans which device gets
+// which interface name. It is pure: no I/O, no netlink, no logging.
 package netconf
 
 import (
@@ -84,7 +85,8 @@ type Conf struct {
 	LogFile         string
 	// RequirePodResources refuses an ADD with a deviceID when the
 	// "allocated to this pod" check cannot be made (no PodResources socket,
-	// no pod name in CNI_ARGS) instead of skipping it.
+	// no pod name in CNI_ARGS) instead of skipping it. The node file's
+	// value (true by default); a netconf can turn it on, not off.
 	RequirePodResources bool
 	// PrevResult is the previous plugin's result when chained, converted to
 	// the current result version; nil otherwise.
@@ -136,22 +138,29 @@ type raw struct {
 	RdmaNetnsMode  string   `json:"rdmaNetnsMode,omitempty"`
 	LogFile        string   `json:"logFile,omitempty"`
 
-	RequirePodResources bool `json:"requirePodResources,omitempty"`
+	RequirePodResources *bool `json:"requirePodResources,omitempty"`
 }
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
 }
 
-// Parse decodes and validates stdin data. It does not require a device:
-// DEL, CHECK, GC and STATUS work without one; see RequireDevice.
-func Parse(data []byte) (*Conf, error) {
+// Parse decodes and validates stdin data, taking the host-level settings
+// from node (see Node). It does not require a device: DEL, CHECK, GC and
+// STATUS work without one; see RequireDevice.
+func Parse(data []byte, node Node) (*Conf, error) {
 	r, err := decode(data)
 	if err != nil {
 		return nil, err
 	}
 	c := fromRaw(r)
 	if err := checkIdentity(r); err != nil {
+		return nil, err
+	}
+	if err := node.defaults(); err != nil { // the zero Node is the defaults
+		return nil, err
+	}
+	if err := applyNode(c, r, node); err != nil {
 		return nil, err
 	}
 	if c.IPAMType, err = parseIPAMType(r.IPAM); err != nil {
@@ -167,9 +176,6 @@ func Parse(data []byte) (*Conf, error) {
 		return nil, err
 	}
 	if err := defaultAndCheckNetnsMode(c); err != nil {
-		return nil, err
-	}
-	if err := defaultAndCheckPaths(c); err != nil {
 		return nil, err
 	}
 	if c.GPUResourceName == "" {
@@ -210,10 +216,7 @@ func fromRaw(r *raw) *Conf {
 	return &Conf{
 		CNIVersion: r.CNIVersion, Name: r.Name, DeviceID: r.DeviceID, MTU: r.MTU,
 		ResourceName: r.ResourceName, DRAClaimsDir: r.DRAClaimsDir, InterfaceNames: r.InterfaceNames,
-		KubeletSocket: r.KubeletSocket, StateDir: r.StateDir, SysfsRoot: r.SysfsRoot,
-		ProcRoot: r.ProcRoot, AllocDir: r.AllocDir, GPUResourceName: r.GPUResource,
-		NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), LogFile: r.LogFile, ValidAttachments: r.ValidAttachments,
-		RequirePodResources: r.RequirePodResources,
+		GPUResourceName: r.GPUResource, NetnsMode: rdma.NetnsMode(r.RdmaNetnsMode), ValidAttachments: r.ValidAttachments,
 	}
 }
 
@@ -318,23 +321,6 @@ func defaultAndCheckNetnsMode(c *Conf) error {
 	case ModeAuto, ModeShared, ModeExclusive:
 	default:
 		return invalid("rdmaNetnsMode %q is not auto, shared or exclusive", c.NetnsMode)
-	}
-	return nil
-}
-
-// defaultAndCheckPaths fills in the default paths and checks each is absolute.
-func defaultAndCheckPaths(c *Conf) error {
-	for _, p := range []struct {
-		v   *string
-		def string
-	}{{&c.StateDir, DefaultStateDir}, {&c.SysfsRoot, DefaultSysfsRoot}, {&c.KubeletSocket, DefaultKubeletSocket},
-		{&c.ProcRoot, DefaultProcRoot}, {&c.AllocDir, DefaultAllocDir}} {
-		if *p.v == "" {
-			*p.v = p.def
-		}
-		if !strings.HasPrefix(*p.v, "/") {
-			return invalid("path %q is not absolute", *p.v)
-		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		in      string
+		node    Node
 		want    *Conf
 		wantErr error
 	}{
@@ -21,28 +22,28 @@ func TestParse(t *testing.T) {
 			name: "multus with runtimeConfig",
 			in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","ipam":{"type":"host-local","ranges":[]},
 				"mtu":9000,"runtimeConfig":{"deviceID":"rxe0","mac":"02:00:00:00:00:01"}}`,
-			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", IPAMType: "host-local", DeviceID: "rxe0", MTU: 9000, MAC: mac,
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.1.0", Name: "rdma", IPAMType: "host-local", DeviceID: "rxe0", MTU: 9000, MAC: mac,
 				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto},
 		},
 		{
 			name: "top-level deviceID as multus writes it, standard fields accepted",
 			in: `{"cniVersion":"0.4.0","name":"rdma","type":"kube-rdma","deviceID":"0000:3b:00.0","dns":{},"args":{"cni":{}},
 				"capabilities":{"mac":true},"rdmaNetnsMode":"exclusive","stateDir":"/tmp/s"}`,
-			want: &Conf{CNIVersion: "0.4.0", Name: "rdma", DeviceID: "0000:3b:00.0",
+			node: Node{StateDir: "/tmp/s"},
+			want: &Conf{RequirePodResources: true, CNIVersion: "0.4.0", Name: "rdma", DeviceID: "0000:3b:00.0",
 				KubeletSocket: DefaultKubeletSocket, StateDir: "/tmp/s", SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeExclusive},
 		},
 		{
 			name: "standalone",
 			in: `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","resourceName":"rdma.kube-rdma.io/hca","interfaceNames":["ib0","ib1"],
 				"requirePodResources":true}`,
-			want: &Conf{CNIVersion: "1.0.0", Name: "rdma", ResourceName: "rdma.kube-rdma.io/hca", InterfaceNames: []string{"ib0", "ib1"},
-				RequirePodResources: true,
-				KubeletSocket:       DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto},
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.0.0", Name: "rdma", ResourceName: "rdma.kube-rdma.io/hca", InterfaceNames: []string{"ib0", "ib1"},
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto},
 		},
 		{
 			name: "dra",
 			in:   `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","draClaimsDir":"/var/lib/kubelet/plugins/rdma.kube-rdma.io/claims"}`,
-			want: &Conf{CNIVersion: "1.0.0", Name: "rdma", DRAClaimsDir: "/var/lib/kubelet/plugins/rdma.kube-rdma.io/claims",
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.0.0", Name: "rdma", DRAClaimsDir: "/var/lib/kubelet/plugins/rdma.kube-rdma.io/claims",
 				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto},
 		},
 		{name: "dra with resourceName", in: `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","draClaimsDir":"/c","resourceName":"r/x"}`, wantErr: ErrInvalid},
@@ -52,7 +53,7 @@ func TestParse(t *testing.T) {
 			name: "runtimeConfig.mac wins over mac; runtimeConfig.ips is for the IPAM plugin",
 			in: `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","mac":"02:00:00:00:00:09",
 				"runtimeConfig":{"deviceID":"rxe0","mac":"02:00:00:00:00:01","ips":["10.1.0.5/24"]}}`,
-			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", DeviceID: "rxe0", MAC: mac,
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.1.0", Name: "rdma", DeviceID: "rxe0", MAC: mac,
 				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto},
 		},
 		{name: "malformed json", in: `{"cniVersion":`, wantErr: ErrDecode},
@@ -69,7 +70,8 @@ func TestParse(t *testing.T) {
 		{
 			name: "gpuAligned fields",
 			in:   `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","resourceName":"r/p","allocDir":"/a","procRoot":"/p","gpuResourceName":"amd.com/gpu"}`,
-			want: &Conf{CNIVersion: "1.1.0", Name: "rdma", ResourceName: "r/p", AllocDir: "/a", ProcRoot: "/p", GPUResourceName: "amd.com/gpu",
+			node: Node{AllocDir: "/a", ProcRoot: "/p"},
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.1.0", Name: "rdma", ResourceName: "r/p", AllocDir: "/a", ProcRoot: "/p", GPUResourceName: "amd.com/gpu",
 				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, NetnsMode: ModeAuto},
 		},
 		{name: "relative alloc dir", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","allocDir":"alloc"}`, wantErr: ErrInvalid},
@@ -81,7 +83,7 @@ func TestParse(t *testing.T) {
 		{name: "trailing data", in: `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"} {}`, wantErr: ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.in))
+			got, err := Parse([]byte(tc.in), tc.node)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("Parse error = %v, want %v", err, tc.wantErr)
@@ -101,7 +103,7 @@ func TestParse(t *testing.T) {
 func TestParsePrevResult(t *testing.T) {
 	in := `{"cniVersion":"1.1.0","name":"n","type":"kube-rdma","runtimeConfig":{"deviceID":"rxe0"},
 		"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}`
-	c, err := Parse([]byte(in))
+	c, err := Parse([]byte(in), Node{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func TestParsePrevResult(t *testing.T) {
 }
 
 func TestRequireDevice(t *testing.T) {
-	c, err := Parse([]byte(`{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"}`))
+	c, err := Parse([]byte(`{"cniVersion":"1.1.0","name":"n","type":"kube-rdma"}`), Node{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse(data)
+		c, err := Parse(data, Node{})
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrDecode) {
 				t.Fatalf("error %v wraps neither ErrInvalid nor ErrDecode", err)

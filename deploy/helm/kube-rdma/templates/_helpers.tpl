@@ -73,17 +73,46 @@ device plugin pool; for a dra pool, draClaimsDir, the records of the claims the 
 {{- if not .Values.dra.enabled -}}
 {{- fail (printf "cni.chained.pool: pool %q has frontend dra: set dra.enabled, the CNI plugin reads the claims the DRA front end prepares" $c.pool) -}}
 {{- end -}}
-{{- $_ := set $conf "draClaimsDir" (printf "%s/claims" (include "kube-rdma.draPluginDir" .)) -}}
+{{- /* Turns DRA mode on; the node file (kube-rdma.cniNodeArgs) has the same value. */ -}}
+{{- $_ := set $conf "draClaimsDir" (include "kube-rdma.draClaimsDir" .) -}}
 {{- else -}}
 {{- $_ := set $conf "resourceName" (include "kube-rdma.resource" (dict "root" . "pool" $c.pool)) -}}
-{{- $_ := set $conf "kubeletSocket" (printf "%s/pod-resources/kubelet.sock" .Values.hostPaths.kubeletDir) -}}
-{{- /* A gpuAligned pool's CNI fills the allocation directories the daemon makes. */ -}}
-{{- if include "kube-rdma.isGPUAlignedPool" (dict "root" . "pool" $c.pool) }}{{ $_ := set $conf "allocDir" .Values.devicePlugin.allocDir }}{{ end -}}
 {{- end -}}
 {{- if $c.interfaceNames }}{{ $_ := set $conf "interfaceNames" $c.interfaceNames }}{{ end -}}
 {{- if $c.ipam }}{{ $_ := set $conf "ipam" $c.ipam }}{{ end -}}
-{{- if .Values.hostPaths.sysfsRoot }}{{ $_ := set $conf "sysfsRoot" .Values.hostPaths.sysfsRoot }}{{ end -}}
-{{- mustMergeOverwrite $conf (deepCopy .Values.cni.pluginConfig) | toPrettyJson -}}
+{{- mustMergeOverwrite $conf (include "kube-rdma.pluginConfig" . | fromJson) | toPrettyJson -}}
+{{- end -}}
+
+{{/* The DRA front end's claim records directory. */}}
+{{- define "kube-rdma.draClaimsDir" -}}
+{{ printf "%s/claims" (include "kube-rdma.draPluginDir" .) }}
+{{- end -}}
+
+{{/* cni.pluginConfig, checked: the plugin takes its host paths from the node file that
+`kube-rdma install` writes next to the binary (kube-rdma.cniNodeArgs), and refuses a netconf
+that names other ones. stateDir, logFile, procRoot and requirePodResources may stay in
+pluginConfig: the node file gets the same values. */}}
+{{- define "kube-rdma.pluginConfig" -}}
+{{- range $k := list "kubeletSocket" "sysfsRoot" "allocDir" "draClaimsDir" -}}
+{{- if hasKey $.Values.cni.pluginConfig $k -}}
+{{- fail (printf "cni.pluginConfig.%s: host paths are the node's (hostPaths.*, devicePlugin.allocDir), written by the installer, not the netconf's (docs/cni.md)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- deepCopy .Values.cni.pluginConfig | toJson -}}
+{{- end -}}
+
+{{/* The flags with which `kube-rdma install --bin-dir` writes the plugin's node file
+(kube-rdma.json next to the binary): its host paths, which no netconf can change. */}}
+{{- define "kube-rdma.cniNodeArgs" -}}
+{{- $pc := .Values.cni.pluginConfig -}}
+- --state-dir={{ $pc.stateDir | default "/var/lib/cni/kube-rdma" }}
+- --log-file={{ $pc.logFile | default "" }}
+- --kubelet-socket={{ printf "%s/pod-resources/kubelet.sock" (trimSuffix "/" .Values.hostPaths.kubeletDir) }}
+- --sysfs-root={{ .Values.hostPaths.sysfsRoot | default "/sys" }}
+- --proc-root={{ $pc.procRoot | default "/proc" }}
+- --alloc-dir={{ .Values.devicePlugin.allocDir }}
+- --dra-claims-dir={{ include "kube-rdma.draClaimsDir" . }}
+- --require-pod-resources={{ if hasKey $pc "requirePodResources" }}{{ $pc.requirePodResources }}{{ else }}true{{ end }}
 {{- end -}}
 
 {{/* Root (to write sockets, CDI specs and CNI files into root-owned host directories), with
