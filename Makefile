@@ -186,6 +186,9 @@ lint:
 	$(GO) run $(STATICCHECK) -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
 	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes ./...
 	$(GO) run $(ERRCHECK) -exclude .errcheck-excludes -tags kuberdma_e2e ./cmd/cni ./cmd/device-plugin ./internal/fakerdma
+	# The soft-RoCE guest's tests build only with their tag, inside make e2e-rxe: vet them here
+	# too, so an API change does not first show up an hour into CI.
+	$(GO) vet -tags rxe_guest ./e2e/rxe/guest/
 
 # Every shell script in the repository (git ls-files '*.sh') and .ci/run. Debian: apt-get
 # install shellcheck (bookworm: 0.9.0). A warning that is wrong for one line is disabled on

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	nriapi "github.com/containerd/nri/pkg/api"
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
@@ -94,18 +93,17 @@ func memlockDecision(t *testing.T, uverbs, poolMemlock string) uint64 {
 	major, minor := int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
 	devs := nri.Devices{Pools: []nri.Pool{{Name: "rxe", Limit: limit,
 		Nodes: []nri.DeviceNode{{Path: uverbs, Major: major, Minor: minor}}}}}
-	pod := &nriapi.PodSandbox{Id: "sandbox", Name: "memlock", Namespace: "default", Uid: "pod-uid"}
-	ctr := &nriapi.Container{Id: "container", PodSandboxId: "sandbox", Name: "main",
-		Linux: &nriapi.LinuxContainer{Devices: []*nriapi.LinuxDevice{
-			{Path: "/dev/infiniband/rdma_cm", Type: "c", Major: 10, Minor: 58},
-			{Path: uverbs, Type: "c", Major: major, Minor: minor},
-		}}}
+	pod := nri.Pod{ID: "sandbox", Name: "memlock", Namespace: "default"}
+	ctr := nri.Container{Name: "main", Devices: []nri.Device{
+		{Path: "/dev/infiniband/rdma_cm", Type: "c", Major: 10, Minor: 58},
+		{Path: uverbs, Type: "c", Major: major, Minor: minor},
+	}}
 	d := nri.Decide(pod, ctr, devs)
-	adj := d.Adjustment()
-	if adj == nil {
+	rl := d.Rlimits()
+	if rl == nil {
 		t.Fatalf("the NRI decision leaves a container with %s alone: %+v", uverbs, d)
 	}
-	for _, r := range adj.GetRlimits() {
+	for _, r := range rl {
 		if r.Type == nri.RlimitMemlock {
 			if r.Soft != r.Hard {
 				t.Fatalf("adjustment %s soft %d hard %d, want them equal", r.Type, r.Soft, r.Hard)
@@ -113,7 +111,7 @@ func memlockDecision(t *testing.T, uverbs, poolMemlock string) uint64 {
 			return r.Hard
 		}
 	}
-	t.Fatalf("adjustment %+v has no %s", adj, nri.RlimitMemlock)
+	t.Fatalf("rlimits %+v have no %s", rl, nri.RlimitMemlock)
 	return 0
 }
 
