@@ -302,8 +302,13 @@ func (e *env) node() netconf.Node {
 // conf returns a netconf, without host paths (those are the node's: conf
 // sets the plugin's Node from the env); extra is spliced in as further
 // JSON fields.
+//
+// The Node is set only when it changed: tests run ADDs and DELs from several
+// goroutines, which read the plugin's Node, while the env stays the same.
 func (e *env) conf(ver, extra string) []byte {
-	e.p.Node = e.node()
+	if n := e.node(); !sameNode(n, e.p.Node) {
+		e.p.Node = n
+	}
 	s := fmt.Sprintf(`{"cniVersion":%q,"name":"rdma","type":"kube-rdma","rdmaNetnsMode":%q`, ver, e.mode)
 	if extra != "" {
 		s += "," + extra
@@ -376,3 +381,9 @@ func cniCode(err error) uint {
 
 var _ = errors.New
 var _ = types.ErrInternal
+
+func sameNode(a, b netconf.Node) bool {
+	pa, pb := a.RequirePodResources, b.RequirePodResources
+	a.RequirePodResources, b.RequirePodResources = nil, nil
+	return a == b && (pa == nil) == (pb == nil) && (pa == nil || *pa == *pb)
+}

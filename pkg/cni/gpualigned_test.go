@@ -131,7 +131,11 @@ func (g *gpuEnv) writePoolFile(pf allocdir.PoolFile) {
 }
 
 func (g *gpuEnv) conf() []byte {
-	g.env.allocDir, g.env.procRoot = g.allocDir, g.procRoot
+	// Set only when they differ: concurrent ADDs call conf while the
+	// plugin reads the Node built from them.
+	if g.env.allocDir != g.allocDir || g.env.procRoot != g.procRoot {
+		g.env.allocDir, g.env.procRoot = g.allocDir, g.procRoot
+	}
 	return g.env.conf("1.1.0", fmt.Sprintf(`"resourceName":%q`, gpuResource))
 }
 
@@ -335,9 +339,13 @@ func TestGPUAlignedConcurrent(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
+	confs := make([]*skel.CmdArgs, 4)
+	for i := range confs { // before the goroutines: conf sets the plugin's Node
+		confs[i] = g.args(pods[i], nss[i])
+	}
 	for i := range 4 {
 		wg.Go(func() {
-			_, errs[i] = g.p.Add(context.Background(), g.args(pods[i], nss[i]))
+			_, errs[i] = g.p.Add(context.Background(), confs[i])
 		})
 	}
 	wg.Wait()

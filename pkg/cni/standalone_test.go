@@ -128,6 +128,7 @@ func TestStandalone(t *testing.T) {
 func TestConcurrentAddDel(t *testing.T) {
 	const devices, pods = 8, 50
 	e := newEnv(t, devices, false, "exclusive")
+	e.conf("1.1.0", "") // sets the plugin's Node before the goroutines read it
 	before := e.snapshot()
 	var mu sync.Mutex
 	holder := map[string]string{}
