@@ -109,6 +109,22 @@ func chartUser(t *testing.T, env *envtest.Environment, kube kubernetes.Interface
 	return u.Config()
 }
 
+// pluginDirs is a directory for the driver's plugin and registry directories
+// (registry/ made, as the kubelet has it), removed at the end. Unix socket
+// paths are limited to 108 bytes, and t.TempDir can be longer.
+func pluginDirs(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Mkdir(filepath.Join(dir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func pollFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -138,15 +154,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are limited to 108 bytes; t.TempDir can be longer.
-	sockDir, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
-	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil { // the kubelet's
-		t.Fatal(err)
-	}
+	sockDir := pluginDirs(t)
 	devRoot := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(devRoot, "infiniband"), 0o755); err != nil {
 		t.Fatal(err)
@@ -337,14 +345,7 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
-	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := pluginDirs(t)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -454,14 +455,7 @@ func TestTaintsWithoutTheFeatureGate(t *testing.T) {
 	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
-	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := pluginDirs(t)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)

@@ -41,14 +41,7 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 	}
 	create("recreated")
 
-	sockDir, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
-	if err := os.Mkdir(filepath.Join(sockDir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := pluginDirs(t)
 	claims := dra.ClaimsDir(filepath.Join(sockDir, "plugin"))
 	cdiDir := t.TempDir()
 	for uid, name := range map[string]string{kept: "kept", recreated: "recreated", "0d6b3c1e-0000-4000-8000-00000000dead": "deleted"} {
