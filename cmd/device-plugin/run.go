@@ -60,6 +60,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitNRI()
+	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
 	defer cancel() // runs first: the publisher and the NRI plugin stop before the waits
 	return d.Run(ctx)
 }
