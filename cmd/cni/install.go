@@ -78,7 +78,7 @@ func parseInstallFlags(args []string, stdout, stderr io.Writer) (cniinstall.Opti
 	fs.StringVar(&n.DRAClaimsDir, "dra-claims-dir", netconf.DefaultDRAClaimsDir, "node file: the DRA driver's claim records directory")
 	require := fs.Bool("require-pod-resources", true, "node file: refuse a deviceID the kubelet cannot confirm for the pod (a netconf cannot turn this off)")
 	fs.BoolVar(&o.Watch, "watch", false, "keep the entry in the conflist (inotify on --conf-dir) until SIGTERM or SIGINT, then exit 0")
-	fs.BoolVar(&o.RemoveOnExit, "remove-on-exit", false, "with --watch: on SIGTERM or SIGINT take the entry out of the conflist; with --bin-dir also remove the binary unless a file in --conf-dir names kube-rdma or --state-dir holds a record")
+	fs.BoolVar(&o.RemoveOnExit, "remove-on-exit", false, "with --watch: on SIGTERM or SIGINT take the entry out of the conflist; with --bin-dir also remove the binary and its node file unless a file in --conf-dir names kube-rdma or --state-dir holds a record (the chart does not pass it: `kube-rdma uninstall` is its uninstall)")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "without --watch: how long to wait for the conflist before failing")
 	format := fs.String("log-format", "json", "json or text")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

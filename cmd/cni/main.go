@@ -23,7 +23,7 @@ import (
 
 const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
 
-var usage = `usage: kube-rdma [install [flags] | help | version]
+var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | help | version]
 
 ` + about + `.
 The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
@@ -31,10 +31,12 @@ VERSION) and the other CNI_* variables set, and the network configuration on
 standard input; see docs/cni.md. CNI spec versions: ` + strings.Join(cni.Versions.SupportedVersions(), ", ") + `.
 
 Commands (without CNI_COMMAND):
-  install  install the binary in the CNI bin directory and chain the plugin
-           into the primary conflist, and keep it there (install -h)
-  version  print the version, commit and build date (also --version)
-  help     print this help (also -h, --help)
+  install    install the binary in the CNI bin directory and chain the
+             plugin into the primary conflist, and keep it there (install -h)
+  uninstall  take the entry, the binary and its node file out again (the
+             chart's pre-delete hook; uninstall -h)
+  version    print the version, commit and build date (also --version)
+  help       print this help (also -h, --help)
 `
 
 func main() {
@@ -49,8 +51,11 @@ func main() {
 
 // command answers a person: install, help and version.
 func command(args []string, stdout, stderr io.Writer) error {
-	if args[0] == "install" {
+	switch args[0] {
+	case "install":
 		return installCommand(args[1:], stdout, stderr)
+	case "uninstall":
+		return uninstallCommand(args[1:], stdout, stderr)
 	}
 	if ok, err := cli.Builtin("kube-rdma", usage, args, stdout, stderr); ok {
 		if err == nil && cli.IsVersion(args[0]) {

@@ -21,6 +21,9 @@ The kube-rdma node daemon.
 Commands:
   run       advertise RDMA devices to the kubelet (the default)
   discover  print the RDMA devices, GPUs and their PCIe affinity on this node
+  wait-daemonset
+            wait until a DaemonSet's pods are up to date and ready (the
+            chart's pre-delete hook)
   version   print the version, commit and build date
   help      print this help
 
@@ -39,5 +42,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return cli.Dispatch("device-plugin", usage, "run", args, stdout, stderr, map[string]func([]string) error{
 		"run":      func(args []string) error { return runCommand(ctx, args, stdout, stderr) },
 		"discover": func(args []string) error { return discoverCommand(args, stdout, stderr) },
+		"wait-daemonset": func(args []string) error {
+			return waitDaemonSetCommand(ctx, args, stdout, stderr)
+		},
 	})
 }

@@ -12,7 +12,7 @@
 #   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
-#                               binary, every CNI config (canonical JSON digest), kube-rdma CDI
+#                               binary, its node file and uninstall marker, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
 #                               sockets and claim records
 #
@@ -117,6 +117,8 @@ node_state() {
     echo "cni-bin kube-rdma $(sha256sum <"$NODE_RUN/cni/bin/kube-rdma" | cut -c1-16)"
   fi
   find "$NODE_RUN/cni/bin" -mindepth 1 -maxdepth 1 -name '.kube-rdma*' -printf 'cni-bin-temp %f\n'
+  # The node file and the uninstall marker next to the binary.
+  find "$NODE_RUN/cni/bin" -mindepth 1 -maxdepth 1 -name 'kube-rdma.*' -printf 'cni-bin-file %f\n'
   for f in "$NODE_RUN"/cni/net.d/* "$NODE_RUN"/cni/net.d/.*; do
     [[ -f $f ]] || continue
     # Canonical JSON: a conflist rewritten with other whitespace or key order is the same.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,16 +63,20 @@ func (e *env) runHelm(ctx context.Context, args ...string) ([]byte, error) {
 
 // restartDaemonSet restarts the release's DaemonSet as `kubectl rollout
 // restart` does and waits for the rollout and, with the node hook, until the
-// node shows what it showed before (hook node-state: the CNI entry back in the
-// conflist, the sockets back). The old pod's cni-chain takes the entry out
-// when it stops and the new one puts it back a moment after its pod is ready:
-// a sandbox created in between gets no RDMA netdev (docs/cni.md, Installing),
-// so the tests after a restart wait for the entry.
+// node shows what it showed before (hook node-state: the sockets back). The
+// CNI binary, its node file and the conflist entry stay all along: the node
+// is sampled during the rollout and any sample whose cni-* lines differ from
+// before fails the test (before, the old pod's cni-chain took the entry out
+// when it stopped, and a sandbox created before the new pod put it back got
+// no RDMA netdev).
 func (e *env) restartDaemonSet(t *testing.T) {
 	t.Helper()
 	var before string
+	stopSampling := func() (int, string) { return 0, "" }
 	if e.hook != "" {
 		before = e.mustHook(t, 30*time.Second, "node-state")
+		stopSampling = e.sampleCNIFiles(t.Context(), before)
+		defer func() { _, _ = stopSampling() }()
 	}
 	dss := e.apps.DaemonSets(e.helm.namespace)
 	list, err := dss.List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + e.helm.release})
@@ -104,10 +109,56 @@ func (e *env) restartDaemonSet(t *testing.T) {
 	if before == "" {
 		return
 	}
+	samples, diff := stopSampling()
+	if diff != "" {
+		t.Fatalf("the CNI files changed during the DaemonSet restart (-before +during):\n%s", diff)
+	}
+	t.Logf("CNI binary, node file and conflist entry unchanged in %d samples during the rollout", samples)
 	if diff, err := e.waitNodeStateIs(t.Context(), before); err != nil {
 		t.Fatalf("after the DaemonSet restart: %v; node-state (-before the restart +now):\n%s", err, diff)
 	}
 	t.Logf("node state as before the restart %s after it began", time.Since(start).Round(time.Millisecond))
+}
+
+// sampleCNIFiles samples the node's cni-* lines of `hook node-state` until
+// stop is called, which returns the number of samples and the first
+// difference from before (-before +sample), "" if none.
+func (e *env) sampleCNIFiles(ctx context.Context, before string) (stop func() (int, string)) {
+	cniLines := func(s string) string {
+		var l []string
+		for line := range strings.SplitSeq(s, "\n") {
+			if strings.HasPrefix(line, "cni-") {
+				l = append(l, line)
+			}
+		}
+		return strings.Join(l, "\n")
+	}
+	want := cniLines(before)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var n int
+	var diff string
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			got, err := e.nodeState(ctx, "")
+			if err == nil {
+				n++
+				if d := sameLines(want, cniLines(got)); d != "" && diff == "" {
+					diff = d
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() (int, string) {
+		once.Do(func() { cancel(); <-done })
+		return n, diff
+	}
 }
 
 // rolledOut says why ds has not finished rolling out generation gen.

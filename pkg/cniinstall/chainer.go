@@ -24,6 +24,27 @@ type chainer struct {
 	// target is the conflist that holds the entry, "" while there is none.
 	target  string
 	waiting bool // the wait for a conflist was logged
+	// uninstalled: the uninstall marker was seen. It stays so for the
+	// rest of this process (`kube-rdma uninstall --hold` removes the marker
+	// when the hook ends, before the DaemonSet is deleted), so nothing is
+	// put back in between; a new pod chains again.
+	uninstalled bool
+}
+
+// uninstalling keeps the entry and the binary out while the uninstall marker
+// is there (UninstallMarkerName): it takes the entry out of every conflist
+// and the binary out when nothing needs it, and puts nothing back.
+func (c *chainer) uninstalling() error {
+	c.Log.Info("uninstall requested (marker seen): the kube-rdma entry and binary stay out until this pod is replaced",
+		"marker", filepath.Join(c.BinDir, UninstallMarkerName))
+	if err := c.unchainAll(); err != nil {
+		return err
+	}
+	c.target = ""
+	if c.BinDir == "" {
+		return nil
+	}
+	return c.removeBinary()
 }
 
 func (c *chainer) run(ctx context.Context) error {
@@ -55,6 +76,16 @@ func (c *chainer) run(ctx context.Context) error {
 // apply puts the entry into the conflist that should hold it now, and
 // takes it out of the one that held it before when that is another.
 func (c *chainer) apply() error {
+	if c.Watch && !c.uninstalled {
+		un, err := Uninstalling(c.BinDir)
+		if err != nil {
+			return err
+		}
+		c.uninstalled = un
+	}
+	if c.uninstalled {
+		return c.uninstalling()
+	}
 	// The binary before the entry: a runtime that sees the entry execs it.
 	// Run installed it before the first apply; with Watch it may have been
 	// removed since (an older pod's stop during an update with surge).
@@ -190,6 +221,9 @@ func (c *chainer) matters(ev fsnotify.Event) bool {
 	base := filepath.Base(ev.Name)
 	if c.BinDir != "" && filepath.Clean(filepath.Dir(ev.Name)) == filepath.Clean(c.BinDir) &&
 		filepath.Clean(c.BinDir) != filepath.Clean(c.ConfDir) {
+		if base == UninstallMarkerName {
+			return ev.Has(fsnotify.Create | fsnotify.Write | fsnotify.Remove | fsnotify.Rename)
+		}
 		return (base == BinaryName || base == netconf.NodeFileName) && ev.Has(fsnotify.Remove|fsnotify.Rename)
 	}
 	if c.Conflist != "" {
@@ -221,6 +255,9 @@ func (c *chainer) stop() error {
 // binary). Without a state directory it cannot tell, and keeps it.
 func (c *chainer) removeBinary() error {
 	bin := filepath.Join(c.BinDir, BinaryName)
+	if _, err := os.Lstat(bin); errors.Is(err, fs.ErrNotExist) {
+		return c.removeNodeFile()
+	}
 	if c.StateDir == "" {
 		c.Log.Info("binary kept: no state directory to check for attached pods", "path", bin)
 		return nil
@@ -244,6 +281,9 @@ func (c *chainer) removeBinary() error {
 	if err := os.Remove(bin); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove binary: %w", err)
 	}
-	c.Log.Info("binary removed", "path", bin)
+	if err := c.removeNodeFile(); err != nil {
+		return err
+	}
+	c.Log.Info("binary and node file removed", "path", bin)
 	return nil
 }

@@ -22,8 +22,8 @@ type Options struct {
 	BinDir string
 	// Node, with BinDir, is written next to the binary as the plugin's
 	// node file (its host paths, netconf.Node) once the binary is
-	// installed; nil writes none. It is left in place on RemoveOnExit: it
-	// says nothing to a runtime, and a binary kept for a DEL reads it.
+	// installed; nil writes none. It goes with the binary (RemoveOnExit,
+	// Uninstall) and stays while the binary is kept for a DEL, which reads it.
 	Node *netconf.Node
 	// Exe is the binary to install; "" is /proc/self/exe.
 	Exe string
@@ -100,6 +100,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if err := CheckPlugin(plugin); err != nil {
 			return fmt.Errorf("plugin config %s: %w", o.PluginConfig, err)
+		}
+	}
+	if o.BinDir != "" && !o.Watch {
+		// A pod's start: an uninstall marker here is one an interrupted
+		// uninstall left (its hook pod never stopped); it must not take
+		// this install's entry out.
+		if removed, err := ClearUninstall(o.BinDir); err != nil {
+			return err
+		} else if removed {
+			o.Log.Info("stale uninstall marker removed", "path", filepath.Join(o.BinDir, UninstallMarkerName))
 		}
 	}
 	if o.BinDir != "" {

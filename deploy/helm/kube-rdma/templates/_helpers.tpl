@@ -19,6 +19,13 @@ app.kubernetes.io/name: {{ include "kube-rdma.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The uninstall hook's pods: not the agent's selector labels, so nothing that selects the
+agent's pods (its DaemonSet, kubectl rdma, a PodMonitor) selects them. */}}
+{{- define "kube-rdma.hookSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-rdma.name" . }}-uninstall
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{- define "kube-rdma.labels" -}}
 {{ include "kube-rdma.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
