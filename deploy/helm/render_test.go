@@ -63,7 +63,7 @@ func TestDefaults(t *testing.T) {
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
 		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=127.0.0.1:9478",
 		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed",
-		"--alloc-dir=" /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */,
+		"--alloc-dir=", /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */
 		"--pools-file=" /* no CNI plugin to read it */} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
