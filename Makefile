@@ -84,6 +84,7 @@ FUZZ_TARGETS := \
 	./pkg/hostapi/claimrecord/:FuzzReadAll \
 	./pkg/hostapi/attachment/:FuzzLoad \
 	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
+	./pkg/hostapi/nodepools/:FuzzRead \
 	./pkg/deviceplugin/config/:FuzzParse \
 	./pkg/deviceplugin/config/:FuzzParseMemlock \
 	./pkg/cniinstall/:FuzzChainUnchain \

@@ -15,6 +15,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
 
@@ -54,10 +55,11 @@ func TestDocumentedErrorCodes(t *testing.T) {
 	host, pod := netnstest.New(t), netnstest.New(t)
 	netnstest.Veth(t, host, "nic0", "peer0")
 	netnstest.Veth(t, host, "nic1", "peer1")
+	netnstest.Veth(t, host, "nic2", "peer2") // mlx5_2, in no pool
 	netnstest.Veth(t, pod, "taken", "takenp")
 	port := nodesim.Port{State: nodesim.StateActive, PhysState: nodesim.PhysLinkUp, LinkLayer: "Ethernet"}
 	var topo nodesim.Topology
-	for i, addr := range []string{"0000:01:00.0", "0000:02:00.0"} {
+	for i, addr := range []string{"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"} {
 		topo.PCI = append(topo.PCI, nodesim.Function{Path: "pci0000:00/0000:00:01.0/" + addr, Vendor: "15b3", Device: "1017", Class: "020000",
 			Driver: "mlx5_core", NUMANode: -1, Netdevs: []nodesim.Netdev{{Name: "nic" + strconv.Itoa(i)}}})
 		topo.RDMA = append(topo.RDMA, nodesim.RDMA{Name: "mlx5_" + strconv.Itoa(i), Parent: addr, Ports: []nodesim.Port{port}})
@@ -82,12 +84,23 @@ func TestDocumentedErrorCodes(t *testing.T) {
 	conf := func(extra string) string {
 		return `{"cniVersion":"1.1.0","name":"rdma","type":"kube-rdma","rdmaNetnsMode":"shared"` + extra + `}`
 	}
+	// The daemon's pools file: mlx5_0 and mlx5_1 (mlx5_2 is in no pool).
+	pools, err := nodepools.File{Pools: []nodepools.Pool{{Name: "hca", Mode: "exclusive", Frontend: "devicePlugin",
+		Devices: []nodepools.Device{{RDMA: "mlx5_0", PCIAddress: "0000:01:00.0"}, {RDMA: "mlx5_1", PCIAddress: "0000:02:00.0"}}}}}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodepools.Write(nodepools.Path(filepath.Join(dir, "alloc")), pools); err != nil {
+		t.Fatal(err)
+	}
 	node := func(socket string, required bool) string {
 		return writeNodeFile(t, netconf.Node{StateDir: filepath.Join(dir, "state"), SysfsRoot: tree.SysRoot, KubeletSocket: socket,
-			RequirePodResources: &required})
+			AllocDir: filepath.Join(dir, "alloc"), RequirePodResources: &required})
 	}
 	none := node(filepath.Join(dir, "none.sock"), false)
 	noneRequired := node(filepath.Join(dir, "none.sock"), true)
+	noPoolsRequired := writeNodeFile(t, netconf.Node{StateDir: filepath.Join(dir, "state"), SysfsRoot: tree.SysRoot,
+		KubeletSocket: kubelet.Socket}) // requirePodResources: the default
 	kubeletNode, staleNode, failingNode := node(kubelet.Socket, false), node(stale, false), node(failing.Socket, false)
 	env := func(command, ifName, args string) []string {
 		return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr1", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=" + ifName,
@@ -119,9 +132,12 @@ func TestDocumentedErrorCodes(t *testing.T) {
 		{50, "standalone without kubelet socket", conf(`,"resourceName":"rdma/hca"`), none, env("ADD", "net1", podArgs)},
 		{50, "requirePodResources without kubelet socket", conf(`,"requirePodResources":true` + dev("mlx5_0")), none, env("ADD", "net1", podArgs)},
 		{50, "deviceID without kubelet socket, required (the default)", conf(dev("mlx5_0")), noneRequired, env("ADD", "net1", podArgs)},
+		{50, "deviceID without the node's pools file, required (the default)", conf(dev("mlx5_0")), noPoolsRequired, env("ADD", "net1", podArgs)},
 		{100, "no such device", conf(dev("mlx5_9")), none, env("ADD", "net1", "")},
 		{101, "device claimed", conf(dev("mlx5_1")), none, env("ADD", "net1", "")},
 		{102, "device not allocated", conf(dev("mlx5_1")), kubeletNode, env("ADD", "net1", podArgs)},
+		{102, "device in no pool of the node", conf(dev("mlx5_2")), none, env("ADD", "net1", "")},
+		{102, "device in no pool, by PCI address", conf(dev("0000:03:00.0")), kubeletNode, env("ADD", "net1", podArgs)},
 		{102, "pod unknown to the kubelet", conf(dev("mlx5_0")), kubeletNode, env("ADD", "net1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=other")},
 		{103, "pod interface name taken", conf(dev("mlx5_0")), none, env("ADD", "taken", "")},
 		{104, "CHECK without attachment", conf(dev("mlx5_0")), none, env("CHECK", "net1", "")},

@@ -36,9 +36,13 @@ type run struct {
 }
 
 // writeNodeFile writes the node file n into a new directory and returns
-// its path, for invoke's node.
+// its path, for invoke's node; an empty AllocDir is a new empty directory.
 func writeNodeFile(t *testing.T, n netconf.Node) string {
 	t.Helper()
+	if n.AllocDir == "" {
+		// Not the host's: the daemon's pools file there is not the test's.
+		n.AllocDir = t.TempDir()
+	}
 	b, err := n.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func startDaemon(t *testing.T, args ...string) (*deviceplugin.Daemon, *lockedBuf
 		t.Fatal(err)
 	}
 	args = append([]string{"--kubelet-dir", t.TempDir(), "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot, "--dev-root", t.TempDir(),
-		"--metrics-addr", "127.0.0.1:0", "--cdi-dir", "", "--alloc-dir", "", "--node-state=false", "--pod-resources-socket", ""}, args...)
+		"--metrics-addr", "127.0.0.1:0", "--cdi-dir", "", "--alloc-dir", "", "--pools-file", "", "--node-state=false", "--pod-resources-socket", ""}, args...)
 	cfg, err := parseRunFlags(args, &bytes.Buffer{}, logs)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 )
 
@@ -85,6 +86,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
+	fs.StringVar(&cfg.PoolsFile, "pools-file", nodepools.Path(allocdir.DefaultRoot), "the node's pools file (the served pools' devices), read by the CNI plugin at <its node file's allocDir>/"+nodepools.FileName+"; empty writes none")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (unauthenticated: the loopback by default); empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // TestDefaults checks the default install: the device plugin only, no capabilities, and the
@@ -62,7 +63,8 @@ func TestDefaults(t *testing.T) {
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
 		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=127.0.0.1:9478",
 		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed",
-		"--alloc-dir=" /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */} {
+		"--alloc-dir=", /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */
+		"--pools-file=" /* no CNI plugin to read it */} {
 		if !slices.Contains(args, a) {
 			t.Errorf("device plugin args %q lack %s", args, a)
 		}
@@ -173,9 +175,15 @@ func TestChained(t *testing.T) {
 	checkUnprivileged(t, append(spec.InitContainers, spec.Containers...))
 	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
 		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true,
-		"/var/lib/k/pod-resources": true}
+		"/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
+	}
+	// The node's pools file, in the CNI's allocDir (its node file's), for its "deviceID in no
+	// pool" refusal; no gpuAligned pool, so no --alloc-dir.
+	if n := cniNode(t, objs); !slices.Contains(spec.Containers[0].Args, "--pools-file="+nodepools.Path(n.AllocDir)) ||
+		!slices.Contains(spec.Containers[0].Args, "--alloc-dir=") {
+		t.Errorf("device plugin args %q: want --pools-file=%s and --alloc-dir=", spec.Containers[0].Args, nodepools.Path(n.AllocDir))
 	}
 	if got := spec.InitContainers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/kube-rdma", "install"}) {
 		t.Errorf("install-cni command %q", got)

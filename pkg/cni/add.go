@@ -436,7 +436,7 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate,
 	d.PodMAC = moved.MAC
 	dev := *d
 	u.push("return netdev "+c.host.Name, func() error {
-		_, err := p.returnNetdev(podNS, dev, log)
+		_, err := p.returnNetdev(podNS, dev, nil, time.Time{}, log)
 		return err
 	})
 	if c.soft != "" {
@@ -508,4 +508,8 @@ func (m memoResolver) LookupRDMA(id string) (discovery.RDMADevice, error) {
 	d, err := m.r.LookupRDMA(id)
 	m.seen[id] = lookup{d, err}
 	return d, err
+}
+
+func (m memoResolver) PCIFunctionExists(addr string) (bool, error) {
+	return m.r.PCIFunctionExists(addr)
 }

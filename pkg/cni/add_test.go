@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -363,6 +364,7 @@ func TestSiwRefused(t *testing.T) {
 	e := newEnv(t, 0, false, "shared")
 	netnstest.Veth(t, e.host, "sinic", "sipeer")
 	e.sys = writeSysfs(t, 0, map[string]string{"siw0": "sinic"})
+	e.writePools(nodepools.File{Pools: []nodepools.Pool{{Name: "soft", Mode: "shared", Frontend: "devicePlugin", Devices: []nodepools.Device{{RDMA: "siw0"}}}}})
 	pod := netnstest.New(t)
 	before := e.snapshot(pod)
 	_, err := e.p.Add(context.Background(), args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"siw0"}`)))

@@ -212,7 +212,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 		}
 		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
 		podNS := openPodNS(log, rec.Netns)
-		rerr := p.returnDevices(podNS, &rec, log)
+		rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), log)
 		_ = podNS.Close()
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)

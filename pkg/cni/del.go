@@ -88,7 +88,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if ipamType == "" {
 		ipamType, ipamConf = recordedIPAM(rec)
 	}
-	rerr := p.returnDevices(podNS, &rec, log)
+	rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), log)
 	mark("move")
 	if ipamType != "" {
 		// The devices returned are no longer claimed from here on, while
@@ -207,8 +207,14 @@ func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 
 // returnDevices returns every device of rec not yet returned to the host
 // and marks it Returned, best effort: it goes on after an error and
-// returns them all.
-func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, log *slog.Logger) error {
+// returns them all. When the pod netns is gone, NICs still on their way
+// back are waited for until one deadline, NetdevReturnWait from now (res
+// tells a NIC on its way from one that is gone).
+func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, log *slog.Logger) error {
+	var deadline time.Time
+	if !podNS.IsOpen() {
+		deadline = time.Now().Add(p.NetdevReturnWait)
+	}
 	var errs []error
 	for i := len(rec.Devices) - 1; i >= 0; i-- {
 		d := &rec.Devices[i]
@@ -228,7 +234,7 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 			// Otherwise it is home already, or the kernel returned it with
 			// the netns.
 		}
-		name, err := p.returnNetdev(podNS, *d, log)
+		name, err := p.returnNetdev(podNS, *d, res, deadline, log)
 		if err != nil {
 			derrs = append(derrs, err)
 		} else if name != "" && name != d.Host.Name {
@@ -282,7 +288,14 @@ func kernelName(name string) bool {
 // when the pod netns is gone or no longer has it, on the host (already
 // returned, or returned by the kernel when the netns died). It returns the
 // host name used, "" when the netdev no longer exists.
-func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, log *slog.Logger) (string, error) {
+//
+// With res set (the pod netns is gone), a hardware NIC not found on the
+// host whose PCI function is still on the node is on its way back: the
+// kernel moves it out of the dying netns asynchronously. It is waited for
+// until deadline, then restored; past the deadline the error wraps
+// ErrNetdevNotBack and the caller keeps the record.
+func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, res Resolver, deadline time.Time,
+	log *slog.Logger) (string, error) {
 	mac, _ := net.ParseMAC(d.Host.MAC)
 	want := rdma.LinkConfig{Name: d.Host.Name, MTU: d.Host.MTU, MAC: mac, Up: d.Host.Up}
 	if l, err := p.Links.Get(p.HostNS, want.Name); err == nil && !isOurs(l, d) {
@@ -308,6 +321,11 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, log *sl
 		l, ok, err := p.findOnHost(d)
 		if err != nil {
 			return "", err
+		}
+		if !ok && res != nil && !podNS.IsOpen() {
+			if l, ok, err = p.awaitOnHost(d, res, deadline, log); err != nil {
+				return "", err
+			}
 		}
 		if !ok {
 			log.Warn("netdev no longer exists; nothing to return", "netdev", d.Host.Name, "podIfName", d.PodIfName)
@@ -343,4 +361,40 @@ func (p *Plugin) findOnHost(d attachment.Device) (rdma.Link, bool, error) {
 		}
 	}
 	return rdma.Link{}, false, nil
+}
+
+// awaitOnHost waits until deadline for d's netdev to appear in the host
+// netns, polling, when d is a hardware NIC whose PCI function is still on
+// the node (a soft device's netdev is not returned by the kernel, and a NIC
+// whose function is gone will not come back). Not found by then is an
+// error wrapping ErrNetdevNotBack; false without an error when there is
+// nothing to wait for.
+func (p *Plugin) awaitOnHost(d attachment.Device, res Resolver, deadline time.Time, log *slog.Logger) (rdma.Link, bool, error) {
+	if d.SoftType != "" || d.PCIAddress == "" {
+		return rdma.Link{}, false, nil
+	}
+	present, err := res.PCIFunctionExists(d.PCIAddress)
+	if err != nil {
+		return rdma.Link{}, false, fmt.Errorf("netdev %s of %s: %w", d.Host.Name, d.RDMA, err)
+	}
+	if !present {
+		return rdma.Link{}, false, nil
+	}
+	start := time.Now()
+	for {
+		l, ok, err := p.findOnHost(d)
+		if err != nil || ok {
+			if ok {
+				log.Info("netdev came back from the pod's netns", "netdev", l.Name, "pci", d.PCIAddress, "waited", time.Since(start))
+			}
+			return l, ok, err
+		}
+		if !time.Now().Before(deadline) {
+			log.Warn("netdev has not come back from the pod's netns; record kept", "netdev", d.Host.Name, "pci", d.PCIAddress,
+				"podIfName", d.PodIfName, "waited", time.Since(start))
+			return rdma.Link{}, false, fmt.Errorf("netdev %s of %s (PCI %s, pod name %s): %w within %v; record kept for the next DEL or GC",
+				d.Host.Name, d.RDMA, d.PCIAddress, d.PodIfName, ErrNetdevNotBack, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
+	}
 }

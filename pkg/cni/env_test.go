@@ -24,6 +24,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -267,7 +268,16 @@ func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 		}
 	})
 	sys := writeSysfs(t, hw, softs)
-	e := &env{t: t, host: host, sys: sys, stateDir: filepath.Join(t.TempDir(), "state"), rdma: f, mode: mode}
+	e := &env{t: t, host: host, sys: sys, stateDir: filepath.Join(t.TempDir(), "state"), rdma: f, mode: mode, allocDir: t.TempDir()}
+	// The daemon's pools file: every device in pool "rdma".
+	pool := nodepools.Pool{Name: "rdma", Mode: "exclusive", Frontend: "devicePlugin"}
+	for i, n := range hwNames {
+		pool.Devices = append(pool.Devices, nodepools.Device{RDMA: n, PCIAddress: pciAddr(i)})
+	}
+	for n := range softs {
+		pool.Devices = append(pool.Devices, nodepools.Device{RDMA: n})
+	}
+	e.writePools(nodepools.File{Pools: []nodepools.Pool{pool}})
 	e.p = &Plugin{
 		HostNS:       host.Handle,
 		Links:        rdma.Netdevs{},
@@ -279,8 +289,22 @@ func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
 		Log:          slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		SoftRDMAWait: 300 * time.Millisecond,
 		BootID:       "test-boot",
+		// NetdevReturnWait: 2 s, a bound no test's NIC needs all of.
+		NetdevReturnWait: 2 * time.Second,
 	}
 	return e
+}
+
+// writePools replaces the node's pools file in the env's alloc dir.
+func (e *env) writePools(f nodepools.File) {
+	e.t.Helper()
+	b, err := f.Marshal()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := nodepools.Write(nodepools.Path(e.allocDir), b); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 type testWriter struct{ t *testing.T }

@@ -90,10 +90,13 @@ type GPUSource interface {
 	NUMANodes() int
 }
 
-// Resolver finds one RDMA device by name, PCI address or aux device name.
+// Resolver finds one RDMA device by name, PCI address or aux device name,
+// and tells whether a PCI function is on the node (a NIC whose netdev DEL
+// cannot find, still on its way back from a dying pod netns, or gone).
 // discovery.Scanner implements it.
 type Resolver interface {
 	LookupRDMA(id string) (discovery.RDMADevice, error)
+	PCIFunctionExists(addr string) (bool, error)
 }
 
 // Plugin holds the dependencies of the command handlers.
@@ -125,6 +128,11 @@ type Plugin struct {
 	// SoftRDMAWait bounds the wait for the kernel to finish destroying a
 	// soft-RoCE device whose netdev moved away, before its name is reused.
 	SoftRDMAWait time.Duration
+	// NetdevReturnWait bounds how long DEL (and GC) wait for a NIC whose
+	// pod netns is gone to appear in the host netns: the kernel returns a
+	// physical netdev from a dying netns asynchronously, under the pod's
+	// name or "devN". Past it the record is kept (ErrNetdevNotBack).
+	NetdevReturnWait time.Duration
 }
 
 // NodeFileEnv names the node file in the plugin's environment (the
@@ -196,6 +204,9 @@ func New(log io.Writer) (*Plugin, error) {
 		PodResources: dialPodResources,
 		Log:          slog.New(slog.NewTextHandler(log, nil)),
 		SoftRDMAWait: 2 * time.Second,
+		// The kernel's netns cleanup runs from a workqueue; under load it
+		// takes a few seconds, well inside a runtime's DEL timeout.
+		NetdevReturnWait: 5 * time.Second,
 	}, nil
 }
 
@@ -242,6 +253,10 @@ var (
 	ErrBadEnvironment = errors.New("invalid CNI environment")
 	ErrNotAvailable   = errors.New("plugin cannot work on this node")
 	ErrTryAgain       = errors.New("kubelet PodResources API unavailable or rate-limited; try again later")
+	// ErrNetdevNotBack: the pod netns is gone, the NIC's PCI function is on
+	// the node, but its netdev did not appear in the host netns within
+	// NetdevReturnWait; the record is kept for the next DEL or GC.
+	ErrNetdevNotBack = errors.New("netdev has not come back to the host from the pod's netns; try again later")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
@@ -274,7 +289,7 @@ func Error(err error) *types.Error {
 		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
 	case errors.Is(err, ErrNotAvailable):
 		code, msg = types.ErrPluginNotAvailable, "plugin not available"
-	case errors.Is(err, ErrTryAgain):
+	case errors.Is(err, ErrTryAgain), errors.Is(err, ErrNetdevNotBack):
 		code, msg = types.ErrTryAgainLater, "try again later"
 	case errors.Is(err, ErrDeviceNotFound):
 		code, msg = CodeDeviceNotFound, "device not found"

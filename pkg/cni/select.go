@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
@@ -75,13 +77,16 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 		if !pod.known() && conf.RequirePodResources {
 			return nil, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 		}
-		if !pod.known() {
-			return []string{conf.DeviceID}, nil
-		}
 		// A device that does not exist is 100 whatever the kubelet says.
 		d, err := res.LookupRDMA(conf.DeviceID)
 		if err != nil {
 			return nil, lookupError(conf.DeviceID, err)
+		}
+		if err := requireInPool(conf, d, log); err != nil {
+			return nil, err
+		}
+		if !pod.known() {
+			return []string{conf.DeviceID}, nil
 		}
 		alloc, err := p.allocated(ctx, conf, pod, log)
 		switch {
@@ -138,6 +143,33 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 	}
 	netconf.SortDevices(ids)
 	return ids, nil
+}
+
+// requireInPool refuses a deviceID whose device is in no pool the node's
+// daemon serves (its pools file, package nodepools): 102, before the
+// kubelet is asked. Without the file (no daemon has run on this node, or an
+// older one) the check cannot be made: refused, 50, when the node requires
+// the kubelet's confirmation (requirePodResources, the default), else
+// skipped with a warning, as a missing kubelet socket is.
+func requireInPool(conf *netconf.Conf, d discovery.RDMADevice, log *slog.Logger) error {
+	path := nodepools.Path(conf.AllocDir)
+	f, err := nodepools.Read(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !conf.RequirePodResources:
+		log.Warn("no pools file; deviceID not checked against the node's pools", "path", path, "deviceID", conf.DeviceID)
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: deviceID %q cannot be checked against the node's pools (requirePodResources): "+
+			"%s does not exist: the kube-rdma daemon has not published this node's pools (start it, or finish its upgrade)",
+			ErrNotAvailable, conf.DeviceID, path)
+	case err != nil:
+		return fmt.Errorf("%w: check deviceID %q against the node's pools: %w", ErrNotAvailable, conf.DeviceID, err)
+	}
+	if _, ok := f.PoolOf(d.Name, d.PCIAddress); !ok {
+		return fmt.Errorf("deviceID %q (rdma device %s, PCI address %q) is in no pool of this node (%s): %w",
+			conf.DeviceID, d.Name, d.PCIAddress, path, ErrNotAllocated)
+	}
+	return nil
 }
 
 func sameDevice(allocID, deviceID string, d discovery.RDMADevice) bool {

@@ -59,6 +59,9 @@ type Config struct {
 	// at the same path as the host: Allocate's mounts name it. "" refuses
 	// gpuAligned pools.
 	AllocDir string
+	// PoolsFile is the node's pools file (package nodepools), rewritten
+	// when the served pools or their members change; "" writes none.
+	PoolsFile string
 	// Allocations lists the kubelet's allocations, for removing allocation
 	// directories no container holds; nil: they are never removed.
 	Allocations AllocationLister
@@ -120,6 +123,7 @@ type Daemon struct {
 	// draNoNCCL are the served dra pools with nccl: false.
 	draNoNCCL map[string]bool
 	numa      int
+	poolsFile poolsFile // the node's pools file, for the CNI plugin
 
 	snap *nodewatch.Snapshot // the last one handed to the pools
 

@@ -99,6 +99,7 @@ func (d *Daemon) push(snap *nodewatch.Snapshot) {
 			}
 		}
 	}
+	d.poolsFile.update(d.cfg.PoolsFile, members, d.log, d.conf, assigned, func(p config.Pool) bool { return d.refusal(p) == "" })
 	if d.cfg.DRA != nil {
 		// Every snapshot: a health change is a taint change.
 		if err := d.cfg.DRA.Publish(d.draPools, d.draNoNCCL, snap.Healthy); err != nil {

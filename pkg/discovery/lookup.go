@@ -3,6 +3,8 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,4 +53,26 @@ func (s Scanner) LookupRDMA(id string) (RDMADevice, error) {
 		return RDMADevice{}, fmt.Errorf("read rdma device %s: %w", match, err)
 	}
 	return d, nil
+}
+
+// PCIFunctionExists reports whether the PCI function addr
+// ("0000:3b:00.0") is on the node: <sysfs>/bus/pci/devices/<addr> exists.
+// The CNI plugin asks it of a NIC whose netdev it cannot find, to tell a
+// NIC the kernel is still returning from a dying network namespace (its
+// PCI function is there) from one that is gone.
+func (s Scanner) PCIFunctionExists(addr string) (bool, error) {
+	if s.SysRoot == "" {
+		return false, fmt.Errorf("sysfs root is not set")
+	}
+	if addr == "" || strings.ContainsAny(addr, "/\x00") || addr == "." || addr == ".." {
+		return false, fmt.Errorf("%q is not a PCI address", addr)
+	}
+	_, err := os.Lstat(filepath.Join(s.SysRoot, "bus/pci/devices", addr))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("read pci function %s: %w", addr, err)
 }

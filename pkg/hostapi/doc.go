@@ -7,7 +7,9 @@
 //     front end, read by the CNI plugin);
 //   - allocdir: the directory of gpuAligned pools, with pool.json (written
 //     by the device plugin front end, read by the CNI plugin) and the
-//     allocation directories.
+//     allocation directories;
+//   - nodepools: the node's pools file, every served pool's devices
+//     (written by the device plugin daemon, read by the CNI plugin).
 //
 // Each format carries a version and follows internal/contractver: readers
 // accept the current version and the previous one, and refuse a newer one

@@ -1,0 +1,144 @@
+// Package nodepools is the node's pools file: which RDMA devices are in which
+// pool of this node, as the daemon serves them. The daemon writes it on every
+// change of its pools or of their members; the CNI plugin reads it to refuse
+// a deviceID that is in no pool (docs/security.md, "The CNI netconf").
+//
+// The file is <alloc dir>/_pools.json: the daemon's --pools-file, the CNI's
+// node file allocDir (both the chart's devicePlugin.allocDir). A pool name
+// begins with a letter or a digit, so no pool directory of the alloc dir
+// (package allocdir) has this name.
+//
+// It is a versioned contract (internal/contractver, docs/upgrades.md): Read
+// accepts Version (the first, so only it for now) and refuses a newer one by
+// name. It imports the standard library and internal/ only, does no I/O but
+// the file's, and no logging.
+package nodepools
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
+)
+
+// FileName is the pools file's name in the alloc dir.
+const FileName = "_pools.json"
+
+// Version is the format this binary writes.
+const Version = 1
+
+var format = contractver.Format{Kind: "pools file", Key: "version", First: 1, Current: Version}
+
+// Path is <allocDir>/_pools.json.
+func Path(allocDir string) string { return filepath.Join(allocDir, FileName) }
+
+// File is the node's served pools, sorted by name.
+type File struct {
+	Pools []Pool `json:"pools"`
+}
+
+// Pool is one served pool (device plugin or DRA front end) and its members.
+type Pool struct {
+	Name string `json:"name"`
+	// Mode is the pool's mode ("exclusive", "shared").
+	Mode string `json:"mode"`
+	// Frontend is "devicePlugin" or "dra".
+	Frontend string   `json:"frontend"`
+	Devices  []Device `json:"devices"`
+}
+
+// Device is one member: its RDMA device name and PCI function ("" for a
+// soft-RoCE device, which has none).
+type Device struct {
+	RDMA       string `json:"rdma"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+}
+
+// fileJSON is the file as stored: the version, then the pools.
+type fileJSON struct {
+	Version int `json:"version"`
+	File
+}
+
+// Marshal encodes the file as the daemon writes it: Version, pools and
+// devices sorted, indented, ending in a newline.
+func (f File) Marshal() ([]byte, error) {
+	out := File{Pools: make([]Pool, 0, len(f.Pools))}
+	for _, p := range f.Pools {
+		p.Devices = slices.Clone(p.Devices)
+		if p.Devices == nil {
+			p.Devices = []Device{}
+		}
+		slices.SortFunc(p.Devices, func(a, b Device) int { return strings.Compare(a.RDMA, b.RDMA) })
+		out.Pools = append(out.Pools, p)
+	}
+	slices.SortFunc(out.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
+	b, err := json.MarshalIndent(fileJSON{Version: Version, File: out}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode pools file: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Write replaces path with data (Marshal's) atomically and durably, mode
+// 0644 (the CNI plugin reads it), creating its directory with mode 0755
+// when it is missing.
+func Write(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write pools file: %w", err)
+	}
+	if err := atomicfile.WriteSynced(path, 0o644, ".kube-rdma-*.tmp", atomicfile.Bytes(data)); err != nil {
+		return fmt.Errorf("write pools file: %w", err)
+	}
+	return nil
+}
+
+// Read reads the pools file at path. A missing file wraps fs.ErrNotExist
+// (no daemon has published this node's pools); one of a version this binary
+// does not read wraps contractver.ErrNewer (or ErrOlder).
+func Read(path string) (File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return File{}, fmt.Errorf("read pools file: %w", err)
+	}
+	if _, err := format.Check(path, b); err != nil {
+		return File{}, err
+	}
+	var f fileJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&f); err != nil {
+		return File{}, fmt.Errorf("decode pools file %s: %w", path, err)
+	}
+	for _, p := range f.Pools {
+		if p.Name == "" {
+			return File{}, fmt.Errorf("pools file %s: a pool without a name", path)
+		}
+	}
+	return f.File, nil
+}
+
+// PoolOf returns the pool whose members include the device: by PCI address
+// when both have one (case-insensitive, as sysfs and users may differ), by
+// RDMA device name otherwise.
+func (f File) PoolOf(rdma, pciAddress string) (string, bool) {
+	for _, p := range f.Pools {
+		for _, d := range p.Devices {
+			if pciAddress != "" && d.PCIAddress != "" {
+				if strings.EqualFold(pciAddress, d.PCIAddress) {
+					return p.Name, true
+				}
+				continue
+			}
+			if rdma != "" && d.RDMA == rdma {
+				return p.Name, true
+			}
+		}
+	}
+	return "", false
+}
