@@ -160,7 +160,7 @@ krew-dist:
 	bash hack/krew-dist.sh
 
 test-apiserver:
-	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./deploy/helm/
+	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./deploy/helm/
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
 e2e-local:

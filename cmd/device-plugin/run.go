@@ -40,7 +40,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := connect(cfg.kubeconfig, cfg.dra.enabled || cfg.nodeState.wanted())
+	a := connect(cfg.kubeconfig, cfg.dra.enabled || cfg.nodeState.wanted() || cfg.statusAuth.required(cfg.MetricsAddr))
+	if err := setStatusAuth(&cfg, a); err != nil {
+		return err
+	}
 	stopDRA, err := startDRA(ctx, &cfg, a)
 	if err != nil {
 		return err
@@ -74,6 +77,7 @@ type runConfig struct {
 	nodeState   nodeStateFlags
 	nri         nriFlags
 	dra         draFlags
+	statusAuth  statusAuthFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -87,13 +91,14 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
 	fs.StringVar(&cfg.PoolsFile, "pools-file", nodepools.Path(allocdir.DefaultRoot), "the node's pools file (the served pools' devices), read by the CNI plugin at <its node file's allocDir>/"+nodepools.FileName+"; empty writes none")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (unauthenticated: the loopback by default); empty disables")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (the loopback by default; elsewhere /metrics and /state need a token, --metrics-auth); empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)
+	cfg.statusAuth.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
@@ -105,6 +110,9 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(strings.ToUpper(*level))); err != nil {
 		return cfg, cli.Usagef("run: --log-level: %w", err)
+	}
+	if err := cfg.statusAuth.parse(); err != nil {
+		return cfg, err
 	}
 	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {
 		return cfg, cli.Usagef("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)

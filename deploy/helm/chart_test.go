@@ -70,6 +70,8 @@ type rule struct {
 	Resources     []string `json:"resources"`
 	Verbs         []string `json:"verbs"`
 	ResourceNames []string `json:"resourceNames,omitempty"`
+	// NonResourceURLs: the metrics-reader ClusterRole.
+	NonResourceURLs []string `json:"nonResourceURLs,omitempty"`
 }
 
 type container struct {

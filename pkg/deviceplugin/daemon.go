@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -70,7 +71,10 @@ type Config struct {
 	AllocGCInterval, AllocGCGrace time.Duration
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
-	NodeName    string
+	// StatusAuth wraps the handlers of /metrics and /state, not /healthz
+	// (pkg/statusauth's Filter.Wrap); nil serves them to anyone.
+	StatusAuth func(http.Handler) http.Handler
+	NodeName   string
 	// HealthInterval is the sysfs re-read period; 0 means DefaultHealthInterval.
 	HealthInterval time.Duration
 	// Logger defaults to a discarding logger.
@@ -182,7 +186,7 @@ func New(cfg Config) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen for metrics: %w", err)
 		}
-		d.status = &statusServer{listener: l, m: d.m, state: d.State, ready: d.ready}
+		d.status = &statusServer{listener: l, m: d.m, state: d.State, ready: d.ready, auth: cfg.StatusAuth}
 	}
 	d.watcher = nodewatch.New(nodewatch.Config{
 		Scanner: d.scanner, Interval: cfg.HealthInterval, Logger: cfg.Logger,

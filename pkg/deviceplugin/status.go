@@ -38,11 +38,14 @@ func listenStatus(addr string) (net.Listener, error) {
 
 // statusServer serves /metrics, /state and /healthz. It only reads: the
 // metrics registry, the latest State and whether the daemon is ready.
+// /metrics and /state go through auth when it is set; /healthz never does
+// (the kubelet's probes carry no token).
 type statusServer struct {
 	listener net.Listener
 	m        *metrics
 	state    func() State
 	ready    <-chan struct{}
+	auth     func(http.Handler) http.Handler // nil: none
 	srv      *http.Server
 }
 
@@ -54,14 +57,18 @@ func (s *statusServer) start() {
 func (s *statusServer) close() { _ = s.srv.Close() }
 
 func (s *statusServer) handler() http.Handler {
+	protect := s.auth
+	if protect == nil {
+		protect = func(h http.Handler) http.Handler { return h }
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/state", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/metrics", protect(promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})))
+	mux.Handle("/state", protect(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.state())
-	})
+	})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-s.ready:

@@ -134,3 +134,17 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* kube-rdma.metricsAuth: "true" when /metrics and /state need a token, else nothing.
+devicePlugin.metricsAuth: on, off, or auto (on unless metricsHost is a loopback IPv4 address,
+::1 or localhost; the daemon's --metrics-auth=auto uses the same rule). The daemon is given the
+resolved on or off, so its guard and the ClusterRole rules it needs always agree. No status
+server: nothing to guard. */}}
+{{- define "kube-rdma.metricsAuth" -}}
+{{- $dp := .Values.devicePlugin -}}
+{{- $host := toString $dp.metricsHost -}}
+{{- $loopback := or (regexMatch "^127\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $host) (eq $host "::1") (eq $host "localhost") -}}
+{{- if and (gt (int $dp.metricsPort) 0) (or (eq $dp.metricsAuth "on") (and (eq $dp.metricsAuth "auto") (not $loopback))) -}}
+true
+{{- end -}}
+{{- end -}}
