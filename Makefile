@@ -84,8 +84,8 @@ FUZZ_TARGETS := \
 	./pkg/hostapi/claimrecord/:FuzzReadAll \
 	./pkg/hostapi/attachment/:FuzzLoad \
 	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
-	./pkg/deviceplugin/config/:FuzzParse \
-	./pkg/deviceplugin/config/:FuzzParseMemlock \
+	./pkg/agent/config/:FuzzParse \
+	./pkg/agent/config/:FuzzParseMemlock \
 	./pkg/cniinstall/:FuzzChainUnchain \
 	./pkg/kubectlrdma/:FuzzNodeState
 

@@ -1,6 +1,6 @@
 // Package deviceplugin is the kubelet device plugin daemon: it advertises
 // RDMA devices as extended resources, one socket and one resource per
-// configured pool (pkg/deviceplugin/config), with health from the real port
+// configured pool (pkg/agent/config), with health from the real port
 // state and presence, NUMA topology, PCIe-aware preferred allocation
 // (pkg/allocator), Allocate responses with device nodes, NCCL environment and
 // optional CDI devices, config reload, and Prometheus metrics.
@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"

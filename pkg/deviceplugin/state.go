@@ -1,7 +1,7 @@
 package deviceplugin
 
 import (
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 

@@ -19,7 +19,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 )
 
 // AnnotationKey is the pod annotation that may lower the limit of the pod's
