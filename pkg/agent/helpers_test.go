@@ -9,21 +9,16 @@ import (
 
 // The agent with its device plugin front end against the kubelet
 // stand-in, from internal/agenttest, under the names these tests use.
-type (
-	env       = agenttest.Env
-	fakeNetns = agenttest.FakeNetns
-)
+type env = agenttest.Env
 
 var (
 	health      = agenttest.Health
 	hasHealth   = agenttest.HasHealth
 	scrape      = agenttest.Scrape
 	scrapeUntil = agenttest.ScrapeUntil
-	metricLine  = agenttest.MetricLine
 	writeFile   = agenttest.WriteFile
 	ids         = agenttest.IDs
 	poll        = agenttest.Poll
-	errAny      = agenttest.ErrAny
 )
 
 // start builds topo, starts a kubelet stand-in and the agent with its

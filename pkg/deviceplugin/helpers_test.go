@@ -15,15 +15,14 @@ type (
 )
 
 var (
-	health      = agenttest.Health
-	hasHealth   = agenttest.HasHealth
-	scrape      = agenttest.Scrape
-	scrapeUntil = agenttest.ScrapeUntil
-	metricLine  = agenttest.MetricLine
-	writeFile   = agenttest.WriteFile
-	ids         = agenttest.IDs
-	poll        = agenttest.Poll
-	errAny      = agenttest.ErrAny
+	health     = agenttest.Health
+	hasHealth  = agenttest.HasHealth
+	scrape     = agenttest.Scrape
+	metricLine = agenttest.MetricLine
+	writeFile  = agenttest.WriteFile
+	ids        = agenttest.IDs
+	poll       = agenttest.Poll
+	errAny     = agenttest.ErrAny
 )
 
 // start builds topo, starts a kubelet stand-in and the agent with its
