@@ -85,8 +85,8 @@ FUZZ_TARGETS := \
 	./pkg/hostapi/attachment/:FuzzLoad \
 	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
 	./pkg/hostapi/nodepools/:FuzzRead \
-	./pkg/deviceplugin/config/:FuzzParse \
-	./pkg/deviceplugin/config/:FuzzParseMemlock \
+	./pkg/agent/config/:FuzzParse \
+	./pkg/agent/config/:FuzzParseMemlock \
 	./pkg/cniinstall/:FuzzChainUnchain \
 	./pkg/kubectlrdma/:FuzzNodeState
 

@@ -14,5 +14,5 @@ if [ -z "$bin" ]; then
 	CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags='-s -w' -o "$bin" ./cmd/device-plugin
 fi
 DP_IDLE_BIN="$(realpath "$bin")" DP_IDLE_SECONDS="$secs" \
-	go test ./pkg/deviceplugin/ -run '^TestIdleFootprint$' -count=1 -v -timeout "$((secs + 300))s" |
+	go test ./pkg/agent/ -run '^TestIdleFootprint$' -count=1 -v -timeout "$((secs + 300))s" |
 	grep -E 'IDLE|idle over|registered and listed|^(ok|FAIL|---)'

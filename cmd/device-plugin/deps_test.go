@@ -14,7 +14,7 @@ import (
 // under e2e/ (the fake GPU drivers, the fixture writer).
 func TestShippedBinariesLinkNoScaffolding(t *testing.T) {
 	shipped := []string{"./cmd/device-plugin", "./cmd/cni", "./cmd/kubectl-rdma"}
-	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest", "/fakerdma", "/e2e/"}
+	forbidden := []string{"/nodesim", "/kubeletstub", "/deviceplugin/demo", "/podrestest", "/netnstest", "/agenttest", "/fakerdma", "/e2e/"}
 	cmd := exec.Command("go", append([]string{"list", "-deps"}, shipped...)...)
 	cmd.Dir = "../.." // the module root
 	out, err := cmd.Output()

@@ -29,26 +29,25 @@ func (f *draFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's UID (default $POD_UID; the chart sets it from metadata.uid): with --dra, the old and the new pod of a DaemonSet update serve the kubelet side by side (kubeletplugin.RollingUpdate, kubelet 1.33 or later); empty: one driver instance per node")
 }
 
-// startDRA starts the DRA front end and sets it as the daemon's; the
-// returned stop ends it. Without --dra it does nothing.
-func startDRA(ctx context.Context, cfg *runConfig, a apiConn) (stop func(), err error) {
+// startDRA starts the DRA front end, for the agent to drive. Without --dra
+// it does nothing and returns nil.
+func startDRA(ctx context.Context, cfg runConfig, a apiConn) (*dra.Driver, error) {
 	if !cfg.dra.enabled {
-		return func() {}, nil
+		return nil, nil
 	}
 	if !cfg.nodeNameSet {
 		return nil, errors.New("run: --dra needs the node's name: --node-name or NODE_NAME (the chart sets it from spec.nodeName)")
 	}
-	if cfg.CDIDir == "" {
+	if cfg.plugin.CDIDir == "" {
 		return nil, errors.New("run: --dra needs --cdi-dir: prepared claims reach containers as CDI devices")
 	}
 	if a.err != nil {
 		return nil, fmt.Errorf("run: --dra: %w", a.err)
 	}
 	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: a.clients.kube, PluginDir: cfg.dra.pluginDir,
-		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.CDIDir, DevRoot: cfg.DevRoot, Logger: cfg.Logger})
+		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.plugin.CDIDir, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	cfg.DRA = d
-	return d.Stop, nil
+	return d, nil
 }

@@ -27,15 +27,15 @@ func TestDRAFlags(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		stop, err := startDRA(context.Background(), &cfg, connect(cfg.kubeconfig, cfg.dra.enabled))
+		drv, err := startDRA(context.Background(), cfg, connect(cfg.kubeconfig, cfg.dra.enabled))
 		switch {
-		case c.want == "" && (err != nil || cfg.DRA != nil):
-			t.Errorf("%v: %v, front end %v", c.args, err, cfg.DRA)
+		case c.want == "" && (err != nil || drv != nil):
+			t.Errorf("%v: %v, front end %v", c.args, err, drv)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
-		if err == nil {
-			stop()
+		if drv != nil {
+			drv.Stop()
 		}
 	}
 }

@@ -4,10 +4,10 @@ package main
 
 import (
 	"github.com/kube-rdma/kube-rdma/internal/fakerdma"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 )
 
 // e2eNetnsMode reports the exclusive RDMA netns mode (internal/fakerdma):
 // the e2e build only, for the GPU-aligned phase of the local-node e2e on a
 // kernel without RDMA netlink. Never in a shipped image (deps_test.go).
-func e2eNetnsMode() deviceplugin.NetnsModeReader { return fakerdma.Mode{} }
+func e2eNetnsMode() agent.NetnsModeReader { return fakerdma.Mode{} }

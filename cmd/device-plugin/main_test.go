@@ -123,12 +123,12 @@ func TestRunFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NodeName != "node-7" || cfg.HealthInterval.String() != "250ms" || cfg.KubeletDir != "/var/lib/kubelet/device-plugins" ||
-		cfg.AllocDir != "/var/run/kube-rdma/alloc" {
+	if cfg.NodeName != "node-7" || cfg.HealthInterval.String() != "250ms" || cfg.plugin.KubeletDir != "/var/lib/kubelet/device-plugins" ||
+		cfg.AllocDir != "/var/run/kube-rdma/alloc" || cfg.plugin.AllocDir != cfg.AllocDir {
 		t.Errorf("config = %+v", cfg)
 	}
 	cfg, err = parseRunFlags([]string{"--node-name", "n1", "--alloc-dir", ""}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err != nil || cfg.NodeName != "n1" || cfg.AllocDir != "" {
+	if err != nil || cfg.NodeName != "n1" || cfg.AllocDir != "" || cfg.plugin.AllocDir != "" {
 		t.Errorf("--node-name n1 --alloc-dir '': %v, %q, %q", err, cfg.NodeName, cfg.AllocDir)
 	}
 }

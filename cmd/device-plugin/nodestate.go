@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kube-rdma/kube-rdma/internal/version"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
@@ -56,7 +56,7 @@ func (f *nodeStateFlags) off(a apiConn) (reason string, err error) {
 // startNodeState starts the publisher once the daemon is ready (its first
 // scan done, every pool served) and returns a function that waits for it to
 // stop after ctx ends. Without an API server it only says so on /state.
-func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *deviceplugin.Daemon) (wait func(), err error) {
+func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent) (wait func(), err error) {
 	reason, err := cfg.nodeState.off(a)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
@@ -53,7 +52,7 @@ func TestNodeStateFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := deviceplugin.New(cfg.Config)
+			d, err := newAgent(cfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/nri"
 )
 
@@ -24,7 +24,7 @@ func (f *nriFlags) register(fs *flag.FlagSet) {
 // function that waits for it to stop after ctx ends. Without --nri, /state
 // says so. A runtime without NRI is no error: the plugin reports it and
 // retries.
-func startNRI(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) (wait func(), err error) {
+func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), err error) {
 	if !cfg.nri.enabled {
 		d.SetNRIReport(func() any { return nri.DisabledReport() })
 		return func() {}, nil
@@ -32,7 +32,7 @@ func startNRI(ctx context.Context, cfg runConfig, d *deviceplugin.Daemon) (wait 
 	if cfg.nri.socket == "" {
 		return nil, fmt.Errorf("run: --nri-socket is empty")
 	}
-	p := nri.New(nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: d.Config().DevRoot, Logger: cfg.Logger})
+	p := nri.New(nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger})
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/nri"
 )
@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 
 // startDaemon runs the daemon of these run flags on an empty node, with
 // /metrics on a free port; it stops at the test's end.
-func startDaemon(t *testing.T, args ...string) (*deviceplugin.Daemon, *lockedBuffer) {
+func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
 	tree, err := nodesim.Build(t.TempDir(), nodesim.DGXH100())
@@ -54,8 +54,8 @@ func startDaemon(t *testing.T, args ...string) (*deviceplugin.Daemon, *lockedBuf
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Events = []deviceplugin.EventSource{}
-	d, err := deviceplugin.New(cfg.Config)
+	cfg.Events = []agent.EventSource{}
+	d, err := newAgent(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
@@ -44,13 +47,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := setStatusAuth(&cfg, a); err != nil {
 		return err
 	}
-	stopDRA, err := startDRA(ctx, &cfg, a)
+	drv, err := startDRA(ctx, cfg, a)
 	if err != nil {
 		return err
 	}
-	defer stopDRA()
+	if drv != nil {
+		defer drv.Stop() // when the agent does not run; it stops its front ends itself
+	}
 	cfg.NetnsMode = e2eNetnsMode()
-	d, err := deviceplugin.New(cfg.Config)
+	d, err := newAgent(cfg, drv)
 	if err != nil {
 		return err
 	}
@@ -69,9 +74,26 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return d.Run(ctx)
 }
 
-// runConfig is the daemon's config and the node-state publisher's flags.
+// newAgent builds the device plugin front end and the agent that drives it
+// and, with --dra, the DRA driver.
+func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, error) {
+	dp, err := deviceplugin.New(cfg.plugin)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.Config
+	c.FrontEnds = map[config.Frontend]agent.FrontEnd{config.DevicePlugin: dp}
+	if drv != nil {
+		c.FrontEnds[config.DRA] = drv
+	}
+	return agent.New(c)
+}
+
+// runConfig is the agent's config, its device plugin front end's, and the
+// flags of the DRA driver, the node-state publisher and the NRI plugin.
 type runConfig struct {
-	deviceplugin.Config
+	agent.Config
+	plugin      deviceplugin.Config
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
 	kubeconfig  string
 	nodeState   nodeStateFlags
@@ -84,16 +106,16 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var cfg runConfig
 	fs.StringVar(&cfg.ConfigFile, "config", "", "pools file (YAML or JSON), reloaded on change; empty: one exclusive pool \"hca\" with every RDMA device, prefix rdma.kube-rdma.io")
-	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet device plugin directory (holds kubelet.sock)")
+	fs.StringVar(&cfg.plugin.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&cfg.SysRoot, "sysfs-root", "/sys", "sysfs root")
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root")
-	fs.StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
-	fs.StringVar(&cfg.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
+	fs.StringVar(&cfg.plugin.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
+	fs.StringVar(&cfg.plugin.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
 	fs.StringVar(&cfg.PoolsFile, "pools-file", nodepools.Path(allocdir.DefaultRoot), "the node's pools file (the served pools' devices), read by the CNI plugin at <its node file's allocDir>/"+nodepools.FileName+"; empty writes none")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (the loopback by default; elsewhere /metrics and /state need a token, --metrics-auth); empty disables")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
-	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
+	fs.DurationVar(&cfg.HealthInterval, "health-interval", agent.DefaultHealthInterval, "how often port state and device presence are re-read")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
@@ -124,6 +146,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 		cfg.NodeName = envOr("NODE_NAME", hostname)
 	}
 	cfg.Logger = newLogger(stderr, lv)
+	cfg.plugin.AllocDir, cfg.plugin.Logger = cfg.AllocDir, cfg.Logger
 	return cfg, nil
 }
 
@@ -150,7 +173,7 @@ func envOr(name, def string) string {
 // first scan done, every pool served), or never if ctx ends first, and
 // returns a function that waits for it to return. Its error is the
 // component's own to report (on /state and in the log).
-func runWhenReady(ctx context.Context, d *deviceplugin.Daemon, run func(context.Context) error) (wait func()) {
+func runWhenReady(ctx context.Context, d *agent.Agent, run func(context.Context) error) (wait func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

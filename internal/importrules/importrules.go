@@ -7,8 +7,18 @@
 //     other's dependencies;
 //   - the CNI plugin (pkg/cni/..., cmd/cni), exec'd for every ADD and DEL,
 //     links no front end of the agent and not the agent itself
-//     (pkg/deviceplugin/..., pkg/dra/..., pkg/nri/..., pkg/nodestate/...,
-//     pkg/nodewatch/...): it talks to them through pkg/hostapi only.
+//     (pkg/agent/..., pkg/deviceplugin/..., pkg/dra/..., pkg/nri/...,
+//     pkg/nodestate/..., pkg/nodewatch/...): it talks to them through
+//     pkg/hostapi only;
+//   - the agent (pkg/agent/...) links no front end and no observer
+//     (pkg/deviceplugin/..., pkg/dra/..., pkg/nri/..., pkg/nodestate/...):
+//     they import it, and cmd/device-plugin wires them in;
+//   - the agent's observers (pkg/nri/..., pkg/nodestate/...) link no front
+//     end (pkg/deviceplugin/..., pkg/dra/...): they read the agent's view.
+//
+// Only what a package links counts: `go list -deps` leaves out its
+// _test.go files, so an external test package may run the agent with a
+// front end.
 //
 // It runs nothing itself and imports the standard library only.
 package importrules
@@ -55,14 +65,34 @@ var Rules = []Rule{
 		Name: "the CNI plugin links no front end and not the agent",
 		From: []string{Module + "/pkg/cni", Module + "/cmd/cni"},
 		Forbids: func(dep Package) string {
-			for _, p := range []string{"deviceplugin", "dra", "nri", "nodestate", "nodewatch"} {
-				if under(dep.ImportPath, Module+"/pkg/"+p) {
-					return "a front end or the agent (pkg/" + p + ")"
-				}
-			}
-			return ""
+			return linksAny(dep, "a front end or the agent", "agent", "deviceplugin", "dra", "nri", "nodestate", "nodewatch")
 		},
 	},
+	{
+		Name: "the agent links no front end and no observer",
+		From: []string{Module + "/pkg/agent"},
+		Forbids: func(dep Package) string {
+			return linksAny(dep, "a front end or an observer of the agent", "deviceplugin", "dra", "nri", "nodestate")
+		},
+	},
+	{
+		Name: "the agent's observers link no front end",
+		From: []string{Module + "/pkg/nri", Module + "/pkg/nodestate"},
+		Forbids: func(dep Package) string {
+			return linksAny(dep, "a front end", "deviceplugin", "dra")
+		},
+	},
+}
+
+// linksAny says why dep may not be linked when it is one of the packages
+// pkg/<name> or below them: what, and the package; "" when it is none.
+func linksAny(dep Package, what string, names ...string) string {
+	for _, p := range names {
+		if under(dep.ImportPath, Module+"/pkg/"+p) {
+			return what + " (pkg/" + p + ")"
+		}
+	}
+	return ""
 }
 
 // Check returns one line per package of pkgs that links a dependency a

@@ -36,7 +36,8 @@ func TestModule(t *testing.T) {
 	}
 	// The rules must have something to check: a module without the
 	// contracts or the CNI would pass vacuously.
-	for _, want := range []string{Module + "/pkg/hostapi/attachment", Module + "/pkg/hostapi/claimrecord", Module + "/pkg/hostapi/allocdir", Module + "/pkg/hostapi/nodepools", Module + "/pkg/cni", Module + "/cmd/cni"} {
+	for _, want := range []string{Module + "/pkg/hostapi/attachment", Module + "/pkg/hostapi/claimrecord", Module + "/pkg/hostapi/allocdir", Module + "/pkg/hostapi/nodepools", Module + "/pkg/cni", Module + "/cmd/cni",
+		Module + "/pkg/agent", Module + "/pkg/agent/config", Module + "/pkg/nri", Module + "/pkg/nodestate"} {
 		if !strings.Contains(string(out), `"ImportPath": "`+want+`"`) {
 			t.Errorf("go list does not list %s", want)
 		}
@@ -47,8 +48,9 @@ func TestModule(t *testing.T) {
 }
 
 // TestCheckFails: the checker reports a contract that links a module
-// outside std and internal/, and a CNI package that links a front end
-// through another package, and nothing else.
+// outside std and internal/, a CNI package that links a front end or the
+// agent through another package, the agent linking a front end or an
+// observer, and an observer linking a front end, and nothing else.
 func TestCheckFails(t *testing.T) {
 	m := Module
 	pkgs := []Package{
@@ -65,12 +67,24 @@ func TestCheckFails(t *testing.T) {
 		{ImportPath: m + "/pkg/cni", Deps: []string{m + "/pkg/dranot", "fmt"}},
 		{ImportPath: m + "/pkg/cniinstall", Deps: []string{m + "/pkg/dra"}}, // not under pkg/cni
 		{ImportPath: m + "/cmd/cni", Deps: []string{m + "/pkg/nodewatch/sub"}},
+		{ImportPath: m + "/pkg/cni/y", Deps: []string{m + "/pkg/agent/config"}},
+		{ImportPath: m + "/pkg/agent", Deps: []string{m + "/pkg/agent/config", m + "/pkg/nodewatch", m + "/pkg/dra"}},
+		{ImportPath: m + "/pkg/agent/config", Deps: []string{m + "/pkg/nri"}},
+		{ImportPath: m + "/pkg/agentx", Deps: []string{m + "/pkg/deviceplugin"}}, // not under pkg/agent
+		{ImportPath: m + "/pkg/nri", Deps: []string{m + "/pkg/agent", m + "/pkg/deviceplugin/sub"}},
+		{ImportPath: m + "/pkg/nodestate", Deps: []string{m + "/pkg/agent", m + "/pkg/nodewatch", m + "/pkg/helper", m + "/pkg/dra"}},
+		{ImportPath: m + "/pkg/deviceplugin", Deps: []string{m + "/pkg/agent", m + "/pkg/dra"}}, // a front end: no rule
 	}
 	want := []string{
 		m + "/cmd/cni links " + m + "/pkg/nodewatch/sub, a front end or the agent (pkg/nodewatch) (rule: the CNI plugin links no front end and not the agent)",
+		m + "/pkg/agent links " + m + "/pkg/dra, a front end or an observer of the agent (pkg/dra) (rule: the agent links no front end and no observer)",
+		m + "/pkg/agent/config links " + m + "/pkg/nri, a front end or an observer of the agent (pkg/nri) (rule: the agent links no front end and no observer)",
 		m + "/pkg/cni/x links " + m + "/pkg/dra, a front end or the agent (pkg/dra) (rule: the CNI plugin links no front end and not the agent)",
+		m + "/pkg/cni/y links " + m + "/pkg/agent/config, a front end or the agent (pkg/agent) (rule: the CNI plugin links no front end and not the agent)",
 		m + "/pkg/hostapi/bad links golang.org/x/sys/unix, neither the standard library nor internal/ (rule: contracts link std and internal/ only)",
 		m + "/pkg/hostapi/unlisted links example.com/lib, neither the standard library nor internal/ (rule: contracts link std and internal/ only)",
+		m + "/pkg/nodestate links " + m + "/pkg/dra, a front end (pkg/dra) (rule: the agent's observers link no front end)",
+		m + "/pkg/nri links " + m + "/pkg/deviceplugin/sub, a front end (pkg/deviceplugin) (rule: the agent's observers link no front end)",
 	}
 	if diff := cmp.Diff(want, Check(pkgs, Rules)); diff != "" {
 		t.Errorf("Check (-want +got)\n%s", diff)

@@ -15,8 +15,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
@@ -32,13 +32,13 @@ func startRoCE(t *testing.T, cdi bool) *env {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, roceConfig)
-	e := start(t, nodesim.RoCESRIOV(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.RoCESRIOV(), func(c *agenttest.Config) {
 		c.ConfigFile = conf
 		if cdi {
 			c.CDIDir = filepath.Join(t.TempDir(), "cdi")
 		}
 	})
-	e.waitFor(t, 5*time.Second, "four pools listed", func(k *kubeletstub.Kubelet) bool {
+	e.WaitFor(t, 5*time.Second, "four pools listed", func(k *kubeletstub.Kubelet) bool {
 		for _, r := range []string{"pf", "vf-gpu0", "sf", "numa1"} {
 			if _, ok := k.Devices("rdma.example.com/" + r); !ok {
 				return false
@@ -49,7 +49,7 @@ func startRoCE(t *testing.T, cdi bool) *env {
 	return e
 }
 
-func (e *env) spec(ctr ...string) []*pluginapi.DeviceSpec {
+func spec(e *env, ctr ...string) []*pluginapi.DeviceSpec {
 	var out []*pluginapi.DeviceSpec
 	for _, c := range ctr {
 		out = append(out, &pluginapi.DeviceSpec{ContainerPath: c, HostPath: c, Permissions: "rw"})
@@ -68,7 +68,7 @@ func TestListPerMode(t *testing.T) {
 		"numa1":   {dev("numa1-0", numa1), dev("numa1-1", numa1), dev("numa1-2", numa1)},
 	}
 	for pool, w := range want {
-		got, _ := e.kubelet.Devices("rdma.example.com/" + pool)
+		got, _ := e.Kubelet.Devices("rdma.example.com/" + pool)
 		if diff := cmp.Diff(w, got, protocmp.Transform()); diff != "" {
 			t.Errorf("pool %s (-want +got)\n%s", pool, diff)
 		}
@@ -88,24 +88,24 @@ func TestAllocate(t *testing.T) {
 		// one NCCL_IB_HCA, the NCCL pool's, whatever order the kubelet
 		// merges the responses in.
 		{"two PFs of a pool that is not NCCL's", "pf", []string{"0000:16:00.0", "0000:15:00.0"}, &pluginapi.ContainerAllocateResponse{
-			Devices: e.spec("/dev/infiniband/uverbs0", "/dev/infiniband/umad0", "/dev/infiniband/issm0",
+			Devices: spec(e, "/dev/infiniband/uverbs0", "/dev/infiniband/umad0", "/dev/infiniband/issm0",
 				"/dev/infiniband/uverbs1", "/dev/infiniband/umad1", "/dev/infiniband/issm1", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_PF_RDMA_DEVICES": "mlx5_0,mlx5_1", "KUBE_RDMA_PF_PCI_ADDRESSES": "0000:15:00.0,0000:16:00.0",
 			}}},
 		{"VF without IPv4: first RoCE v2 index", "vf-gpu0", []string{"0000:15:00.3"}, &pluginapi.ContainerAllocateResponse{
-			Devices: e.spec("/dev/infiniband/uverbs9", "/dev/infiniband/umad9", "/dev/infiniband/issm9", "/dev/infiniband/rdma_cm"),
+			Devices: spec(e, "/dev/infiniband/uverbs9", "/dev/infiniband/umad9", "/dev/infiniband/issm9", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_VF_GPU0_RDMA_DEVICES": "mlx5_9", "KUBE_RDMA_VF_GPU0_PCI_ADDRESSES": "0000:15:00.3",
 				"NCCL_IB_HCA": "=mlx5_9", "NCCL_IB_GID_INDEX": "1",
 			}}},
 		{"SF of a pool that is not NCCL's", "sf", []string{"mlx5_core.sf.2"}, &pluginapi.ContainerAllocateResponse{
-			Devices: e.spec("/dev/infiniband/uverbs12", "/dev/infiniband/umad12", "/dev/infiniband/issm12", "/dev/infiniband/rdma_cm"),
+			Devices: spec(e, "/dev/infiniband/uverbs12", "/dev/infiniband/umad12", "/dev/infiniband/issm12", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_SF_RDMA_DEVICES": "mlx5_12", "KUBE_RDMA_SF_PCI_ADDRESSES": "0000:35:00.0",
 			}}},
 		{"shared slot gets the whole set, no NCCL variables", "numa1", []string{"numa1-2"}, &pluginapi.ContainerAllocateResponse{
-			Devices: e.spec("/dev/infiniband/uverbs4", "/dev/infiniband/umad4", "/dev/infiniband/issm4",
+			Devices: spec(e, "/dev/infiniband/uverbs4", "/dev/infiniband/umad4", "/dev/infiniband/issm4",
 				"/dev/infiniband/uverbs5", "/dev/infiniband/umad5", "/dev/infiniband/issm5", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_NUMA1_RDMA_DEVICES": "mlx5_4,mlx5_5", "KUBE_RDMA_NUMA1_PCI_ADDRESSES": "0000:95:00.0,0000:96:00.0",
@@ -113,7 +113,7 @@ func TestAllocate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := e.kubelet.Allocate(context.Background(), "rdma.example.com/"+tt.pool, tt.ids)
+			resp, err := e.Kubelet.Allocate(context.Background(), "rdma.example.com/"+tt.pool, tt.ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,13 +140,13 @@ func TestAllocateErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.kubelet.Allocate(context.Background(), "rdma.example.com/"+tt.pool, tt.ids...)
+			_, err := e.Kubelet.Allocate(context.Background(), "rdma.example.com/"+tt.pool, tt.ids...)
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("got %v, want InvalidArgument", err)
 			}
 		})
 	}
-	body := scrape(t, e.d, "/metrics")
+	body := scrape(t, e.Agent, "/metrics")
 	if got, want := metricLine(body, `kube_rdma_device_plugin_allocations_total{pool="pf",result="failure"}`), `kube_rdma_device_plugin_allocations_total{pool="pf",result="failure"} 4`; got != want {
 		t.Errorf("metric: got %q, want %q", got, want)
 	}
@@ -154,7 +154,7 @@ func TestAllocateErrors(t *testing.T) {
 
 func TestAllocateCDI(t *testing.T) {
 	e := startRoCE(t, true)
-	resp, err := e.kubelet.Allocate(context.Background(), "rdma.example.com/pf", []string{"0000:95:00.0"})
+	resp, err := e.Kubelet.Allocate(context.Background(), "rdma.example.com/pf", []string{"0000:95:00.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestAllocateCDI(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"cdi.k8s.io/kube-rdma_pf": "rdma.example.com/pf=0000:95:00.0"}, c.Annotations); diff != "" {
 		t.Errorf("annotations (-want +got)\n%s", diff)
 	}
-	resp, err = e.kubelet.Allocate(context.Background(), "rdma.example.com/numa1", []string{"numa1-0"})
+	resp, err = e.Kubelet.Allocate(context.Background(), "rdma.example.com/numa1", []string{"numa1-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestAllocateCDI(t *testing.T) {
 		t.Errorf("shared CDI devices (-want +got)\n%s", diff)
 	}
 
-	data, err := os.ReadFile(filepath.Join(e.cfg.CDIDir, "kube-rdma-vf-gpu0.json"))
+	data, err := os.ReadFile(filepath.Join(e.Cfg.CDIDir, "kube-rdma-vf-gpu0.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestAllocateCDI(t *testing.T) {
 
 func TestPreferredAllocation(t *testing.T) {
 	e := startRoCE(t, false)
-	all := ids(mustDevices(t, e.kubelet, "rdma.example.com/pf"))
+	all := ids(mustDevices(t, e.Kubelet, "rdma.example.com/pf"))
 	tests := []struct {
 		name      string
 		available []string
@@ -224,7 +224,7 @@ func TestPreferredAllocation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := e.kubelet.GetPreferredAllocation(context.Background(), "rdma.example.com/pf", tt.available, tt.must, tt.size)
+			got, err := e.Kubelet.GetPreferredAllocation(context.Background(), "rdma.example.com/pf", tt.available, tt.must, tt.size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestPreferredAllocation(t *testing.T) {
 			}
 		})
 	}
-	if _, err := e.kubelet.GetPreferredAllocation(context.Background(), "rdma.example.com/pf", []string{"nope"}, nil, 1); status.Code(err) != codes.InvalidArgument {
+	if _, err := e.Kubelet.GetPreferredAllocation(context.Background(), "rdma.example.com/pf", []string{"nope"}, nil, 1); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("unknown device: got %v, want InvalidArgument", err)
 	}
 }

@@ -5,8 +5,8 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -34,8 +35,8 @@ func dev(id string, numa int64) *pluginapi.Device {
 
 func TestRegistration(t *testing.T) {
 	e := start(t, nodesim.HGX(), nil)
-	e.waitFor(t, 5*time.Second, "device list", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
-	regs := e.kubelet.Registrations()
+	e.WaitFor(t, 5*time.Second, "device list", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	regs := e.Kubelet.Registrations()
 	if len(regs) != 1 {
 		t.Fatalf("got %d registrations, want 1", len(regs))
 	}
@@ -44,7 +45,7 @@ func TestRegistration(t *testing.T) {
 	if diff := cmp.Diff(want, regs[0], protocmp.Transform()); diff != "" {
 		t.Errorf("registration (-want +got)\n%s", diff)
 	}
-	got, _ := e.kubelet.Devices(hca)
+	got, _ := e.Kubelet.Devices(hca)
 	wantDevs := []*pluginapi.Device{
 		dev("0000:18:00.0", 0), dev("0000:27:00.0", 0), dev("0000:3a:00.0", 0), dev("0000:4b:00.0", 0),
 		dev("0000:5c:00.0", 0), dev("0000:9a:00.0", 1), dev("0000:a8:00.0", 1), dev("0000:ba:00.0", 1),
@@ -57,8 +58,8 @@ func TestRegistration(t *testing.T) {
 
 func TestTopologyOmittedWhenNUMAUnknown(t *testing.T) {
 	e := start(t, nodesim.VM(), nil)
-	e.waitFor(t, 5*time.Second, "device list", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
-	got, _ := e.kubelet.Devices(hca)
+	e.WaitFor(t, 5*time.Second, "device list", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	got, _ := e.Kubelet.Devices(hca)
 	want := []*pluginapi.Device{dev("0002:00:00.0", -1), dev("0004:00:00.0", -1)}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("devices (-want +got)\n%s", diff)
@@ -67,17 +68,17 @@ func TestTopologyOmittedWhenNUMAUnknown(t *testing.T) {
 
 func TestKubeletRestartReregistersWithinOneSecond(t *testing.T) {
 	e := start(t, nodesim.HGX(), nil)
-	e.waitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	e.WaitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
 	for i := range 3 {
-		if err := e.kubelet.Restart(); err != nil {
+		if err := e.Kubelet.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		took := e.waitFor(t, time.Second, "re-registration", func(k *kubeletstub.Kubelet) bool {
+		took := e.WaitFor(t, time.Second, "re-registration", func(k *kubeletstub.Kubelet) bool {
 			devs, ok := k.Devices(hca)
 			return ok && len(devs) == 10
 		})
 		t.Logf("restart %d: re-registered and listed in %s", i+1, took)
-		if n := len(e.kubelet.Registrations()); n != i+2 {
+		if n := len(e.Kubelet.Registrations()); n != i+2 {
 			t.Errorf("after restart %d: %d registrations, want %d", i+1, n, i+2)
 		}
 	}
@@ -85,27 +86,27 @@ func TestKubeletRestartReregistersWithinOneSecond(t *testing.T) {
 
 func TestPortDownIsUnhealthyAndRecovers(t *testing.T) {
 	e := start(t, nodesim.HGX(), nil)
-	e.waitFor(t, 5*time.Second, "healthy", hasHealth(hca, "0000:3a:00.0", pluginapi.Healthy))
-	if err := os.WriteFile(filepath.Join(e.tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state"), []byte("1: DOWN\n"), 0o644); err != nil {
+	e.WaitFor(t, 5*time.Second, "healthy", hasHealth(hca, "0000:3a:00.0", pluginapi.Healthy))
+	if err := os.WriteFile(filepath.Join(e.Tree.SysRoot, "class/infiniband/mlx5_1/ports/1/state"), []byte("1: DOWN\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	took := e.waitFor(t, time.Second, "unhealthy after port down", hasHealth(hca, "0000:3a:00.0", pluginapi.Unhealthy))
+	took := e.WaitFor(t, time.Second, "unhealthy after port down", hasHealth(hca, "0000:3a:00.0", pluginapi.Unhealthy))
 	t.Logf("unhealthy after %s", took)
-	if h := health(e.kubelet, hca)["0000:18:00.0"]; h != pluginapi.Healthy {
+	if h := health(e.Kubelet, hca)["0000:18:00.0"]; h != pluginapi.Healthy {
 		t.Errorf("mlx5_0 is %s, want Healthy", h)
 	}
-	if err := e.tree.SetPortState("mlx5_1", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+	if err := e.Tree.SetPortState("mlx5_1", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}
-	took = e.waitFor(t, time.Second, "healthy again", hasHealth(hca, "0000:3a:00.0", pluginapi.Healthy))
+	took = e.WaitFor(t, time.Second, "healthy again", hasHealth(hca, "0000:3a:00.0", pluginapi.Healthy))
 	t.Logf("healthy again after %s", took)
 }
 
 func TestPortDownAtStart(t *testing.T) {
 	e := start(t, nodesim.PortDown(), nil)
-	e.waitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 2 })
+	e.WaitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 2 })
 	want := map[string]string{"0000:18:00.0": pluginapi.Healthy, "0000:3a:00.0": pluginapi.Unhealthy}
-	if diff := cmp.Diff(want, health(e.kubelet, hca)); diff != "" {
+	if diff := cmp.Diff(want, health(e.Kubelet, hca)); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
@@ -113,31 +114,31 @@ func TestPortDownAtStart(t *testing.T) {
 func TestDeviceRemovedAndBack(t *testing.T) {
 	topo := nodesim.HGX()
 	e := start(t, topo, nil)
-	e.waitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
-	if err := e.tree.RemoveRDMA("mlx5_2"); err != nil {
+	e.WaitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
+	if err := e.Tree.RemoveRDMA("mlx5_2"); err != nil {
 		t.Fatal(err)
 	}
-	took := e.waitFor(t, time.Second, "device gone", func(k *kubeletstub.Kubelet) bool {
+	took := e.WaitFor(t, time.Second, "device gone", func(k *kubeletstub.Kubelet) bool {
 		_, present := health(k, hca)["0000:4b:00.0"]
 		return len(health(k, hca)) == 9 && !present
 	})
 	t.Logf("removed from ListAndWatch after %s", took)
-	if _, err := e.kubelet.Allocate(context.Background(), hca, []string{"0000:4b:00.0"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := e.Kubelet.Allocate(context.Background(), hca, []string{"0000:4b:00.0"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Allocate of a removed device: got %v, want InvalidArgument", err)
 	}
-	if err := e.tree.AddRDMA(topo.RDMA[2]); err != nil {
+	if err := e.Tree.AddRDMA(topo.RDMA[2]); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, time.Second, "device back", hasHealth(hca, "0000:4b:00.0", pluginapi.Healthy))
+	e.WaitFor(t, time.Second, "device back", hasHealth(hca, "0000:4b:00.0", pluginapi.Healthy))
 }
 
 func TestSocketsRemovedOnStop(t *testing.T) {
 	e := start(t, nodesim.HGX(), nil)
-	sock := filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("hca"))
+	sock := filepath.Join(e.Cfg.KubeletDir, deviceplugin.SocketName("hca"))
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("socket while running: %v", err)
 	}
-	if err := e.stop(); err != nil {
+	if err := e.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
@@ -149,11 +150,11 @@ func TestNetnsModeExclusiveWithSharedPool(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "config.yaml")
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: roce, mode: shared, slots: 4, selectors: {linkLayers: [Ethernet]}}\n")
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) {
 		c.ConfigFile = conf
-		c.NetnsMode = fakeNetns{mode: rdma.NetnsExclusive}
+		c.NetnsMode = fakeNetns{Mode: rdma.NetnsExclusive}
 	})
-	st := e.d.State()
+	st := e.Agent.State()
 	if st.RDMANetnsMode != "exclusive" {
 		t.Errorf("state netns mode %q, want exclusive", st.RDMANetnsMode)
 	}
@@ -161,7 +162,7 @@ func TestNetnsModeExclusiveWithSharedPool(t *testing.T) {
 	if diff := cmp.Diff(want, st.Problems); diff != "" {
 		t.Errorf("problems (-want +got)\n%s", diff)
 	}
-	body := scrape(t, e.d, "/metrics")
+	body := scrape(t, e.Agent, "/metrics")
 	for _, line := range []string{
 		`kube_rdma_device_plugin_rdma_netns_mode{mode="exclusive"} 1`,
 		`kube_rdma_device_plugin_config_problems 1`,
@@ -173,18 +174,18 @@ func TestNetnsModeExclusiveWithSharedPool(t *testing.T) {
 }
 
 func TestNetnsModeUnknown(t *testing.T) {
-	e := start(t, nodesim.SoftRoCE(), func(c *deviceplugin.Config) { c.NetnsMode = fakeNetns{err: errAny} })
-	if got := e.d.State().RDMANetnsMode; got != "unknown" {
+	e := start(t, nodesim.SoftRoCE(), func(c *agenttest.Config) { c.NetnsMode = fakeNetns{Err: errAny} })
+	if got := e.Agent.State().RDMANetnsMode; got != "unknown" {
 		t.Errorf("netns mode %q, want unknown", got)
 	}
 }
 
 func TestKubeletStartsLater(t *testing.T) {
 	e := start(t, nodesim.SoftRoCE(), nil)
-	e.waitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
-	e.kubelet.Stop() // kubelet down: kubelet.sock gone, plugin keeps serving
+	e.WaitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	e.Kubelet.Stop() // kubelet down: kubelet.sock gone, plugin keeps serving
 	begin := time.Now()
-	k2, err := kubeletstub.Start(e.cfg.KubeletDir, nil)
+	k2, err := kubeletstub.Start(e.Cfg.KubeletDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,10 +206,10 @@ func TestKubeletStartsLater(t *testing.T) {
 // a kubelet answers.
 func TestRegistrationRetries(t *testing.T) {
 	e := start(t, nodesim.SoftRoCE(), nil)
-	e.waitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
-	e.kubelet.Stop()
+	e.WaitFor(t, 5*time.Second, "first registration", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(hca); return ok })
+	e.Kubelet.Stop()
 	// A socket file nobody listens on: connections are refused.
-	l, err := net.Listen("unix", filepath.Join(e.cfg.KubeletDir, deviceplugin.KubeletSocket))
+	l, err := net.Listen("unix", filepath.Join(e.Cfg.KubeletDir, deviceplugin.KubeletSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +218,10 @@ func TestRegistrationRetries(t *testing.T) {
 	failures := `kube_rdma_device_plugin_registrations_total{pool="hca",result="failure"}`
 	poll(t, 3*time.Second, "three failed registrations", func() bool {
 		var n int
-		_, err := fmt.Sscanf(strings.TrimPrefix(metricLine(scrape(t, e.d, "/metrics"), failures), failures+" "), "%d", &n)
+		_, err := fmt.Sscanf(strings.TrimPrefix(metricLine(scrape(t, e.Agent, "/metrics"), failures), failures+" "), "%d", &n)
 		return err == nil && n >= 3
 	})
-	k2, err := kubeletstub.Start(e.cfg.KubeletDir, nil)
+	k2, err := kubeletstub.Start(e.Cfg.KubeletDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

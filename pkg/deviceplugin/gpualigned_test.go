@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
@@ -47,13 +47,13 @@ func startAligned(t *testing.T, mode rdma.NetnsMode, allocDir string) *env {
 	if allocDir == "-" {
 		allocDir = t.TempDir()
 	}
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) {
 		c.ConfigFile = conf
-		c.NetnsMode = fakeNetns{mode: mode}
+		c.NetnsMode = fakeNetns{Mode: mode}
 		c.AllocDir = allocDir
 		c.CDIDir = filepath.Join(t.TempDir(), "cdi")
 	})
-	e.waitFor(t, 5*time.Second, "roce listed", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices("rdma.example.com/roce"); return ok })
+	e.WaitFor(t, 5*time.Second, "roce listed", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices("rdma.example.com/roce"); return ok })
 	return e
 }
 
@@ -67,7 +67,7 @@ func slots(n int) []string {
 
 func readPoolFile(t *testing.T, e *env) allocdir.PoolFile {
 	t.Helper()
-	f, err := allocdir.ReadPoolFile(e.cfg.AllocDir, "gpu-nics")
+	f, err := allocdir.ReadPoolFile(e.Cfg.AllocDir, "gpu-nics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +76,8 @@ func readPoolFile(t *testing.T, e *env) allocdir.PoolFile {
 
 func TestAlignedSlotsHealthAndPoolFile(t *testing.T) {
 	e := startAligned(t, rdma.NetnsExclusive, "-")
-	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
-	devs, _ := e.kubelet.Devices(aligned)
+	e.WaitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	devs, _ := e.Kubelet.Devices(aligned)
 	var want []*pluginapi.Device
 	for _, id := range slots(8) {
 		want = append(want, &pluginapi.Device{ID: id, Health: pluginapi.Healthy}) // no topology
@@ -90,34 +90,34 @@ func TestAlignedSlotsHealthAndPoolFile(t *testing.T) {
 	if diff := cmp.Diff(wantFile, readPoolFile(t, e)); diff != "" {
 		t.Errorf("pool.json at start (-want +got)\n%s", diff)
 	}
-	if fi, err := os.Stat(allocdir.PoolDir(e.cfg.AllocDir, "gpu-nics")); err != nil || fi.Mode().Perm() != 0o755 {
+	if fi, err := os.Stat(allocdir.PoolDir(e.Cfg.AllocDir, "gpu-nics")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("pool dir: %v, %v; want mode 0755", fi, err)
 	}
 
 	// Two members down: the two highest slots go unhealthy, whichever
 	// members they are.
 	for _, dev := range []string{"mlx5_2", "mlx5_5"} {
-		if err := e.tree.SetPortState(dev, 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+		if err := e.Tree.SetPortState(dev, 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.waitFor(t, 5*time.Second, "slots 6 and 7 unhealthy", func(k *kubeletstub.Kubelet) bool {
+	e.WaitFor(t, 5*time.Second, "slots 6 and 7 unhealthy", func(k *kubeletstub.Kubelet) bool {
 		h := health(k, aligned)
 		return h["gpu-nics-slot-6"] == pluginapi.Unhealthy && h["gpu-nics-slot-7"] == pluginapi.Unhealthy
 	})
-	for id, h := range health(e.kubelet, aligned) {
+	for id, h := range health(e.Kubelet, aligned) {
 		if wantH := pluginapi.Healthy; id != "gpu-nics-slot-6" && id != "gpu-nics-slot-7" && h != wantH {
 			t.Errorf("%s is %s, want %s", id, h, wantH)
 		}
 	}
 	wantFile.Healthy = []string{"mlx5_0", "mlx5_1", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_7"}
 	poll(t, 5*time.Second, "pool.json rewritten", func() bool {
-		f, err := allocdir.ReadPoolFile(e.cfg.AllocDir, "gpu-nics")
+		f, err := allocdir.ReadPoolFile(e.Cfg.AllocDir, "gpu-nics")
 		return err == nil && cmp.Equal(wantFile, f)
 	})
 
 	// GetPreferredAllocation: any slots, healthy ones first, in slot order.
-	got, err := e.kubelet.GetPreferredAllocation(context.Background(), aligned,
+	got, err := e.Kubelet.GetPreferredAllocation(context.Background(), aligned,
 		[]string{"gpu-nics-slot-7", "gpu-nics-slot-5", "gpu-nics-slot-2", "gpu-nics-slot-6"}, []string{"gpu-nics-slot-6"}, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -126,26 +126,26 @@ func TestAlignedSlotsHealthAndPoolFile(t *testing.T) {
 		t.Errorf("preferred (-want +got)\n%s", diff)
 	}
 
-	if err := e.tree.SetPortState("mlx5_2", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+	if err := e.Tree.SetPortState("mlx5_2", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, 5*time.Second, "slot 6 healthy again", hasHealth(aligned, "gpu-nics-slot-6", pluginapi.Healthy))
+	e.WaitFor(t, 5*time.Second, "slot 6 healthy again", hasHealth(aligned, "gpu-nics-slot-6", pluginapi.Healthy))
 	wantFile.Healthy = []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_7"}
 	poll(t, 5*time.Second, "pool.json rewritten again", func() bool {
-		f, err := allocdir.ReadPoolFile(e.cfg.AllocDir, "gpu-nics")
+		f, err := allocdir.ReadPoolFile(e.Cfg.AllocDir, "gpu-nics")
 		return err == nil && cmp.Equal(wantFile, f)
 	})
-	if entries, _ := os.ReadDir(allocdir.PoolDir(e.cfg.AllocDir, "gpu-nics")); len(entries) != 1 {
+	if entries, _ := os.ReadDir(allocdir.PoolDir(e.Cfg.AllocDir, "gpu-nics")); len(entries) != 1 {
 		t.Errorf("pool dir holds %d entries, want pool.json only (no temporary files left)", len(entries))
 	}
 }
 
 func TestAlignedAllocate(t *testing.T) {
 	e := startAligned(t, rdma.NetnsExclusive, "-")
-	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	e.WaitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
 	ctr1 := []string{"gpu-nics-slot-3", "gpu-nics-slot-1"}
 	ctr2 := []string{"gpu-nics-slot-0"}
-	resp, err := e.kubelet.Allocate(context.Background(), aligned, ctr1, ctr2)
+	resp, err := e.Kubelet.Allocate(context.Background(), aligned, ctr1, ctr2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,14 +159,14 @@ func TestAlignedAllocate(t *testing.T) {
 	allocIDs := []string{"c08b912597a02f33", "90f72a0346a3949d"}
 	want := func(allocID string) *pluginapi.ContainerAllocateResponse {
 		return &pluginapi.ContainerAllocateResponse{
-			Devices: e.spec(nodes...),
+			Devices: spec(e, nodes...),
 			Envs: map[string]string{
 				"NCCL_CONF_FILE":              "/var/run/kube-rdma/gpu-nics/nccl.conf",
 				"KUBE_RDMA_GPU_NICS_ENV_FILE": "/var/run/kube-rdma/gpu-nics/env",
 			},
 			Mounts: []*pluginapi.Mount{{
 				ContainerPath: "/var/run/kube-rdma/gpu-nics",
-				HostPath:      filepath.Join(e.cfg.AllocDir, "gpu-nics", allocID),
+				HostPath:      filepath.Join(e.Cfg.AllocDir, "gpu-nics", allocID),
 				ReadOnly:      true,
 			}},
 		}
@@ -176,7 +176,7 @@ func TestAlignedAllocate(t *testing.T) {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 	for _, id := range allocIDs {
-		dir := filepath.Join(e.cfg.AllocDir, "gpu-nics", id)
+		dir := filepath.Join(e.Cfg.AllocDir, "gpu-nics", id)
 		fi, err := os.Stat(dir)
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
 			t.Errorf("allocation dir %s: %v, %v; want a directory, mode 0755", dir, fi, err)
@@ -188,9 +188,9 @@ func TestAlignedAllocate(t *testing.T) {
 	}
 	// The same slots again (a later pod): the directory is emptied of the
 	// earlier pod's files before the CNI writes the new ones.
-	dir := filepath.Join(e.cfg.AllocDir, "gpu-nics", allocIDs[0])
+	dir := filepath.Join(e.Cfg.AllocDir, "gpu-nics", allocIDs[0])
 	writeFile(t, filepath.Join(dir, "nccl.conf"), "NCCL_IB_HCA==mlx5_0,mlx5_1\n")
-	if _, err := e.kubelet.Allocate(context.Background(), aligned, ctr1); err != nil {
+	if _, err := e.Kubelet.Allocate(context.Background(), aligned, ctr1); err != nil {
 		t.Fatal(err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
@@ -201,10 +201,10 @@ func TestAlignedAllocate(t *testing.T) {
 			t.Errorf("response has NCCL_IB_HCA, CDI devices or annotations: %v", c)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(e.cfg.CDIDir, "kube-rdma-gpu-nics.json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.Cfg.CDIDir, "kube-rdma-gpu-nics.json")); !os.IsNotExist(err) {
 		t.Errorf("CDI spec of the gpuAligned pool: %v, want none", err)
 	}
-	if _, err := os.Stat(filepath.Join(e.cfg.CDIDir, "kube-rdma-roce.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(e.Cfg.CDIDir, "kube-rdma-roce.json")); err != nil {
 		t.Errorf("CDI spec of the plain pool: %v", err)
 	}
 
@@ -213,7 +213,7 @@ func TestAlignedAllocate(t *testing.T) {
 		"device ID of a NIC": {"0000:18:00.0"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := e.kubelet.Allocate(context.Background(), aligned, ids); status.Code(err) != codes.InvalidArgument {
+			if _, err := e.Kubelet.Allocate(context.Background(), aligned, ids); status.Code(err) != codes.InvalidArgument {
 				t.Errorf("got %v, want InvalidArgument", err)
 			}
 		})
@@ -223,11 +223,11 @@ func TestAlignedAllocate(t *testing.T) {
 func TestAlignedAllocateDirFailure(t *testing.T) {
 	root := t.TempDir()
 	e := startAligned(t, rdma.NetnsExclusive, root)
-	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	e.WaitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
 	// A file where the allocation directory must go.
 	ids := []string{"gpu-nics-slot-0"}
 	writeFile(t, filepath.Join(root, "gpu-nics", allocdir.AllocID(ids)), "")
-	if _, err := e.kubelet.Allocate(context.Background(), aligned, ids); status.Code(err) != codes.Internal {
+	if _, err := e.Kubelet.Allocate(context.Background(), aligned, ids); status.Code(err) != codes.Internal {
 		t.Errorf("got %v, want Internal", err)
 	}
 }
@@ -260,7 +260,7 @@ func TestAlignedRefused(t *testing.T) {
 				writeFile(t, allocdir.PoolFilePath(tt.allocDir, "gpu-nics"), `{"pool": "gpu-nics"}`)
 			}
 			e := startAligned(t, tt.mode, tt.allocDir)
-			v, _ := e.d.View()
+			v, _ := e.Agent.View()
 			if !slices.Contains(v.ConfigErrors, tt.want) {
 				t.Errorf("config errors %q lack\n%s", v.ConfigErrors, tt.want)
 			}
@@ -269,16 +269,16 @@ func TestAlignedRefused(t *testing.T) {
 					t.Errorf("view serves the refused pool: %+v", p)
 				}
 			}
-			if _, ok := e.kubelet.Devices(aligned); ok {
+			if _, ok := e.Kubelet.Devices(aligned); ok {
 				t.Error("the refused pool registered with the kubelet")
 			}
-			for _, r := range e.kubelet.Registrations() {
+			for _, r := range e.Kubelet.Registrations() {
 				if r.ResourceName == aligned {
 					t.Error("the refused pool registered with the kubelet")
 				}
 			}
 			if tt.allocDir != "" {
-				if _, err := allocdir.ReadPoolFile(e.cfg.AllocDir, "gpu-nics"); !errors.Is(err, fs.ErrNotExist) {
+				if _, err := allocdir.ReadPoolFile(e.Cfg.AllocDir, "gpu-nics"); !errors.Is(err, fs.ErrNotExist) {
 					t.Errorf("pool.json of a refused pool: %v, want none", err)
 				}
 			}
@@ -288,12 +288,12 @@ func TestAlignedRefused(t *testing.T) {
 
 func TestAlignedPoolFileRemovedWithBinding(t *testing.T) {
 	e := startAligned(t, rdma.NetnsExclusive, "-")
-	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	e.WaitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
 	readPoolFile(t, e)
 	// The same pool without the binding: one kubelet device per NIC, no pool file.
-	writeFile(t, e.cfg.ConfigFile, strings.Replace(alignedConfig, "binding: gpuAligned, ", "", 1))
-	e.waitFor(t, 5*time.Second, "NICs listed by PCI address", hasHealth(aligned, "0000:18:00.0", pluginapi.Healthy))
-	if _, err := os.Stat(allocdir.PoolFilePath(e.cfg.AllocDir, "gpu-nics")); !errors.Is(err, fs.ErrNotExist) {
+	writeFile(t, e.Cfg.ConfigFile, strings.Replace(alignedConfig, "binding: gpuAligned, ", "", 1))
+	e.WaitFor(t, 5*time.Second, "NICs listed by PCI address", hasHealth(aligned, "0000:18:00.0", pluginapi.Healthy))
+	if _, err := os.Stat(allocdir.PoolFilePath(e.Cfg.AllocDir, "gpu-nics")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pool.json after the binding was removed: %v, want none", err)
 	}
 }
@@ -306,24 +306,24 @@ func TestAlignedAllocDirsRemovedWhenNotHeld(t *testing.T) {
 	}
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, alignedConfig)
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) {
 		c.ConfigFile = conf
-		c.NetnsMode = fakeNetns{mode: rdma.NetnsExclusive}
+		c.NetnsMode = fakeNetns{Mode: rdma.NetnsExclusive}
 		c.AllocDir = t.TempDir()
 		c.Allocations = client
 		c.AllocGCInterval = 10 * time.Millisecond
 		c.AllocGCGrace = time.Nanosecond
 	})
-	e.waitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
+	e.WaitFor(t, 5*time.Second, "eight slots", func(k *kubeletstub.Kubelet) bool { return len(health(k, aligned)) == 8 })
 	held, freed := []string{"gpu-nics-slot-3", "gpu-nics-slot-1"}, []string{"gpu-nics-slot-0"}
 	dir := func(ids []string) string {
-		return allocdir.AllocPath(e.cfg.AllocDir, "gpu-nics", allocdir.AllocID(ids))
+		return allocdir.AllocPath(e.Cfg.AllocDir, "gpu-nics", allocdir.AllocID(ids))
 	}
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 
 	// While List fails nothing is removed, held or not.
 	pr.Fail(errAny)
-	if _, err := e.kubelet.Allocate(context.Background(), aligned, held, freed); err != nil {
+	if _, err := e.Kubelet.Allocate(context.Background(), aligned, held, freed); err != nil {
 		t.Fatal(err)
 	}
 	calls := pr.ListCalls.Load()
@@ -334,14 +334,14 @@ func TestAlignedAllocDirsRemovedWhenNotHeld(t *testing.T) {
 
 	// Only the held container's directory stays, and what is not an
 	// allocation directory.
-	other := filepath.Join(allocdir.PoolDir(e.cfg.AllocDir, "gpu-nics"), "not-an-alloc")
+	other := filepath.Join(allocdir.PoolDir(e.Cfg.AllocDir, "gpu-nics"), "not-an-alloc")
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	pr.SetPods(podrestest.Pod{Namespace: "ns", Name: "trainer", Devices: map[string][]string{aligned: held}})
 	pr.Fail(nil)
 	poll(t, 5*time.Second, "the freed slots' directory removed", func() bool { return !exists(dir(freed)) })
-	for _, p := range []string{dir(held), other, allocdir.PoolFilePath(e.cfg.AllocDir, "gpu-nics")} {
+	for _, p := range []string{dir(held), other, allocdir.PoolFilePath(e.Cfg.AllocDir, "gpu-nics")} {
 		if !exists(p) {
 			t.Errorf("%s removed", p)
 		}

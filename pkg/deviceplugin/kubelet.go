@@ -19,7 +19,7 @@ type kubeletEvent struct {
 
 // kubeletWatcher watches the kubelet's device plugin directory for the
 // events that mean a pool must serve or register again. It is shared by
-// every pool server; Daemon.Run forwards its events.
+// every pool server; Plugin.Start's forwarder passes its events on.
 type kubeletWatcher struct {
 	fw     *fsnotify.Watcher
 	events chan kubeletEvent
@@ -66,7 +66,7 @@ func (k *kubeletWatcher) run(log *slog.Logger) {
 	}
 }
 
-// send blocks until Daemon.Run (or close) takes the event.
+// send blocks until the forwarder (or close) takes the event.
 func (k *kubeletWatcher) send(ev kubeletEvent) { k.events <- ev }
 
 func (k *kubeletWatcher) close() {

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 )
 
 // TestReserveKeepsSocket re-serves right after serving, as the daemon does

@@ -10,8 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
@@ -26,8 +27,8 @@ func TestChangedPoolReregisters(t *testing.T) {
 			"- {name: roce, mode: shared, nccl: false, slots: " + slots + ", selectors: {linkLayers: [Ethernet]}}\n"
 	}
 	writeFile(t, conf, pools("2"))
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
-	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf })
+	e.WaitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
 	count := func(k *kubeletstub.Kubelet, resource string) int {
 		n := 0
 		for _, r := range k.Registrations() {
@@ -40,13 +41,13 @@ func TestChangedPoolReregisters(t *testing.T) {
 	for i, slots := range []string{"3", "5"} {
 		want := int(slots[0] - '0')
 		writeFile(t, conf, pools(slots))
-		took := e.waitFor(t, time.Second, "re-registration with "+slots+" slots", func(k *kubeletstub.Kubelet) bool {
+		took := e.WaitFor(t, time.Second, "re-registration with "+slots+" slots", func(k *kubeletstub.Kubelet) bool {
 			d, _ := k.Devices("rdma.example.com/roce")
 			return count(k, "rdma.example.com/roce") == i+2 && len(d) == want
 		})
 		t.Logf("%s slots: re-registered and listed in %s", slots, took)
 	}
-	if n := count(e.kubelet, "rdma.example.com/ib"); n != 1 {
+	if n := count(e.Kubelet, "rdma.example.com/ib"); n != 1 {
 		t.Errorf("unchanged ib pool registered %d times, want 1", n)
 	}
 }
@@ -56,14 +57,14 @@ func TestChangedPoolReregisters(t *testing.T) {
 // times a second: retries are bounded by time, not by events, and the device
 // becomes Healthy.
 func TestLateVFPortsWithEventStorm(t *testing.T) {
-	src := make(pokeSource)
+	src := make(agenttest.PokeSource)
 	topo := nodesim.HGX()
-	e := start(t, topo, func(c *deviceplugin.Config) { c.Events = []deviceplugin.EventSource{src} })
-	e.waitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
-	if err := e.tree.RemoveRDMA("mlx5_2"); err != nil {
+	e := start(t, topo, func(c *agenttest.Config) { c.Events = []agent.EventSource{src} })
+	e.WaitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
+	if err := e.Tree.RemoveRDMA("mlx5_2"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, 2*time.Second, "device gone", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 9 })
+	e.WaitFor(t, 2*time.Second, "device gone", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 9 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,10 +91,10 @@ func TestLateVFPortsWithEventStorm(t *testing.T) {
 	late := topo.RDMA[2]
 	ports := late.Ports
 	late.Ports = nil
-	if err := e.tree.AddRDMA(late); err != nil {
+	if err := e.Tree.AddRDMA(late); err != nil {
 		t.Fatal(err)
 	}
-	ib, err := filepath.EvalSymlinks(filepath.Join(e.tree.SysRoot, "class/infiniband/mlx5_2"))
+	ib, err := filepath.EvalSymlinks(filepath.Join(e.Tree.SysRoot, "class/infiniband/mlx5_2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestLateVFPortsWithEventStorm(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(ib, "ports")); err != nil {
 		t.Fatal(err)
 	}
-	took := e.waitFor(t, 5*time.Second, "late device healthy", hasHealth(hca, "0000:4b:00.0", pluginapi.Healthy))
+	took := e.WaitFor(t, 5*time.Second, "late device healthy", hasHealth(hca, "0000:4b:00.0", pluginapi.Healthy))
 	t.Logf("healthy %s after its ports appeared", took)
 }
 
@@ -125,18 +126,18 @@ func TestLateVFPortsWithEventStorm(t *testing.T) {
 // to its netdev) and pokes an address event: Allocate follows with the new
 // RoCE v2 index. (The CDI spec carries device nodes only; TestAllocateCDI.)
 func TestGIDChangeReachesAllocate(t *testing.T) {
-	src := make(pokeSource)
+	src := make(agenttest.PokeSource)
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, roceConfig)
-	e := start(t, nodesim.RoCESRIOV(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.RoCESRIOV(), func(c *agenttest.Config) {
 		c.ConfigFile = conf
 		c.HealthInterval = time.Hour // only the event can make the change visible
-		c.Events = []deviceplugin.EventSource{src}
+		c.Events = []agent.EventSource{src}
 	})
 	const vf = "rdma.example.com/vf-gpu0"
-	e.waitFor(t, 5*time.Second, "vf pool", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(vf); return ok })
+	e.WaitFor(t, 5*time.Second, "vf pool", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices(vf); return ok })
 	gidIndex := func() string {
-		resp, err := e.kubelet.Allocate(context.Background(), vf, []string{"0000:15:00.3"})
+		resp, err := e.Kubelet.Allocate(context.Background(), vf, []string{"0000:15:00.3"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestGIDChangeReachesAllocate(t *testing.T) {
 	if got := gidIndex(); got != "1" {
 		t.Fatalf("GID index before: %s, want 1", got)
 	}
-	port := filepath.Join(e.tree.SysRoot, "class/infiniband/mlx5_9/ports/1")
+	port := filepath.Join(e.Tree.SysRoot, "class/infiniband/mlx5_9/ports/1")
 	v4 := "0000:0000:0000:0000:0000:ffff:0a01:0909"
 	for i, typ := range map[string]string{"2": "IB/RoCE v1", "3": "RoCE v2"} {
 		writeFile(t, filepath.Join(port, "gids", i), v4+"\n")
@@ -170,7 +171,7 @@ func TestCDISpecsRemovedOnStop(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	ib := "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"
 	writeFile(t, conf, ib+"- {name: roce, mode: shared, nccl: false, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) {
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) {
 		c.CDIDir = cdi
 		c.ConfigFile = conf
 	})
@@ -190,7 +191,7 @@ func TestCDISpecsRemovedOnStop(t *testing.T) {
 	poll(t, 2*time.Second, "removed pool's spec removed", func() bool {
 		return cmp.Equal([]string{"kube-rdma-ib.json", "vendor-gpu.json"}, listing())
 	})
-	if err := e.stop(); err != nil {
+	if err := e.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"vendor-gpu.json"}, listing()); diff != "" {
@@ -205,11 +206,11 @@ func TestPreferredAllocationSkipsUnhealthyAndMixedLinkLayers(t *testing.T) {
 	// The daemon fills allocator.Device.Unhealthy and LinkLayer from the
 	// latest snapshot; Closest honours them.
 	e := start(t, nodesim.HGX(), nil)
-	e.waitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
-	if err := e.tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+	e.WaitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 10 })
+	if err := e.Tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, 2*time.Second, "mlx5_0 unhealthy", hasHealth(hca, "0000:18:00.0", pluginapi.Unhealthy))
+	e.WaitFor(t, 2*time.Second, "mlx5_0 unhealthy", hasHealth(hca, "0000:18:00.0", pluginapi.Unhealthy))
 	tests := []struct {
 		name      string
 		available []string
@@ -221,7 +222,7 @@ func TestPreferredAllocationSkipsUnhealthyAndMixedLinkLayers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := e.kubelet.GetPreferredAllocation(context.Background(), hca, tt.available, nil, 2)
+			got, err := e.Kubelet.GetPreferredAllocation(context.Background(), hca, tt.available, nil, 2)
 			if err != nil {
 				t.Fatal(err)
 			}

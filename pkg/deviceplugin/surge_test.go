@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -26,19 +27,19 @@ func TestSurgeUpdate(t *testing.T) {
 	// over needs the old daemon to stop serving a path another process bound
 	// (docs/device-plugin.md, "Updates").
 	t.Skip("surge hand-over of pool sockets races (docs/device-plugin.md, Updates): not the chart's default until fixed")
-	old := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.CDIDir = filepath.Join(t.TempDir(), "cdi") })
-	sock := filepath.Join(old.cfg.KubeletDir, deviceplugin.SocketName("hca"))
-	spec := filepath.Join(old.cfg.CDIDir, "kube-rdma-hca.json")
+	old := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.CDIDir = filepath.Join(t.TempDir(), "cdi") })
+	sock := filepath.Join(old.Cfg.KubeletDir, deviceplugin.SocketName("hca"))
+	spec := filepath.Join(old.Cfg.CDIDir, "kube-rdma-hca.json")
 	for _, p := range []string{sock, spec} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("old daemon: %v", err)
 		}
 	}
-	regs := len(old.kubelet.Registrations())
+	regs := len(old.Kubelet.Registrations())
 
-	cfg := old.cfg
-	cfg.MetricsAddr = old.d.MetricsAddr() // the same port: two listeners
-	next, err := deviceplugin.New(cfg)
+	cfg := old.Cfg
+	cfg.MetricsAddr = old.Agent.MetricsAddr() // the same port: two listeners
+	next, err := agenttest.New(cfg)
 	if err != nil {
 		t.Fatalf("second daemon on the status port %s: %v", cfg.MetricsAddr, err)
 	}
@@ -56,7 +57,7 @@ func TestSurgeUpdate(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("new daemon exited: %v", err)
 	}
-	old.waitFor(t, 5*time.Second, "the new daemon's registration", func(k *kubeletstub.Kubelet) bool {
+	old.WaitFor(t, 5*time.Second, "the new daemon's registration", func(k *kubeletstub.Kubelet) bool {
 		return len(k.Registrations()) > regs
 	})
 	// The registration counted may be the old daemon's again (it re-registers
@@ -71,7 +72,7 @@ func TestSurgeUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := old.stop(); err != nil {
+	if err := old.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	// The same socket file: not removed and served again.
@@ -95,13 +96,13 @@ func TestSurgeUpdate(t *testing.T) {
 		}
 	}
 	// The kubelet's calls reach the new daemon through the socket.
-	devs, _ := old.kubelet.Devices(hca)
+	devs, _ := old.Kubelet.Devices(hca)
 	if len(devs) == 0 {
 		t.Fatal("no devices listed")
 	}
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
-	if _, err := old.kubelet.Allocate(actx, hca, []string{devs[0].ID}); err != nil {
+	if _, err := old.Kubelet.Allocate(actx, hca, []string{devs[0].ID}); err != nil {
 		t.Errorf("allocate after the old daemon stopped: %v", err)
 	}
 	stopNext()

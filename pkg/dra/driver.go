@@ -59,10 +59,10 @@ type DriverConfig struct {
 	Logger            *slog.Logger
 }
 
-// Driver is the DRA front end: the kubelet plugin (registration, claim
-// preparation, device health) through the kubeletplugin helper, and the
-// ResourceSlices of the daemon's dra pools. The daemon calls Publish with
-// every snapshot.
+// Driver is the DRA front end (agent.FrontEnd): the kubelet plugin
+// (registration, claim preparation, device health) through the
+// kubeletplugin helper, and the ResourceSlices of the agent's dra pools. The
+// agent calls Update, which publishes, with every snapshot.
 type Driver struct {
 	cfg    DriverConfig
 	log    *slog.Logger
@@ -79,6 +79,8 @@ type Driver struct {
 	kick chan struct{}
 	// pubErr is the last publication's error, nil once one went through.
 	pubErr error
+
+	stop sync.Once
 }
 
 // StartDriver registers the driver with the kubelet and serves its gRPC
@@ -193,9 +195,10 @@ func (d *Driver) PublishErr() error {
 // records (claimrecord.DefaultDir with the default plugin directory).
 func ClaimsDir(pluginDir string) string { return filepath.Join(pluginDir, "claims") }
 
-// Stop stops the kubelet plugin. The published slices stay: a restarted
-// daemon republishes, and the scheduler keeps the devices meanwhile.
-func (d *Driver) Stop() { d.helper.Stop() }
+// Stop stops the kubelet plugin; a second call does nothing. The published
+// slices stay: a restarted daemon republishes, and the scheduler keeps the
+// devices meanwhile.
+func (d *Driver) Stop() { d.stop.Do(d.helper.Stop) }
 
 // Publish replaces the published pools: configured pool name -> members;
 // noNCCL names the pools that do not set NCCL's variables. Devices whose

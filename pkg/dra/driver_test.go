@@ -25,7 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
@@ -362,8 +363,8 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := deviceplugin.New(deviceplugin.Config{ConfigFile: conf, KubeletDir: filepath.Join(sockDir, "kubelet"), SysRoot: tree.SysRoot,
-		ProcRoot: tree.ProcRoot, DevRoot: t.TempDir(), NodeName: "node-a", NetnsMode: sharedNetns{}, Events: []deviceplugin.EventSource{}, DRA: drv})
+	d, err := agent.New(agent.Config{ConfigFile: conf, SysRoot: tree.SysRoot, ProcRoot: tree.ProcRoot, NodeName: "node-a",
+		NetnsMode: sharedNetns{}, Events: []agent.EventSource{}, FrontEnds: map[config.Frontend]agent.FrontEnd{config.DRA: drv}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +416,8 @@ func TestDaemonPublishesThroughDRA(t *testing.T) {
 		_, ok := p[byName["mlx5_5"]]
 		return !ok && len(p) == 7
 	})
-	// The pool moves to the device plugin: its slices go.
+	// The pool moves to the device plugin (not run here: refused): its
+	// slices go.
 	tmp := conf + ".tmp"
 	if err := os.WriteFile(tmp, []byte("resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"), 0o644); err != nil {

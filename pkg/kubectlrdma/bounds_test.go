@@ -15,9 +15,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
@@ -125,7 +125,7 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 func syntheticStatus(t *testing.T) v1alpha1.RDMANodeStateStatus {
 	n := scan(t, nodesim.Synthetic(8, 16, 63))
 	healthy := map[string]bool{}
-	p := deviceplugin.PoolView{Name: "roce", Resource: resourcePrefix + "roce", Mode: config.Exclusive, ByID: map[string][]string{}}
+	p := agent.PoolView{Name: "roce", Resource: resourcePrefix + "roce", Mode: config.Exclusive, ByID: map[string][]string{}}
 	var ids []string
 	for _, d := range n.RDMADevices {
 		healthy[d.Name] = true
@@ -137,8 +137,8 @@ func syntheticStatus(t *testing.T) v1alpha1.RDMANodeStateStatus {
 	}
 	p.Capacity, p.Allocatable = len(p.Members), len(p.Members)
 	return nodestate.Build(nodestate.Input{
-		View: deviceplugin.View{NodeName: "big", NetnsMode: rdma.NetnsExclusive, NUMANodes: 2,
-			Snapshot: &nodewatch.Snapshot{Node: n, Healthy: healthy}, Pools: []deviceplugin.PoolView{p}},
+		View: agent.View{NodeName: "big", NetnsMode: rdma.NetnsExclusive, NUMANodes: 2,
+			Snapshot: &nodewatch.Snapshot{Node: n, Healthy: healthy}, Pools: []agent.PoolView{p}},
 		Containers:    []podresources.ContainerDevices{{Namespace: "train", Pod: "big-0", Container: "main", Resource: p.Resource, DeviceIDs: ids}},
 		CNIMode:       "chained",
 		DaemonVersion: "v0.4.0-3-gabcdef0-dirty",

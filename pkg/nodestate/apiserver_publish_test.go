@@ -15,14 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 )
 
 // portDown returns a view in which dev's ports are DOWN and dev unhealthy,
 // as the node watcher publishes it after a link goes down.
-func portDown(dev string) func(deviceplugin.View) deviceplugin.View {
-	return func(v deviceplugin.View) deviceplugin.View {
+func portDown(dev string) func(agent.View) agent.View {
+	return func(v agent.View) agent.View {
 		v = setHealth(dev, false)(v)
 		n := *v.Snapshot.Node
 		n.RDMADevices = slices.Clone(n.RDMADevices)
@@ -111,7 +111,7 @@ func TestPublishToAPIServer(t *testing.T) {
 		o = get(t, admin, "n1")
 		rv := o.ResourceVersion
 		for range 3 {
-			src.set(func(v deviceplugin.View) deviceplugin.View { return v })
+			src.set(func(v agent.View) agent.View { return v })
 		}
 		time.Sleep(3 * interval) // proving an absence: give a wrong write time to happen
 		if n := w.writes(); n != 0 {

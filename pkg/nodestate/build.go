@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
@@ -21,7 +21,7 @@ import (
 
 // Input is everything one status is built from.
 type Input struct {
-	View deviceplugin.View
+	View agent.View
 	// Containers are the kubelet's allocations (PodResources List), of
 	// every resource: Build keeps those of the view's pools.
 	Containers []podresources.ContainerDevices
@@ -87,7 +87,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 	return st
 }
 
-func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView) v1alpha1.Device {
+func device(d discovery.RDMADevice, healthy bool, pools []agent.PoolView) v1alpha1.Device {
 	out := v1alpha1.Device{Name: d.Name, Kind: string(d.Kind), PCIAddress: d.PCIAddress, NUMANode: d.NUMANode,
 		PCIeRoot: d.PCIeRoot, LinkLayer: d.LinkLayer, Netdevs: slices.Clone(d.Netdevs), Healthy: healthy}
 	for _, p := range pools {
@@ -108,8 +108,8 @@ func device(d discovery.RDMADevice, healthy bool, pools []deviceplugin.PoolView)
 
 // allocations keeps the containers' devices of the pools' resources and
 // names the RDMA devices and netdevs behind each device ID.
-func allocations(ctrs []podresources.ContainerDevices, pools []deviceplugin.PoolView, devs []discovery.RDMADevice, recs []attachment.Attachment) []v1alpha1.Allocation {
-	byResource := map[string]deviceplugin.PoolView{}
+func allocations(ctrs []podresources.ContainerDevices, pools []agent.PoolView, devs []discovery.RDMADevice, recs []attachment.Attachment) []v1alpha1.Allocation {
+	byResource := map[string]agent.PoolView{}
 	for _, p := range pools {
 		byResource[p.Resource] = p
 	}
@@ -154,7 +154,7 @@ func allocations(ctrs []podresources.ContainerDevices, pools []deviceplugin.Pool
 // to pod ns/name (its complete records' binding of the pool): the kubelet's
 // device IDs there are slots, each standing for every member. nil for
 // another pool, or before the plugin bound any (the slots' members then).
-func boundDevices(recs []attachment.Attachment, ns, name string, p deviceplugin.PoolView) []string {
+func boundDevices(recs []attachment.Attachment, ns, name string, p agent.PoolView) []string {
 	if p.Binding != config.GPUAligned {
 		return nil
 	}
@@ -205,7 +205,7 @@ func attached(recs []attachment.Attachment, ns, name string, names []string) []v
 }
 
 // pools counts, per pool, the distinct advertised device IDs allocated.
-func pools(views []deviceplugin.PoolView, allocs []v1alpha1.Allocation) []v1alpha1.Pool {
+func pools(views []agent.PoolView, allocs []v1alpha1.Allocation) []v1alpha1.Pool {
 	var out []v1alpha1.Pool
 	for _, p := range views {
 		used := map[string]bool{}

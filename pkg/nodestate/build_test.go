@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
@@ -34,7 +34,7 @@ func roce(name, pci string) discovery.RDMADevice {
 
 // node: two IB HCAs (mlx5_10 down) on NUMA 0, one RoCE VF on NUMA 1, one GPU
 // under mlx5_2's root.
-func testView() deviceplugin.View {
+func testView() agent.View {
 	minor := 0
 	n := &discovery.Node{
 		RDMADevices: []discovery.RDMADevice{ib("mlx5_10", "0000:1b:00.0", "pci0000:1a", 0, "DOWN"),
@@ -42,11 +42,11 @@ func testView() deviceplugin.View {
 		GPUs: []discovery.GPU{{PCIAddress: "0000:19:01.0", NUMANode: 0, PCIeRoot: "pci0000:18", UUID: "GPU-1", Minor: &minor,
 			PCIPath: []string{"0000:18:01.0", "0000:19:01.0"}}},
 	}
-	return deviceplugin.View{
+	return agent.View{
 		NodeName: "n1", NetnsMode: "exclusive", NUMANodes: 2,
 		Snapshot:     &nodewatch.Snapshot{Node: n, Healthy: map[string]bool{"mlx5_2": true, "mlx5_30": true}},
 		ConfigErrors: []string{"pool \"x\" overlaps"},
-		Pools: []deviceplugin.PoolView{
+		Pools: []agent.PoolView{
 			{Name: "ib", Resource: "rdma.kube-rdma.io/ib", Mode: "exclusive", Members: []string{"mlx5_2", "mlx5_10"},
 				Capacity: 2, Allocatable: 1, ByID: map[string][]string{"0000:19:00.0": {"mlx5_2"}, "0000:1b:00.0": {"mlx5_10"}}},
 			{Name: "roce", Resource: "rdma.kube-rdma.io/roce", Mode: "shared", Slots: 2, Members: []string{"mlx5_30"},
@@ -85,7 +85,7 @@ func TestBuild(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		view  deviceplugin.View
+		view  agent.View
 		ctrs  []podresources.ContainerDevices
 		recs  []attachment.Attachment
 		cni   string
@@ -148,7 +148,7 @@ func TestBuild(t *testing.T) {
 						RDMADevices: []string{"mlx5_30"}, Netdevs: []string{"eth30"}},
 				}
 			}},
-		{name: "no snapshot yet", view: deviceplugin.View{NetnsMode: "unknown"}, patch: func(s *v1alpha1.RDMANodeStateStatus) {
+		{name: "no snapshot yet", view: agent.View{NetnsMode: "unknown"}, patch: func(s *v1alpha1.RDMANodeStateStatus) {
 			*s = v1alpha1.RDMANodeStateStatus{StateVersion: v1alpha1.StateVersion, DaemonVersion: "v1.2.3", RDMANetnsMode: "unknown",
 				LastUpdate: s.LastUpdate}
 		}},
@@ -187,7 +187,7 @@ func TestSameContent(t *testing.T) {
 // every member until it bound any.
 func TestBuildGPUAligned(t *testing.T) {
 	view := testView()
-	view.Pools = []deviceplugin.PoolView{{Name: "gpu", Resource: "rdma.kube-rdma.io/gpu", Mode: "exclusive", Binding: config.GPUAligned,
+	view.Pools = []agent.PoolView{{Name: "gpu", Resource: "rdma.kube-rdma.io/gpu", Mode: "exclusive", Binding: config.GPUAligned,
 		Members: []string{"mlx5_2", "mlx5_10"}, Capacity: 2, Allocatable: 1,
 		ByID: map[string][]string{"gpu-slot-0": {"mlx5_2", "mlx5_10"}, "gpu-slot-1": {"mlx5_2", "mlx5_10"}}}}
 	ctrs := []podresources.ContainerDevices{

@@ -1,4 +1,4 @@
-// Package nodestate publishes the daemon's view of its node as the
+// Package nodestate publishes the agent's view of its node as the
 // RDMANodeState object named after the node (pkg/apis/v1alpha1): devices,
 // ports and health, GPUs and the GPU x NIC affinity, pools with capacity,
 // allocatable and allocated, and the kubelet's current allocations of the
@@ -20,8 +20,9 @@
 // or REST mapper, so not controller-runtime's client.
 // Tests use controller-runtime's envtest for a real kube-apiserver and etcd.
 //
-// It does not read the node itself (the daemon's view carries the node
-// watcher's snapshot), does not choose or change devices, and never deletes
-// the object: the Node owns it, and the garbage collector removes it with
-// the Node.
+// It does not read the node itself (the agent's view, agent.View, carries
+// the node watcher's snapshot), does not choose or change devices, and never
+// deletes the object: the Node owns it, and the garbage collector removes it
+// with the Node. It observes the agent (pkg/agent) and imports no front end
+// (pkg/deviceplugin, pkg/dra: internal/importrules).
 package nodestate

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
@@ -20,9 +20,9 @@ const (
 	callTimeout       = 10 * time.Second
 )
 
-// Source is the daemon's view of what it serves (deviceplugin.Daemon).
+// Source is the agent's view of what it serves (agent.Agent); the publisher imports no front end.
 type Source interface {
-	View() (deviceplugin.View, <-chan struct{})
+	View() (agent.View, <-chan struct{})
 }
 
 // PodLister lists the kubelet's allocations (a podresources.Client).

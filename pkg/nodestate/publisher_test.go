@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
@@ -18,15 +18,15 @@ import (
 // fakeSource is a daemon view the test changes.
 type fakeSource struct {
 	mu      sync.Mutex
-	view    deviceplugin.View
+	view    agent.View
 	changed chan struct{}
 }
 
-func newFakeSource(v deviceplugin.View) *fakeSource {
+func newFakeSource(v agent.View) *fakeSource {
 	return &fakeSource{view: v, changed: make(chan struct{})}
 }
 
-func (f *fakeSource) View() (deviceplugin.View, <-chan struct{}) {
+func (f *fakeSource) View() (agent.View, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.view, f.changed
@@ -34,7 +34,7 @@ func (f *fakeSource) View() (deviceplugin.View, <-chan struct{}) {
 
 // set replaces the view through fn (which must not modify the old one in
 // place) and signals the change.
-func (f *fakeSource) set(fn func(deviceplugin.View) deviceplugin.View) {
+func (f *fakeSource) set(fn func(agent.View) agent.View) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.view = fn(f.view)
@@ -43,8 +43,8 @@ func (f *fakeSource) set(fn func(deviceplugin.View) deviceplugin.View) {
 }
 
 // setHealth returns a view in which device dev has the given health.
-func setHealth(dev string, ok bool) func(deviceplugin.View) deviceplugin.View {
-	return func(v deviceplugin.View) deviceplugin.View {
+func setHealth(dev string, ok bool) func(agent.View) agent.View {
+	return func(v agent.View) agent.View {
 		s := *v.Snapshot
 		s.Healthy = map[string]bool{}
 		for k, h := range v.Snapshot.Healthy {
@@ -140,7 +140,7 @@ func TestPublisherCoalescesAndSkipsUnchanged(t *testing.T) {
 	// same content: nothing to write.
 	src.set(setHealth("mlx5_10", false))
 	src.set(setHealth("mlx5_10", true))
-	src.set(func(v deviceplugin.View) deviceplugin.View { return v })
+	src.set(func(v agent.View) agent.View { return v })
 	time.Sleep(3 * interval) // nothing to poll for: the absence of a write
 	if n := w.count(); n != 2 {
 		t.Errorf("%d writes after changes that change nothing, want 2", n)

@@ -4,12 +4,14 @@
 //
 // It owns the decision (Decide: which containers, which limit; pure, no
 // I/O, no logging), the device view it decides on (Devices, built from the
-// daemon's View by FromView), and the plugin's connection to the runtime
+// agent's View by FromView), and the plugin's connection to the runtime
 // (Plugin: register, serve, reconnect with backoff, report on /state and
 // /metrics), over its own encoding of the NRI messages it uses (wire.go). It never looks at a container's image or name, and it adjusts
 // nothing after creation: NRI adjustments apply when the runtime creates a
 // container, so a restart of the daemon or of the runtime leaves running
-// containers as they are.
+// containers as they are. It observes the agent (pkg/agent: its View and
+// the pools config) and imports no front end (pkg/deviceplugin, pkg/dra:
+// internal/importrules).
 package nri
 
 import (
@@ -19,7 +21,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 )
 
 // AnnotationKey is the pod annotation that may lower the limit of the pod's

@@ -6,14 +6,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 )
 
 // FromView builds the decision's device view from the daemon's: each pool's
 // limit, CDI names and the /dev/infiniband nodes of its members, with the
 // host's major/minor read under devRoot (where the daemon sees the host's
 // /dev) when the node is there.
-func FromView(v deviceplugin.View, devRoot string) Devices {
+func FromView(v agent.View, devRoot string) Devices {
 	chars := map[string][]string{}
 	if v.Snapshot != nil && v.Snapshot.Node != nil {
 		for _, d := range v.Snapshot.Node.RDMADevices {

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
@@ -34,12 +34,12 @@ func TestFromView(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ib, "umad0"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	v := deviceplugin.View{
+	v := agent.View{
 		Snapshot: &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
 			{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
 			{Name: "mlx5_1", CharDevices: []string{"/dev/infiniband/uverbs1"}},
 		}}},
-		Pools: []deviceplugin.PoolView{
+		Pools: []agent.PoolView{
 			{Name: "a", Members: []string{"mlx5_0"}, Memlock: 1 << 30, CDIDevices: []string{"r/a=x"}},
 			{Name: "b", Members: []string{"mlx5_1", "gone"}, Memlock: ^uint64(0)},
 		},
@@ -52,7 +52,7 @@ func TestFromView(t *testing.T) {
 	if diff := cmp.Diff(want, FromView(v, devRoot)); diff != "" {
 		t.Errorf("FromView (-want +got):\n%s", diff)
 	}
-	if got := FromView(deviceplugin.View{}, devRoot); len(got.Pools) != 0 {
+	if got := FromView(agent.View{}, devRoot); len(got.Pools) != 0 {
 		t.Errorf("FromView of an empty view: %+v", got)
 	}
 }

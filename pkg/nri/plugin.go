@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 )
 
 const (
@@ -28,9 +28,9 @@ const (
 	DefaultMaxBackoff = 10 * time.Second
 )
 
-// Source is the daemon's view of its pools (deviceplugin.Daemon).
+// Source is the agent's view of its pools (agent.Agent); the plugin imports no front end.
 type Source interface {
-	View() (deviceplugin.View, <-chan struct{})
+	View() (agent.View, <-chan struct{})
 }
 
 // Config is what the plugin needs.

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"log/slog"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
@@ -27,12 +27,12 @@ import (
 // one shared pool roce of mlx5_2 (unlimited).
 type fakeSource struct{}
 
-func (fakeSource) View() (deviceplugin.View, <-chan struct{}) {
+func (fakeSource) View() (agent.View, <-chan struct{}) {
 	snap := &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
 		{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
 		{Name: "mlx5_2", CharDevices: []string{"/dev/infiniband/uverbs2"}},
 	}}}
-	return deviceplugin.View{Snapshot: snap, Pools: []deviceplugin.PoolView{
+	return agent.View{Snapshot: snap, Pools: []agent.PoolView{
 		{Name: "hca", Members: []string{"mlx5_0"}, Memlock: 64 * gi, CDIDevices: []string{"rdma.kube-rdma.io/hca=0000:18:00.0"}},
 		{Name: "roce", Members: []string{"mlx5_2"}, Memlock: ^uint64(0), CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}},
 	}}, make(chan struct{})

@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/ttrpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 )
 
 // The ttrpc services of the NRI protocol (api.proto's package and services).

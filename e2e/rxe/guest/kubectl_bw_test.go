@@ -27,10 +27,11 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
@@ -196,7 +197,7 @@ func bwNodeState(t *testing.T, node *discovery.Node, pods []*bwPod, ids map[stri
 	if err != nil {
 		t.Fatalf("CNI attachment records: %v", err)
 	}
-	pool := deviceplugin.PoolView{Name: "rxe", Resource: bwResource, Mode: config.Exclusive, ByID: map[string][]string{}}
+	pool := agent.PoolView{Name: "rxe", Resource: bwResource, Mode: config.Exclusive, ByID: map[string][]string{}}
 	var ctrs []podresources.ContainerDevices
 	for _, p := range pods {
 		pool.Members = append(pool.Members, p.dev)
@@ -209,8 +210,8 @@ func bwNodeState(t *testing.T, node *discovery.Node, pods []*bwPod, ids map[stri
 	for _, d := range node.RDMADevices {
 		healthy[d.Name] = d.Healthy()
 	}
-	view := deviceplugin.View{NodeName: bwNode, NetnsMode: rdma.NetnsShared, NUMANodes: 1,
-		Snapshot: &nodewatch.Snapshot{Node: node, Healthy: healthy}, Pools: []deviceplugin.PoolView{pool}}
+	view := agent.View{NodeName: bwNode, NetnsMode: rdma.NetnsShared, NUMANodes: 1,
+		Snapshot: &nodewatch.Snapshot{Node: node, Healthy: healthy}, Pools: []agent.PoolView{pool}}
 	s := &v1alpha1.RDMANodeState{ObjectMeta: metav1.ObjectMeta{Name: bwNode}, Spec: v1alpha1.RDMANodeStateSpec{NodeName: bwNode},
 		Status: nodestate.Build(nodestate.Input{View: view, Containers: ctrs, Attachments: recs, DaemonVersion: "rxe-e2e", Now: time.Now()})}
 	for _, p := range pods {

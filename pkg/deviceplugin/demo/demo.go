@@ -23,6 +23,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 )
 
@@ -115,22 +117,28 @@ func makeDirs(tmp string) (kdir, devRoot string, err error) {
 	return kdir, devRoot, nil
 }
 
-// newDaemon configures the device plugin daemon for the demo's tree and directories.
-func newDaemon(o Options, tmp, kdir, devRoot string) (*deviceplugin.Daemon, error) {
+// newDaemon configures the node agent and its device plugin front end for
+// the demo's tree and directories.
+func newDaemon(o Options, tmp, kdir, devRoot string) (*agent.Agent, error) {
 	addr := o.MetricsAddr
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	return deviceplugin.New(deviceplugin.Config{
-		ConfigFile: o.ConfigFile, KubeletDir: kdir, SysRoot: o.SysRoot, ProcRoot: o.ProcRoot, DevRoot: devRoot,
-		CDIDir: filepath.Join(tmp, "cdi"), MetricsAddr: addr, NodeName: "demo-node", Logger: o.Log,
-		Events: []deviceplugin.EventSource{},
+	dp, err := deviceplugin.New(deviceplugin.Config{KubeletDir: kdir, DevRoot: devRoot, CDIDir: filepath.Join(tmp, "cdi"), Logger: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	return agent.New(agent.Config{
+		ConfigFile: o.ConfigFile, SysRoot: o.SysRoot, ProcRoot: o.ProcRoot,
+		MetricsAddr: addr, NodeName: "demo-node", Logger: o.Log,
+		FrontEnds: map[config.Frontend]agent.FrontEnd{config.DevicePlugin: dp},
+		Events:    []agent.EventSource{},
 	})
 }
 
 // showRegistration waits for the kubelet to list the first pool's devices,
 // prints the registration and the device table, and returns that resource.
-func showRegistration(ctx context.Context, out io.Writer, d *deviceplugin.Daemon, k *kubeletstub.Kubelet, begin time.Time) (string, error) {
+func showRegistration(ctx context.Context, out io.Writer, d *agent.Agent, k *kubeletstub.Kubelet, begin time.Time) (string, error) {
 	st := d.State()
 	if len(st.Pools) == 0 {
 		return "", fmt.Errorf("demo: no pools")
@@ -188,7 +196,7 @@ func restartKubelet(ctx context.Context, out io.Writer, k *kubeletstub.Kubelet, 
 
 // hold ends the script, or with o.Hold prints the metrics addresses and
 // waits for ctx to end.
-func hold(ctx context.Context, out io.Writer, o Options, d *deviceplugin.Daemon) error {
+func hold(ctx context.Context, out io.Writer, o Options, d *agent.Agent) error {
 	if !o.Hold {
 		fmt.Fprintf(out, "\n== Done (--hold keeps the daemon running with /metrics and /state served)\n")
 		return nil
@@ -205,7 +213,7 @@ func wait(ctx context.Context, k *kubeletstub.Kubelet, cond func(*kubeletstub.Ku
 	return k.WaitFor(ctx, cond)
 }
 
-func printDevices(out io.Writer, st deviceplugin.State, k *kubeletstub.Kubelet) {
+func printDevices(out io.Writer, st agent.State, k *kubeletstub.Kubelet) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RESOURCE\tDEVICE ID\tHEALTH\tNUMA\tRDMA DEVICES")
 	for _, p := range st.Pools {
@@ -250,7 +258,7 @@ func printAllocate(out io.Writer, c *pluginapi.ContainerAllocateResponse) {
 
 // flipPort writes DOWN into the first port of the device behind id, waits
 // for the kubelet to see it Unhealthy, restores the file and waits again.
-func flipPort(ctx context.Context, out io.Writer, d *deviceplugin.Daemon, k *kubeletstub.Kubelet, resource, id string) error {
+func flipPort(ctx context.Context, out io.Writer, d *agent.Agent, k *kubeletstub.Kubelet, resource, id string) error {
 	var name string
 	for _, p := range d.State().Pools {
 		for _, ds := range p.Devices {

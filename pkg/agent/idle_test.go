@@ -1,4 +1,4 @@
-package deviceplugin_test
+package agent_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -82,7 +83,7 @@ func TestIdleFootprint(t *testing.T) {
 	rss, hwm := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
 	pct := float64(cpu1-cpu0) / 100 / wall * 100 // USER_HZ is 100 on Linux
 	t.Logf("idle over %.0fs with %s health interval: CPU %.2f%% of one core (%d ticks), RSS %s, peak RSS %s",
-		wall, deviceplugin.DefaultHealthInterval, pct, cpu1-cpu0, rss, hwm)
+		wall, agent.DefaultHealthInterval, pct, cpu1-cpu0, rss, hwm)
 	fmt.Printf("IDLE cpu_percent=%.2f rss=%q peak_rss=%q seconds=%.0f devices=1024\n", pct, rss, hwm, wall)
 }
 

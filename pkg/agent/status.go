@@ -1,4 +1,4 @@
-package deviceplugin
+package agent
 
 import (
 	"context"

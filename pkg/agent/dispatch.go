@@ -1,118 +1,90 @@
-package deviceplugin
+package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
-// applyConfig starts, keeps or replaces pool servers for a new config. A
-// pool whose definition and resource name are unchanged keeps running; a
-// changed one is closed (its streams end, its socket goes) and a new server
-// serves and registers it.
-func (d *Daemon) applyConfig(ctx context.Context, c config.Config, snap *nodewatch.Snapshot) {
-	want := map[string]config.Pool{} // the device plugin's pools
-	for _, p := range c.Pools {
-		if !p.DRA() {
-			want[p.Name] = p
-		}
-	}
-	for _, name := range sortedKeys(d.pools) {
-		p := d.pools[name]
-		np, ok := want[name]
-		if ok && reflect.DeepEqual(np, p.pool) && c.ResourceName(np) == p.resource {
-			continue
-		}
-		d.log.Info("stopping pool", "pool", name, "replaced", ok)
-		p.close(!ok) // a replaced pool's spec is rewritten by its successor
-		delete(d.pools, name)
-		d.m.forgetPool(name)
-		if p.pool.GPUAligned() && (!ok || !np.GPUAligned() || d.refusal(np) != "") {
-			if err := removePoolFile(d.cfg.AllocDir, name); err != nil {
-				d.log.Warn("pool no longer gpuAligned", "pool", name, "err", err)
-			}
-		}
-	}
+// applyConfig switches to a new config: every front end gets its pools
+// with their members at once. A front end keeps a pool whose definition and
+// resource name are unchanged running, and replaces a changed one.
+func (d *Agent) applyConfig(c config.Config, snap *nodewatch.Snapshot) {
 	d.conf = c
-	var started []*poolServer
-	for _, pool := range c.Pools {
-		if _, ok := d.pools[pool.Name]; ok || pool.DRA() {
-			continue
-		}
-		if d.refusal(pool) != "" {
-			// Reported by assign. A pool file of an earlier run (the node
-			// was in exclusive mode then) would have the CNI bind its NICs.
-			if err := removePoolFile(d.cfg.AllocDir, pool.Name); err != nil {
-				d.log.Warn("refused pool", "pool", pool.Name, "err", err)
-			}
-			continue
-		}
-		p := newPoolServer(pool, c.ResourceName(pool), d.cfg.KubeletDir, d.numa,
-			allocContext{devRoot: d.cfg.DevRoot, cdi: d.cdi != nil, allocDir: d.cfg.AllocDir}, d.cdi, d.log, d.m)
-		d.pools[pool.Name] = p
-		started = append(started, p)
-	}
 	d.devGen = 0 // membership may have changed: hand every pool its devices
 	d.push(snap)
-	for _, p := range started {
-		p.start(ctx)
-	}
 }
 
-// push hands a snapshot to every pool. Pool membership (and CDI specs) are
-// recomputed only when devices changed, not on every health change.
-func (d *Daemon) push(snap *nodewatch.Snapshot) {
+// push hands a snapshot to every front end. Pool membership is recomputed
+// only when devices changed, not on every health change.
+func (d *Agent) push(snap *nodewatch.Snapshot) {
 	members := snap.DevicesGen != d.devGen
-	var assigned map[string][]discovery.RDMADevice
 	if members {
-		assigned = d.assign(snap)
-	}
-	for _, name := range sortedKeys(d.pools) {
-		p := d.pools[name]
-		if members {
-			p.setMembers(assigned[name])
-		}
-		healthy, unhealthy := p.setHealth(snap.Healthy)
-		d.m.setDevices(name, healthy, unhealthy)
-	}
-	if members {
-		d.draPools = map[string][]discovery.RDMADevice{}
-		d.draNoNCCL = map[string]bool{}
+		assigned := d.assign(snap)
+		d.pools = map[config.Frontend][]Assignment{}
 		for _, p := range d.conf.Pools {
-			if p.DRA() && d.refusal(p) == "" {
-				d.draPools[p.Name] = append([]discovery.RDMADevice{}, assigned[p.Name]...)
-				if !p.SetsNCCL() {
-					d.draNoNCCL[p.Name] = true
-				}
+			fe := frontendOf(p)
+			a := Assignment{Pool: p, Resource: d.conf.ResourceName(p), Refused: d.refusal(p)}
+			if a.Refused == "" {
+				a.Members = append([]discovery.RDMADevice{}, assigned[p.Name]...)
 			}
+			d.pools[fe] = append(d.pools[fe], a)
 		}
 	}
-	d.poolsFile.update(d.cfg.PoolsFile, members, d.log, d.conf, assigned, func(p config.Pool) bool { return d.refusal(p) == "" })
-	if d.cfg.DRA != nil {
-		// Every snapshot: a health change is a taint change.
-		if err := d.cfg.DRA.Publish(d.draPools, d.draNoNCCL, snap.Healthy); err != nil {
-			d.log.Warn("publish dra pools", "err", err)
+	d.poolsFile.update(d.cfg.PoolsFile, members, d.log, d.conf, d.pools)
+	d.feStatus = map[config.Frontend][]PoolStatus{}
+	for _, name := range sortedKeys(d.cfg.FrontEnds) {
+		// Every snapshot: a health change is a device list or taint change.
+		u := Update{Pools: d.pools[name], MembersChanged: members, Healthy: snap.Healthy}
+		if err := d.cfg.FrontEnds[name].Update(u); err != nil {
+			d.log.Warn("update front end", "frontend", name, "err", err)
 		}
+		d.feStatus[name] = d.cfg.FrontEnds[name].Status()
 	}
 	d.devGen = snap.DevicesGen
 	d.snap = snap
+	d.setDeviceGauges()
 	d.publishState()
 }
 
+// setDeviceGauges sets the device gauges of every pool a front end
+// advertises devices of, and drops those of pools no longer advertised.
+func (d *Agent) setDeviceGauges() {
+	seen := map[string]bool{}
+	for _, name := range sortedKeys(d.feStatus) {
+		for _, ps := range d.feStatus[name] {
+			healthy, unhealthy := 0, 0
+			for _, dev := range ps.Devices {
+				if dev.Healthy {
+					healthy++
+				} else {
+					unhealthy++
+				}
+			}
+			d.m.setDevices(ps.Name, healthy, unhealthy)
+			seen[ps.Name] = true
+		}
+	}
+	for _, name := range sortedKeys(d.gauged) {
+		if !seen[name] {
+			d.m.forgetPool(name)
+		}
+	}
+	d.gauged = seen
+}
+
 // assign maps devices to pools and records configuration problems.
-func (d *Daemon) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADevice {
+func (d *Agent) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADevice {
 	var problems []string
 	assigned, err := d.conf.Assign(snap.Node.RDMADevices)
 	if err != nil {
@@ -141,15 +113,18 @@ func (d *Daemon) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADev
 	return assigned
 }
 
-// refusal says why a pool is not served on this node, "" when it is. A dra
-// pool is refused when the daemon has no DRA front end. Otherwise only
+// refusal says why a pool is not served on this node, "" when it is. A
+// pool is refused when the agent has not its front end. Otherwise only
 // gpuAligned pools are refused: every container gets the device nodes of
 // every NIC of the pool, and only the exclusive netns mode makes an RDMA
 // device unusable outside the network namespace it is in.
-func (d *Daemon) refusal(p config.Pool) string {
-	if p.DRA() && d.cfg.DRA == nil {
-		return fmt.Sprintf("pool %q has frontend dra but the daemon runs without the DRA front end; the pool is not served: "+
-			"start it with --dra, or give the pool frontend devicePlugin", p.Name)
+func (d *Agent) refusal(p config.Pool) string {
+	if fe := frontendOf(p); d.cfg.FrontEnds[fe] == nil {
+		if fe == config.DRA {
+			return fmt.Sprintf("pool %q has frontend dra but the daemon runs without the DRA front end; the pool is not served: "+
+				"start it with --dra, or give the pool frontend devicePlugin", p.Name)
+		}
+		return fmt.Sprintf("pool %q has frontend %s but the daemon runs without that front end; the pool is not served", p.Name, fe)
 	}
 	if !p.GPUAligned() {
 		return ""
@@ -178,17 +153,8 @@ func splitErrors(err error) []string {
 	return []string{err.Error()}
 }
 
-// kick forwards a kubelet event to the pool servers it concerns.
-func (d *Daemon) kick(ev kubeletEvent) {
-	for _, name := range sortedKeys(d.pools) {
-		if ev.all || ev.socket == SocketName(name) {
-			d.pools[name].kick()
-		}
-	}
-}
-
 // reload re-reads the config file; a bad file keeps the running config.
-func (d *Daemon) reload(ctx context.Context) {
+func (d *Agent) reload() {
 	c, data, err := config.Load(d.cfg.ConfigFile)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -213,7 +179,7 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.stateMu.Unlock()
 	d.log.Info("config reloaded", "file", d.cfg.ConfigFile, "pools", len(c.Pools))
 	snap, _ := d.node.Latest()
-	d.applyConfig(ctx, c, snap)
+	d.applyConfig(c, snap)
 }
 
 // watchConfig reports changes of the config file, or of the ..data link a
@@ -249,6 +215,6 @@ func watchConfig(path string) (<-chan struct{}, func(), error) {
 	return out, func() { _ = w.Close() }, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func sortedKeys[K ~string, V any](m map[K]V) []K {
 	return slices.Sorted(maps.Keys(m))
 }

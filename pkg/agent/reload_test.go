@@ -1,4 +1,4 @@
-package deviceplugin_test
+package agent_test
 
 import (
 	"os"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -18,26 +19,26 @@ import (
 func TestConfigReload(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n")
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
-	e.waitFor(t, 5*time.Second, "ib pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/ib"); return len(d) == 8 })
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf })
+	e.WaitFor(t, 5*time.Second, "ib pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/ib"); return len(d) == 8 })
 
 	// A good file: the ib pool is unchanged and keeps running, a shared
 	// RoCE pool appears.
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"+
 		"- {name: roce, mode: shared, nccl: false, slots: 2, selectors: {linkLayers: [Ethernet]}}\n")
-	e.waitFor(t, 2*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool {
+	e.WaitFor(t, 2*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool {
 		d, _ := k.Devices("rdma.example.com/roce")
 		return len(d) == 2
 	})
 	var regs []string
-	for _, r := range e.kubelet.Registrations() {
+	for _, r := range e.Kubelet.Registrations() {
 		regs = append(regs, r.ResourceName)
 	}
 	if diff := cmp.Diff([]string{"rdma.example.com/ib", "rdma.example.com/roce"}, regs); diff != "" {
 		t.Errorf("registrations (-want +got)\n%s", diff)
 	}
-	got, _ := e.kubelet.Devices("rdma.example.com/roce")
+	got, _ := e.Kubelet.Devices("rdma.example.com/roce")
 	want := []*pluginapi.Device{
 		{ID: "roce-0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}, {ID: 1}}}},
 		{ID: "roce-1", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}, {ID: 1}}}},
@@ -51,15 +52,15 @@ func TestConfigReload(t *testing.T) {
 
 	// A bad file: rejected with the reason, the last good config keeps running.
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {}}\n")
-	poll(t, 2*time.Second, "bad config reported", func() bool { return e.d.State().ConfigError != "" })
-	st := e.d.State()
+	poll(t, 2*time.Second, "bad config reported", func() bool { return e.Agent.State().ConfigError != "" })
+	st := e.Agent.State()
 	if !strings.Contains(st.ConfigError, "pools[0].selectors: at least one selector is required") {
 		t.Errorf("config error %q does not name the field", st.ConfigError)
 	}
 	if len(st.Pools) != 2 {
 		t.Errorf("pools after a bad reload: %d, want 2 (the last good config)", len(st.Pools))
 	}
-	body := scrape(t, e.d, "/metrics")
+	body := scrape(t, e.Agent, "/metrics")
 	for _, line := range []string{
 		`kube_rdma_device_plugin_config_last_reload_successful 0`,
 		`kube_rdma_device_plugin_config_reloads_total{result="failure"} 1`,
@@ -69,18 +70,18 @@ func TestConfigReload(t *testing.T) {
 			t.Errorf("metrics lack %q", line)
 		}
 	}
-	if _, ok := e.kubelet.Devices("rdma.example.com/roce"); !ok {
+	if _, ok := e.Kubelet.Devices("rdma.example.com/roce"); !ok {
 		t.Error("roce pool gone after a bad reload")
 	}
 
 	// Removing a pool stops it and removes its socket.
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n")
-	sock := filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("roce"))
+	sock := filepath.Join(e.Cfg.KubeletDir, deviceplugin.SocketName("roce"))
 	poll(t, 2*time.Second, "roce socket removed with its pool", func() bool {
 		_, err := os.Stat(sock)
 		return os.IsNotExist(err)
 	})
-	if st := e.d.State(); st.ConfigError != "" {
+	if st := e.Agent.State(); st.ConfigError != "" {
 		t.Errorf("config error after a good reload: %q", st.ConfigError)
 	}
 }
@@ -88,9 +89,9 @@ func TestConfigReload(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	topo := nodesim.PortDown()
 	e := start(t, topo, nil)
-	e.waitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 2 })
-	cdir := filepath.Join(e.tree.SysRoot, "class/infiniband/mlx5_0/ports/1/counters")
-	hdir := filepath.Join(e.tree.SysRoot, "class/infiniband/mlx5_0/ports/1/hw_counters")
+	e.WaitFor(t, 5*time.Second, "list", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 2 })
+	cdir := filepath.Join(e.Tree.SysRoot, "class/infiniband/mlx5_0/ports/1/counters")
+	hdir := filepath.Join(e.Tree.SysRoot, "class/infiniband/mlx5_0/ports/1/hw_counters")
 	for dir, files := range map[string]map[string]string{
 		cdir: {"port_rcv_data": "123456\n", "port_xmit_data": "42\n"},
 		hdir: {"out_of_buffer": "7\n"},
@@ -107,7 +108,7 @@ func TestMetrics(t *testing.T) {
 	// The kubelet stand-in starts ListAndWatch from inside its Register
 	// handler, so the list can be seen before the plugin's Register call has
 	// returned and counted: wait for the count.
-	body := scrapeUntil(t, e.d, "/metrics", `kube_rdma_device_plugin_registrations_total{pool="hca",result="success"} 1`)
+	body := scrapeUntil(t, e.Agent, "/metrics", `kube_rdma_device_plugin_registrations_total{pool="hca",result="success"} 1`)
 	for _, line := range []string{
 		`kube_rdma_device_plugin_devices{health="Healthy",pool="hca"} 1`,
 		`kube_rdma_device_plugin_devices{health="Unhealthy",pool="hca"} 1`,
@@ -121,10 +122,10 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", line)
 		}
 	}
-	if got := scrape(t, e.d, "/healthz"); got != "ok\n" {
+	if got := scrape(t, e.Agent, "/healthz"); got != "ok\n" {
 		t.Errorf("/healthz = %q", got)
 	}
-	if got := scrape(t, e.d, "/state"); !strings.Contains(got, `"rdmaNetnsMode": "shared"`) || !strings.Contains(got, `"nodeName": "node-a"`) {
+	if got := scrape(t, e.Agent, "/state"); !strings.Contains(got, `"rdmaNetnsMode": "shared"`) || !strings.Contains(got, `"nodeName": "node-a"`) {
 		t.Errorf("/state lacks netns mode or node name:\n%s", got)
 	}
 }
@@ -146,8 +147,8 @@ func TestConfigMapUpdate(t *testing.T) {
 	if err := os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = filepath.Join(dir, "config.yaml") })
-	e.waitFor(t, 5*time.Second, "ib pool", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices("rdma.example.com/ib"); return ok })
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = filepath.Join(dir, "config.yaml") })
+	e.WaitFor(t, 5*time.Second, "ib pool", func(k *kubeletstub.Kubelet) bool { _, ok := k.Devices("rdma.example.com/ib"); return ok })
 
 	version("..v2", "- {name: eth, mode: exclusive, selectors: {linkLayers: [Ethernet]}}\n")
 	if err := os.Symlink("..v2", filepath.Join(dir, "..data_tmp")); err != nil {
@@ -156,12 +157,12 @@ func TestConfigMapUpdate(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, 2*time.Second, "eth pool after the swap", func(k *kubeletstub.Kubelet) bool {
+	e.WaitFor(t, 2*time.Second, "eth pool after the swap", func(k *kubeletstub.Kubelet) bool {
 		d, ok := k.Devices("rdma.example.com/eth")
 		return ok && len(d) == 2
 	})
 	poll(t, 2*time.Second, "ib socket removed", func() bool {
-		_, err := os.Stat(filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("ib")))
+		_, err := os.Stat(filepath.Join(e.Cfg.KubeletDir, deviceplugin.SocketName("ib")))
 		return os.IsNotExist(err)
 	})
 }

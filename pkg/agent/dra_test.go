@@ -1,6 +1,7 @@
-package deviceplugin_test
+package agent_test
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,13 +13,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
-	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
-// fakeDRA records what the daemon hands the DRA front end.
+// fakeDRA is a DRA front end that records what the agent hands it.
 type fakeDRA struct {
 	mu    sync.Mutex
 	calls int
@@ -26,17 +28,25 @@ type fakeDRA struct {
 	down  []string            // unhealthy members of the dra pools
 }
 
-func (f *fakeDRA) Publish(pools map[string][]discovery.RDMADevice, _ map[string]bool, healthy map[string]bool) error {
+func (f *fakeDRA) Start(context.Context, agent.Node) error { return nil }
+func (f *fakeDRA) Status() []agent.PoolStatus              { return nil }
+func (f *fakeDRA) Stop()                                   {}
+
+func (f *fakeDRA) Update(u agent.Update) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	f.pools = map[string][]string{}
 	f.down = nil
-	for name, devs := range pools {
+	for _, a := range u.Pools {
+		if a.Refused != "" {
+			continue
+		}
+		name := a.Pool.Name
 		f.pools[name] = []string{}
-		for _, d := range devs {
+		for _, d := range a.Members {
 			f.pools[name] = append(f.pools[name], d.Name)
-			if !healthy[d.Name] {
+			if !u.Healthy[d.Name] {
 				f.down = append(f.down, d.Name)
 			}
 		}
@@ -62,23 +72,23 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
 		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
 	fake := &fakeDRA{}
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf; c.DRA = fake })
-	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf; c.DRA = fake })
+	e.WaitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
 	ib := []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}
 	poll(t, 2*time.Second, "ib pool published through DRA", func() bool {
 		p, _ := fake.get()
 		return cmp.Equal(p, map[string][]string{"ib": ib})
 	})
-	for _, r := range e.kubelet.Registrations() {
+	for _, r := range e.Kubelet.Registrations() {
 		if r.ResourceName == "rdma.example.com/ib" {
 			t.Errorf("the dra pool registered with the kubelet")
 		}
 	}
-	if _, err := os.Stat(filepath.Join(e.cfg.KubeletDir, deviceplugin.SocketName("ib"))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.Cfg.KubeletDir, deviceplugin.SocketName("ib"))); !os.IsNotExist(err) {
 		t.Errorf("the dra pool has a device plugin socket: %v", err)
 	}
 
-	if err := e.tree.SetPortState("mlx5_3", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+	if err := e.Tree.SetPortState("mlx5_3", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 2*time.Second, "port down reaches the DRA front end", func() bool {
@@ -86,7 +96,7 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 		return cmp.Equal(down, []string{"mlx5_3"})
 	})
 	poll(t, 2*time.Second, "/state shows the dra pool", func() bool {
-		st := e.d.State()
+		st := e.Agent.State()
 		if len(st.DRAPools) != 1 || st.DRAPools[0].Name != "ib" || len(st.DRAPools[0].Devices) != 8 {
 			return false
 		}
@@ -98,7 +108,7 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 		}
 		return cmp.Equal(down, []string{"mlx5_3"})
 	})
-	if err := e.tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
+	if err := e.Tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 2*time.Second, "port up reaches the DRA front end", func() bool {
@@ -110,7 +120,7 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand]}}\n"+
 		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
-	e.waitFor(t, 5*time.Second, "ib pool on the device plugin", func(k *kubeletstub.Kubelet) bool {
+	e.WaitFor(t, 5*time.Second, "ib pool on the device plugin", func(k *kubeletstub.Kubelet) bool {
 		d, _ := k.Devices("rdma.example.com/ib")
 		return len(d) == 8
 	})
@@ -127,9 +137,9 @@ func TestDRAPoolRefusedWithoutFrontend(t *testing.T) {
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n"+
 		"- {name: roce, mode: exclusive, nccl: false, selectors: {linkLayers: [Ethernet]}}\n")
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf })
-	e.waitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
-	st := e.d.State()
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf })
+	e.WaitFor(t, 5*time.Second, "roce pool", func(k *kubeletstub.Kubelet) bool { d, _ := k.Devices("rdma.example.com/roce"); return len(d) == 2 })
+	st := e.Agent.State()
 	found := false
 	for _, p := range st.Problems {
 		found = found || strings.Contains(p, `pool "ib" has frontend dra but the daemon runs without the DRA front end`)
@@ -137,7 +147,7 @@ func TestDRAPoolRefusedWithoutFrontend(t *testing.T) {
 	if !found {
 		t.Errorf("problems %q do not explain the dra pool", st.Problems)
 	}
-	if _, ok := e.kubelet.Devices("rdma.example.com/ib"); ok {
+	if _, ok := e.Kubelet.Devices("rdma.example.com/ib"); ok {
 		t.Errorf("the dra pool reached the kubelet")
 	}
 }

@@ -1,11 +1,14 @@
-package deviceplugin
+package agent
 
 import (
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"slices"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
-// State is the daemon's view of the node, served as JSON on /state.
+// State is the agent's view of the node, served as JSON on /state.
 type State struct {
 	NodeName      string         `json:"nodeName"`
 	RDMANetnsMode rdma.NetnsMode `json:"rdmaNetnsMode"`
@@ -54,7 +57,7 @@ type DeviceState struct {
 }
 
 // State returns a copy of the current state.
-func (d *Daemon) State() State {
+func (d *Agent) State() State {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	s := d.state
@@ -69,39 +72,63 @@ func (d *Daemon) State() State {
 	return s
 }
 
-// publishState rebuilds the pools' part of State from what they advertise.
-func (d *Daemon) publishState() {
+// publishState rebuilds the pools' part of State from what the front ends
+// advertise.
+func (d *Agent) publishState() {
+	byName := d.assignments()
 	var pools []PoolState
-	for _, name := range sortedKeys(d.pools) {
-		p := d.pools[name]
-		snap, _ := p.current()
-		ps := PoolState{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, Devices: []DeviceState{}}
-		for _, dev := range snap.devices {
-			ds := DeviceState{ID: dev.ID, Health: dev.Health, RDMADevices: []string{}}
-			for _, r := range snap.byID[dev.ID] {
-				ds.RDMADevices = append(ds.RDMADevices, r.Name)
+	for _, fe := range sortedKeys(d.feStatus) {
+		for _, st := range d.feStatus[fe] {
+			a := byName[st.Name]
+			ps := PoolState{Name: st.Name, Resource: a.Resource, Mode: a.Pool.Mode, Binding: a.Pool.Binding, Devices: []DeviceState{}}
+			for _, dev := range st.Devices {
+				ds := DeviceState{ID: dev.ID, Health: healthString(dev.Healthy), RDMADevices: append([]string{}, dev.RDMADevices...),
+					NUMANodes: dev.NUMANodes}
+				ps.Devices = append(ps.Devices, ds)
+				if a.Pool.Mode == config.Shared {
+					break // the slots are identical; one stands for all
+				}
 			}
-			for _, n := range dev.GetTopology().GetNodes() {
-				ds.NUMANodes = append(ds.NUMANodes, n.ID)
-			}
-			ps.Devices = append(ps.Devices, ds)
-			if p.pool.Mode == config.Shared {
-				break // the slots are identical; one stands for all
-			}
+			pools = append(pools, ps)
 		}
-		pools = append(pools, ps)
 	}
+	slices.SortFunc(pools, func(a, b PoolState) int { return strings.Compare(a.Name, b.Name) })
 	var draPools []DRAPoolState
-	for _, name := range sortedKeys(d.draPools) {
-		ps := DRAPoolState{Name: name, Devices: []DRADeviceState{}}
-		for _, r := range d.draPools[name] {
+	for _, a := range d.pools[config.DRA] {
+		if a.Refused != "" {
+			continue // no DRA front end, or refused on this node
+		}
+		ps := DRAPoolState{Name: a.Pool.Name, Devices: []DRADeviceState{}}
+		for _, r := range a.Members {
 			ps.Devices = append(ps.Devices, DRADeviceState{RDMADevice: r.Name, Healthy: d.snap != nil && d.snap.Healthy[r.Name]})
 		}
 		draPools = append(draPools, ps)
 	}
+	slices.SortFunc(draPools, func(a, b DRAPoolState) int { return strings.Compare(a.Name, b.Name) })
 	d.stateMu.Lock()
 	d.state.NodeName, d.state.ConfigFile, d.state.Pools = d.cfg.NodeName, d.cfg.ConfigFile, pools
 	d.state.DRAPools = draPools
 	d.stateMu.Unlock()
 	d.publishView(d.snap)
+}
+
+// assignments are the configured pools as last handed to the front ends,
+// by name.
+func (d *Agent) assignments() map[string]Assignment {
+	out := map[string]Assignment{}
+	for _, as := range d.pools {
+		for _, a := range as {
+			out[a.Pool.Name] = a
+		}
+	}
+	return out
+}
+
+// healthString is a device's health as the kubelet's device plugin API
+// and /state name it.
+func healthString(ok bool) string {
+	if ok {
+		return "Healthy"
+	}
+	return "Unhealthy"
 }

@@ -1,21 +1,22 @@
-// Package deviceplugin is the kubelet device plugin daemon: it advertises
-// RDMA devices as extended resources, one socket and one resource per
-// configured pool (pkg/deviceplugin/config), with health from the real port
-// state and presence, NUMA topology, PCIe-aware preferred allocation
-// (pkg/allocator), Allocate responses with device nodes, NCCL environment and
-// optional CDI devices, config reload, and Prometheus metrics.
+// Package agent is the kube-rdma node agent: it owns the pools config
+// (pkg/agent/config, loaded and reloaded), the node watcher's wiring
+// (pkg/nodewatch), the view of what is served (View, for the node-state
+// publisher and the NRI plugin), the status server (/metrics, /state,
+// /healthz), its metrics, the RDMA netns mode, and the garbage collection of
+// gpuAligned allocation directories.
 //
-// It is a few owners wired by Daemon.Run: the node watcher (pkg/nodewatch)
-// publishes snapshots of the node; one poolServer per pool serves its socket
-// and owns its registration with the kubelet; a kubeletWatcher tells pool
-// servers when the kubelet restarted; a statusServer serves /metrics, /state
-// and /healthz. Daemon.Run loads the config, starts and replaces pool
-// servers, and hands each snapshot to them.
+// The pools reach the kubelet through front ends behind one interface
+// (FrontEnd): the device plugin (pkg/deviceplugin) and the DRA driver
+// (pkg/dra). Agent.Run assigns devices to pools and hands each front end
+// its pools, their members and the node's health with every snapshot; a
+// front end answers with errors and its status only.
 //
-// It reads the node only through pkg/discovery (via the watcher) under roots
-// given in Config, so it runs unprivileged on fixture trees; it never chooses
-// devices itself (pkg/allocator does) and keeps no package-level state.
-package deviceplugin
+// It imports no front end and no observer (pkg/deviceplugin, pkg/dra,
+// pkg/nri, pkg/nodestate: internal/importrules); cmd/device-plugin wires them
+// in. It reads the node only through pkg/discovery (via the watcher) under
+// roots given in Config, so it runs unprivileged on fixture trees; it never
+// chooses devices itself and keeps no package-level state.
+package agent
 
 import (
 	"context"
@@ -23,12 +24,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"runtime/debug"
 	"sync"
 	"time"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -42,23 +44,16 @@ const DefaultHealthInterval = nodewatch.DefaultInterval
 // node, so it re-reads sysfs at once instead of at the next tick.
 type EventSource = nodewatch.EventSource
 
-// Config is everything the daemon needs; cmd/device-plugin fills it from flags.
+// Config is everything the agent needs; cmd/device-plugin fills it from flags.
 type Config struct {
 	// ConfigFile is the pools file (YAML or JSON); "" uses config.Default.
 	ConfigFile string
-	// KubeletDir is the kubelet's device plugin directory.
-	KubeletDir string
 	SysRoot    string
 	ProcRoot   string
-	// DevRoot is where this process sees the host's /dev; it is only read
-	// (is rdma_cm there?). Responses always name the host's /dev paths.
-	DevRoot string
-	// CDIDir is where CDI specs are written; "" disables CDI.
-	CDIDir string
 	// AllocDir is the host directory of gpuAligned pools (pool files and
-	// allocation directories, docs/gpu-aligned.md). The daemon must see it
-	// at the same path as the host: Allocate's mounts name it. "" refuses
-	// gpuAligned pools.
+	// allocation directories, docs/gpu-aligned.md), the device plugin
+	// front end's --alloc-dir: the agent sweeps its allocation
+	// directories. "" refuses gpuAligned pools.
 	AllocDir string
 	// PoolsFile is the node's pools file (package nodepools), rewritten
 	// when the served pools or their members change; "" writes none.
@@ -81,37 +76,31 @@ type Config struct {
 	Logger *slog.Logger
 	// NetnsMode defaults to NetlinkNetnsMode.
 	NetnsMode NetnsModeReader
-	// DRA is the DRA front end that serves the pools whose frontend is dra
-	// (pkg/dra.Driver); nil refuses such pools.
-	DRA DRAFrontend
+	// FrontEnds serve the pools, by their frontend (config.Pool.Frontend;
+	// "" is config.DevicePlugin): pkg/deviceplugin's and pkg/dra's. A pool
+	// whose front end is missing is refused. A front end that is also a
+	// prometheus.Collector has its series on /metrics.
+	FrontEnds map[config.Frontend]FrontEnd
 	// Events trigger an immediate re-read; nil means link and address
-	// updates in the daemon's network namespace (nodewatch.Netlink). Use an
+	// updates in the agent's network namespace (nodewatch.Netlink). Use an
 	// empty, non-nil slice for none. Changes of class/infiniband are always
 	// watched.
 	Events []EventSource
 }
 
-// DRAFrontend serves the pools whose frontend is dra. Publish is called on
-// the Run goroutine with every snapshot the daemon handles (hot-plug, port
-// state, GID and netdev changes, config reloads): the members of every
-// served dra pool (configured pool name -> devices; a pool with none is
-// there, empty) and the node's health. It replaces what was published.
-type DRAFrontend interface {
-	Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error
-}
-
-// nodeSource is what the daemon needs from the node watcher.
+// nodeSource is what the agent needs from the node watcher.
 type nodeSource interface {
 	Latest() (*nodewatch.Snapshot, <-chan struct{})
 }
 
-// Daemon is one running device plugin.
-type Daemon struct {
+// Agent is one running node agent: it loads the pools config, runs the
+// node watcher, assigns devices to pools and drives the front ends with
+// every snapshot, and serves its view, /state and /metrics.
+type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
 	scanner discovery.Scanner
-	cdi     *cdiWriter
 	status  *statusServer
 	watcher *nodewatch.Watcher
 	ready   chan struct{}
@@ -120,12 +109,13 @@ type Daemon struct {
 	conf     config.Config
 	confData []byte
 	node     nodeSource
-	devGen   uint64 // DevicesGen of the last snapshot handed to the pools
-	pools    map[string]*poolServer
-	// draPools are the members of the served dra pools.
-	draPools map[string][]discovery.RDMADevice
-	// draNoNCCL are the served dra pools with nccl: false.
-	draNoNCCL map[string]bool
+	devGen   uint64 // DevicesGen of the last snapshot handed to the front ends
+	// pools are the configured pools as last handed to their front ends.
+	pools map[config.Frontend][]Assignment
+	// status is each front end's status after the last Update.
+	feStatus map[config.Frontend][]PoolStatus
+	// gauged are the pools with device gauges.
+	gauged    map[string]bool
 	numa      int
 	poolsFile poolsFile // the node's pools file, for the CNI plugin
 
@@ -142,12 +132,9 @@ type Daemon struct {
 
 // New checks the configuration, loads the pools file and opens the metrics
 // listener; Run does the rest.
-func New(cfg Config) (*Daemon, error) {
-	if cfg.KubeletDir == "" || cfg.SysRoot == "" {
-		return nil, errors.New("device plugin: kubelet dir and sysfs root are required")
-	}
-	if cfg.DevRoot == "" {
-		cfg.DevRoot = "/dev"
+func New(cfg Config) (*Agent, error) {
+	if cfg.SysRoot == "" {
+		return nil, errors.New("agent: sysfs root is required")
 	}
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = DefaultHealthInterval
@@ -167,14 +154,18 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Events == nil {
 		cfg.Events = []EventSource{nodewatch.Netlink{}}
 	}
-	d := &Daemon{
-		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), pools: map[string]*poolServer{}, viewChanged: make(chan struct{}),
+	d := &Agent{
+		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), viewChanged: make(chan struct{}), gauged: map[string]bool{},
 		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
 	d.m = newMetrics(counters)
-	if cfg.CDIDir != "" {
-		d.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
+	for _, name := range sortedKeys(cfg.FrontEnds) {
+		if c, ok := cfg.FrontEnds[name].(prometheus.Collector); ok {
+			if err := d.RegisterCollector(c); err != nil {
+				return nil, fmt.Errorf("front end %s: %w", name, err)
+			}
+		}
 	}
 	var err error
 	if d.conf, d.confData, err = config.Load(cfg.ConfigFile); err != nil {
@@ -198,7 +189,7 @@ func New(cfg Config) (*Daemon, error) {
 }
 
 // MetricsAddr is the metrics listener's address ("" when disabled).
-func (d *Daemon) MetricsAddr() string {
+func (d *Agent) MetricsAddr() string {
 	if d.status == nil {
 		return ""
 	}
@@ -206,12 +197,12 @@ func (d *Daemon) MetricsAddr() string {
 }
 
 // Ready is closed once the first scan is done and every pool is served.
-func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+func (d *Agent) Ready() <-chan struct{} { return d.ready }
 
-// Config returns the configuration the daemon runs with, defaults filled in.
-func (d *Daemon) Config() Config { return d.cfg }
+// Config returns the configuration the agent runs with, defaults filled in.
+func (d *Agent) Config() Config { return d.cfg }
 
-// Run is New then Daemon.Run.
+// Run is New then Agent.Run.
 func Run(ctx context.Context, cfg Config) error {
 	d, err := New(cfg)
 	if err != nil {
@@ -220,29 +211,26 @@ func Run(ctx context.Context, cfg Config) error {
 	return d.Run(ctx)
 }
 
-// Run serves until ctx ends, then stops every pool, removing its socket and
-// its CDI spec.
-func (d *Daemon) Run(ctx context.Context) error {
+// Run serves until ctx ends, then stops every front end (the device
+// plugin removes its sockets and CDI specs).
+func (d *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if d.status != nil {
 		d.status.start()
 		defer d.status.close()
 	}
-	defer d.stopAll()
-	if err := os.MkdirAll(d.cfg.KubeletDir, 0o750); err != nil {
-		return fmt.Errorf("create kubelet device plugin dir: %w", err)
-	}
+	defer d.stopFrontEnds(cancel)
 	d.readNetnsMode()
 	d.numa = d.scanner.NUMANodes()
 	if err := d.watcher.Scan(); err != nil {
 		return err
 	}
-	kubelet, err := newKubeletWatcher(d.cfg.KubeletDir, d.log)
-	if err != nil {
-		return err
+	for _, name := range sortedKeys(d.cfg.FrontEnds) {
+		if err := d.cfg.FrontEnds[name].Start(ctx, Node{NUMANodes: d.numa}); err != nil {
+			return err
+		}
 	}
-	defer kubelet.close()
 	confEvents, stopConf, err := watchConfig(d.cfg.ConfigFile)
 	if err != nil {
 		return err
@@ -259,7 +247,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 
 	snap, changed := d.node.Latest()
-	d.applyConfig(ctx, d.conf, snap)
+	d.applyConfig(d.conf, snap)
 	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
 		"rdmaDevices", len(snap.Node.RDMADevices), "rdmaNetnsMode", d.stateNetns(), "healthInterval", d.cfg.HealthInterval)
 	if d.cfg.Allocations != nil && d.cfg.AllocDir != "" {
@@ -282,15 +270,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-changed:
 			snap, changed = d.node.Latest()
 			d.push(snap)
-		case ev := <-kubelet.events:
-			d.kick(ev)
 		case <-confEvents:
-			d.reload(ctx)
+			d.reload()
 		}
 	}
 }
 
-func (d *Daemon) readNetnsMode() {
+func (d *Agent) readNetnsMode() {
 	mode, err := d.cfg.NetnsMode.NetnsMode()
 	if err != nil || (mode != rdma.NetnsShared && mode != rdma.NetnsExclusive) {
 		d.log.Warn("rdma netns mode unknown", "err", err, "mode", mode)
@@ -302,16 +288,17 @@ func (d *Daemon) readNetnsMode() {
 	d.stateMu.Unlock()
 }
 
-func (d *Daemon) stateNetns() rdma.NetnsMode {
+func (d *Agent) stateNetns() rdma.NetnsMode {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	return d.state.RDMANetnsMode
 }
 
-// stopAll stops every pool server; a normal exit removes the CDI specs.
-func (d *Daemon) stopAll() {
-	for _, name := range sortedKeys(d.pools) {
-		d.pools[name].close(true)
-		delete(d.pools, name)
+// stopFrontEnds ends ctx (the front ends' loops) and stops every front
+// end; a normal exit removes the device plugin's sockets and CDI specs.
+func (d *Agent) stopFrontEnds(cancel context.CancelFunc) {
+	cancel()
+	for _, name := range sortedKeys(d.cfg.FrontEnds) {
+		d.cfg.FrontEnds[name].Stop()
 	}
 }

@@ -1,11 +1,11 @@
-package deviceplugin_test
+package agent_test
 
 import (
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
@@ -13,7 +13,7 @@ import (
 // TestView: what the node-state publisher reads, and its change channel.
 func TestView(t *testing.T) {
 	e := start(t, nodesim.HGX(), nil)
-	v, changed := e.d.View()
+	v, changed := e.Agent.View()
 	if v.NodeName != "node-a" || v.NetnsMode != rdma.NetnsShared || v.Snapshot == nil || len(v.Pools) != 1 {
 		t.Fatalf("view %+v", v)
 	}
@@ -27,7 +27,7 @@ func TestView(t *testing.T) {
 			t.Errorf("device ID %s names %q, want one member", id, names)
 		}
 	}
-	if err := e.tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
+	if err := e.Tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -36,10 +36,10 @@ func TestView(t *testing.T) {
 		t.Fatal("no view change 5s after a port went down")
 	}
 	poll(t, 5*time.Second, "mlx5_0 unhealthy in the view", func() bool {
-		v, _ = e.d.View()
+		v, _ = e.Agent.View()
 		return !v.Snapshot.Healthy["mlx5_0"] && v.Pools[0].Allocatable == 9 && v.Pools[0].Capacity == 10
 	})
-	if s := e.d.State(); s.NodeState != nil {
+	if s := e.Agent.State(); s.NodeState != nil {
 		t.Errorf("/state nodeState %v without a publisher", s.NodeState)
 	}
 }

@@ -1,11 +1,10 @@
-package deviceplugin
+package agent
 
 import (
 	"bytes"
 	"log/slog"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
-	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
@@ -18,25 +17,28 @@ type poolsFile struct {
 }
 
 // update rewrites the file at path when the members changed (or the last
-// write failed) and its content differs; "" writes nothing. served reports
-// whether a pool of the config is served (not refused). A failed write is
-// logged and tried again with the next snapshot.
+// write failed) and its content differs; "" writes nothing. pools are the
+// assignments of every front end; a refused pool is left out. A failed write
+// is logged and tried again with the next snapshot.
 func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config.Config,
-	assigned map[string][]discovery.RDMADevice, served func(config.Pool) bool) {
+	pools map[config.Frontend][]Assignment) {
 	if path == "" || !members && !w.failed {
 		return
 	}
+	byName := map[string]Assignment{}
+	for _, as := range pools {
+		for _, a := range as {
+			byName[a.Pool.Name] = a
+		}
+	}
 	var f nodepools.File
-	for _, p := range c.Pools {
-		if !served(p) {
+	for _, p := range c.Pools { // the config's order
+		a, ok := byName[p.Name]
+		if !ok || a.Refused != "" {
 			continue
 		}
-		fe := config.DevicePlugin
-		if p.DRA() {
-			fe = config.DRA
-		}
-		np := nodepools.Pool{Name: p.Name, Mode: string(p.Mode), Frontend: string(fe)}
-		for _, d := range assigned[p.Name] {
+		np := nodepools.Pool{Name: p.Name, Mode: string(p.Mode), Frontend: string(frontendOf(p))}
+		for _, d := range a.Members {
 			np.Devices = append(np.Devices, nodepools.Device{RDMA: d.Name, PCIAddress: d.PCIAddress})
 		}
 		f.Pools = append(f.Pools, np)

@@ -1,4 +1,4 @@
-package deviceplugin
+package agent
 
 import (
 	"strconv"
@@ -10,18 +10,20 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
-const ns = "kube_rdma_device_plugin"
+// MetricsNamespace is the prefix of the daemon's series; a front end's
+// series (allocations, registrations) carry it too.
+const MetricsNamespace = "kube_rdma_device_plugin"
+
+const ns = MetricsNamespace
 
 // metrics are the daemon's Prometheus series, on a registry of its own.
 type metrics struct {
-	reg           *prometheus.Registry
-	devices       *prometheus.GaugeVec
-	allocations   *prometheus.CounterVec
-	registrations *prometheus.CounterVec
-	reloads       *prometheus.CounterVec
-	lastReloadOK  prometheus.Gauge
-	problems      prometheus.Gauge
-	netnsMode     *prometheus.GaugeVec
+	reg          *prometheus.Registry
+	devices      *prometheus.GaugeVec
+	reloads      *prometheus.CounterVec
+	lastReloadOK prometheus.Gauge
+	problems     prometheus.Gauge
+	netnsMode    *prometheus.GaugeVec
 }
 
 func newMetrics(counters *portCounters) *metrics {
@@ -29,10 +31,6 @@ func newMetrics(counters *portCounters) *metrics {
 		reg: prometheus.NewRegistry(),
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "devices",
 			Help: "Kubelet devices advertised per pool, by health."}, []string{"pool", "health"}),
-		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "allocations_total",
-			Help: "Allocate container requests per pool, by result."}, []string{"pool", "result"}),
-		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "registrations_total",
-			Help: "Registrations with the kubelet per pool, by result."}, []string{"pool", "result"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
 			Help: "Configuration loads, by result (success, failure)."}, []string{"result"}),
 		lastReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_last_reload_successful",
@@ -42,7 +40,7 @@ func newMetrics(counters *portCounters) *metrics {
 		netnsMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "rdma_netns_mode",
 			Help: "RDMA subsystem netns mode (shared, exclusive, unknown): 1 for the current mode."}, []string{"mode"}),
 	}
-	m.reg.MustRegister(m.devices, m.allocations, m.registrations, m.reloads, m.lastReloadOK, m.problems, m.netnsMode,
+	m.reg.MustRegister(m.devices, m.reloads, m.lastReloadOK, m.problems, m.netnsMode,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if counters != nil {
 		m.reg.MustRegister(counters)
@@ -55,19 +53,6 @@ func result(ok bool) string {
 		return "success"
 	}
 	return "failure"
-}
-
-// A nil *metrics records nothing, so pool servers work without one.
-func (m *metrics) allocation(pool string, ok bool) {
-	if m != nil {
-		m.allocations.WithLabelValues(pool, result(ok)).Inc()
-	}
-}
-
-func (m *metrics) registration(pool string, ok bool) {
-	if m != nil {
-		m.registrations.WithLabelValues(pool, result(ok)).Inc()
-	}
 }
 
 func (m *metrics) reload(ok bool) {

@@ -1,4 +1,4 @@
-package deviceplugin_test
+package agent_test
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
@@ -22,12 +22,12 @@ func TestStatusAuthWraps(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	}
-	e := start(t, nodesim.PortDown(), func(c *deviceplugin.Config) { c.StatusAuth = guard })
+	e := start(t, nodesim.PortDown(), func(c *agenttest.Config) { c.StatusAuth = guard })
 	got := map[string][2]int{}
 	for _, path := range []string{"/metrics", "/state", "/healthz"} {
 		var codes [2]int
 		for i, authz := range []string{"", "Bearer ok"} {
-			req, err := http.NewRequest(http.MethodGet, "http://"+e.d.MetricsAddr()+path, nil)
+			req, err := http.NewRequest(http.MethodGet, "http://"+e.Agent.MetricsAddr()+path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,20 +1,20 @@
-package deviceplugin
+package agent
 
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
-// View is what the daemon serves at one moment, for readers outside the
-// Run goroutine (the node-state publisher). It is a copy: nothing in it
-// changes after View returns.
+// View is what the agent serves at one moment, for its observers outside
+// the Run goroutine (the node-state publisher, the NRI plugin). It is a
+// copy: nothing in it changes after View returns.
 type View struct {
 	NodeName  string
 	NetnsMode rdma.NetnsMode
@@ -28,7 +28,8 @@ type View struct {
 	Pools        []PoolView
 }
 
-// PoolView is one served pool.
+// PoolView is one pool a front end advertises devices of (the device
+// plugin's; not DRA's).
 type PoolView struct {
 	Name, Resource string
 	Mode           config.Mode
@@ -54,7 +55,7 @@ type PoolView struct {
 }
 
 // View returns the current view and a channel closed at its next change.
-func (d *Daemon) View() (View, <-chan struct{}) {
+func (d *Agent) View() (View, <-chan struct{}) {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	v := d.view
@@ -71,38 +72,31 @@ func optional(s string) []string {
 }
 
 // publishView rebuilds the pools' part of the view; the caller holds no lock.
-func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
-	pools := make([]PoolView, 0, len(d.pools))
-	for _, name := range sortedKeys(d.pools) {
-		p := d.pools[name]
-		s, _ := p.current()
-		pv := PoolView{Name: name, Resource: p.resource, Mode: p.pool.Mode, Binding: p.pool.Binding, NoNCCL: !p.pool.SetsNCCL(), ByID: make(map[string][]string, len(s.byID)),
-			Memlock: p.pool.MemlockLimit()}
-		if p.pool.Mode == config.Shared {
-			pv.Slots = p.pool.SlotCount()
-		}
-		for _, m := range p.devices() {
-			pv.Members = append(pv.Members, m.Name)
-		}
-		for _, dev := range s.devices {
-			pv.Capacity++
-			if dev.Health == pluginapi.Healthy {
-				pv.Allocatable++
+func (d *Agent) publishView(snap *nodewatch.Snapshot) {
+	byName := d.assignments()
+	pools := []PoolView{}
+	for _, fe := range sortedKeys(d.feStatus) {
+		for _, st := range d.feStatus[fe] {
+			a := byName[st.Name]
+			pv := PoolView{Name: st.Name, Resource: a.Resource, Mode: a.Pool.Mode, Binding: a.Pool.Binding, NoNCCL: !a.Pool.SetsNCCL(),
+				ByID: make(map[string][]string, len(st.Devices)), Memlock: a.Pool.MemlockLimit(), CDIDevices: st.CDIDevices}
+			if a.Pool.Mode == config.Shared {
+				pv.Slots = a.Pool.SlotCount()
 			}
-			names := make([]string, 0, len(s.byID[dev.ID]))
-			for _, r := range s.byID[dev.ID] {
-				names = append(names, r.Name)
+			for _, m := range a.Members {
+				pv.Members = append(pv.Members, m.Name)
 			}
-			pv.ByID[dev.ID] = names
-			if d.cdi != nil && !p.pool.GPUAligned() && p.pool.Mode == config.Exclusive {
-				pv.CDIDevices = append(pv.CDIDevices, cdiName(p.resource, dev.ID))
+			for _, dev := range st.Devices {
+				pv.Capacity++
+				if dev.Healthy {
+					pv.Allocatable++
+				}
+				pv.ByID[dev.ID] = append([]string{}, dev.RDMADevices...)
 			}
+			pools = append(pools, pv)
 		}
-		if d.cdi != nil && p.pool.Mode == config.Shared && len(pv.Members) > 0 {
-			pv.CDIDevices = []string{cdiName(p.resource, cdiSharedDevice)}
-		}
-		pools = append(pools, pv)
 	}
+	slices.SortFunc(pools, func(a, b PoolView) int { return strings.Compare(a.Name, b.Name) })
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	d.view = View{NodeName: d.cfg.NodeName, NUMANodes: d.numa, Snapshot: snap, Pools: pools}
@@ -114,11 +108,11 @@ func (d *Daemon) publishView(snap *nodewatch.Snapshot) {
 
 // SetNRIReport makes /state include what report returns under "nri" (the
 // NRI plugin's connection). Call it before Run.
-func (d *Daemon) SetNRIReport(report func() any) { d.nriReport = report }
+func (d *Agent) SetNRIReport(report func() any) { d.nriReport = report }
 
 // RegisterCollector adds a collector to the daemon's /metrics (the NRI
 // plugin's series). Call it before Run.
-func (d *Daemon) RegisterCollector(c prometheus.Collector) error {
+func (d *Agent) RegisterCollector(c prometheus.Collector) error {
 	if err := d.m.reg.Register(c); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -127,4 +121,4 @@ func (d *Daemon) RegisterCollector(c prometheus.Collector) error {
 
 // SetNodeStateReport makes /state include what report returns under
 // "nodeState" (the publisher's health). Call it before Run.
-func (d *Daemon) SetNodeStateReport(report func() any) { d.nodeStateReport = report }
+func (d *Agent) SetNodeStateReport(report func() any) { d.nodeStateReport = report }

@@ -1,4 +1,4 @@
-package deviceplugin_test
+package agent_test
 
 import (
 	"path/filepath"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
@@ -24,7 +24,7 @@ func TestPoolsFile(t *testing.T) {
 	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
 		"- {name: ib, mode: exclusive, selectors: {linkLayers: [InfiniBand], rdmaDevices: [mlx5_0, mlx5_1]}}\n"+
 		"- {name: aligned, mode: exclusive, binding: gpuAligned, nccl: false, selectors: {rdmaDevices: [mlx5_2]}}\n")
-	e := start(t, nodesim.HGX(), func(c *deviceplugin.Config) { c.ConfigFile = conf; c.PoolsFile = path })
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf; c.PoolsFile = path })
 	var got nodepools.File
 	poll(t, 5*time.Second, "pools file with pool ib", func() bool {
 		var err error
@@ -33,7 +33,7 @@ func TestPoolsFile(t *testing.T) {
 	})
 	want := nodepools.Pool{Name: "ib", Mode: "exclusive", Frontend: "devicePlugin"}
 	for _, name := range []string{"mlx5_0", "mlx5_1"} {
-		d, err := discovery.Scanner{SysRoot: e.tree.SysRoot}.LookupRDMA(name)
+		d, err := discovery.Scanner{SysRoot: e.Tree.SysRoot}.LookupRDMA(name)
 		if err != nil {
 			t.Fatal(err)
 		}

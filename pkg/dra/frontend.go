@@ -1,0 +1,39 @@
+package dra
+
+import (
+	"context"
+
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+)
+
+var _ agent.FrontEnd = (*Driver)(nil)
+
+// Start implements agent.FrontEnd: StartDriver has registered the driver
+// with the kubelet already, so that its claims' records are there before
+// the agent's first scan; nothing is left to start.
+func (d *Driver) Start(context.Context, agent.Node) error { return nil }
+
+// Update implements agent.FrontEnd: it publishes the served pools (every
+// configured dra pool the agent does not refuse; one without members is
+// there, empty) with the node's health, on every snapshot (a health change
+// is a taint change).
+func (d *Driver) Update(u agent.Update) error {
+	pools := map[string][]discovery.RDMADevice{}
+	noNCCL := map[string]bool{}
+	for _, a := range u.Pools {
+		if a.Refused != "" {
+			continue
+		}
+		pools[a.Pool.Name] = append([]discovery.RDMADevice{}, a.Members...)
+		if !a.Pool.SetsNCCL() {
+			noNCCL[a.Pool.Name] = true
+		}
+	}
+	return d.Publish(pools, noNCCL, u.Healthy)
+}
+
+// Status implements agent.FrontEnd: nil, the devices reach the kubelet as
+// ResourceSlices; the agent reports the dra pools' members and health on
+// /state itself.
+func (d *Driver) Status() []agent.PoolStatus { return nil }
