@@ -108,6 +108,9 @@ type Daemon struct {
 	status  *statusServer
 	watcher *nodewatch.Watcher
 	ready   chan struct{}
+	// registered is closed once every pool of the first config has
+	// registered with the kubelet.
+	registered chan struct{}
 
 	// Owned by the Run goroutine.
 	conf     config.Config
@@ -160,7 +163,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Events = []EventSource{nodewatch.Netlink{}}
 	}
 	d := &Daemon{
-		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), pools: map[string]*poolServer{}, viewChanged: make(chan struct{}),
+		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), registered: make(chan struct{}), pools: map[string]*poolServer{}, viewChanged: make(chan struct{}),
 		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
@@ -199,6 +202,12 @@ func (d *Daemon) MetricsAddr() string {
 
 // Ready is closed once the first scan is done and every pool is served.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// Registered is closed once the daemon is ready and every pool of its first
+// config has registered with the kubelet (a pool closed before that counts
+// too): the pod's readiness in a DaemonSet update with surge
+// (docs/device-plugin.md, "Updates").
+func (d *Daemon) Registered() <-chan struct{} { return d.registered }
 
 // Config returns the configuration the daemon runs with, defaults filled in.
 func (d *Daemon) Config() Config { return d.cfg }
@@ -261,6 +270,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { defer close(swept); sw.run(ctx) }()
 		defer func() { cancel(); <-swept }()
 	}
+	closeWhenRegistered(d.pools, d.registered)
 	close(d.ready)
 	// The first scan's garbage (every sysfs string read, a thousand
 	// devices' worth on a big node) would otherwise stay in RSS until the
