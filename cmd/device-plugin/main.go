@@ -21,6 +21,7 @@ The kube-rdma node daemon.
 Commands:
   run       advertise RDMA devices to the kubelet (the default)
   discover  print the RDMA devices, GPUs and their PCIe affinity on this node
+  probe     ask this pod's daemon whether it is ready or live (exec probes)
   version   print the version, commit and build date
   help      print this help
 
@@ -39,5 +40,6 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return cli.Dispatch("device-plugin", usage, "run", args, stdout, stderr, map[string]func([]string) error{
 		"run":      func(args []string) error { return runCommand(ctx, args, stdout, stderr) },
 		"discover": func(args []string) error { return discoverCommand(args, stdout, stderr) },
+		"probe":    func(args []string) error { return probeCommand(ctx, args, stdout, stderr) },
 	})
 }

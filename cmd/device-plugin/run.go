@@ -50,6 +50,11 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	stopProbe, err := listenProbe(cfg.probeSocket, d)
+	if err != nil {
+		return err
+	}
+	defer stopProbe()
 	wait, err := startNodeState(ctx, cfg, a, d)
 	if err != nil {
 		return err
@@ -68,6 +73,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 type runConfig struct {
 	deviceplugin.Config
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
+	probeSocket string
 	kubeconfig  string
 	nodeState   nodeStateFlags
 	nri         nriFlags
@@ -88,6 +94,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", deviceplugin.DefaultHealthInterval, "how often port state and device presence are re-read")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)
+	fs.StringVar(&cfg.probeSocket, "probe-socket", "", "unix socket answering device-plugin probe, in a directory of this pod alone (the chart: "+defaultProbeSocket+" in an emptyDir); empty disables")
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)
