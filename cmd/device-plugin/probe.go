@@ -14,8 +14,10 @@ import (
 )
 
 // defaultProbeSocket is where the chart's per-pod emptyDir holds the probe
-// socket (`run --probe-socket`).
-const defaultProbeSocket = "/run/kube-rdma/probe.sock"
+// socket (`run --probe-socket`). Not under /run/kube-rdma: the gpuAligned
+// pools' host directory is mounted at /var/run/kube-rdma/alloc, which is
+// /run/kube-rdma/alloc wherever /var/run links to /run.
+const defaultProbeSocket = "/run/kube-rdma-probe/probe.sock"
 
 // probeCommand is the kubelet's exec probe of the daemon's pod: it asks the
 // daemon of its own pod, over the socket in the pod's emptyDir, whether a
