@@ -1,6 +1,6 @@
 // Command device-plugin is the kube-rdma node daemon. `run` (the default)
 // advertises RDMA devices to the kubelet; `discover` prints what discovery
-// sees on this node. The demo on built-in sample nodes is a separate binary,
+// sees on this node; `probe` is the pod's exec readiness and liveness probe. The demo on built-in sample nodes is a separate binary,
 // kube-rdma-demo, so that none of its test scaffolding ships in the image.
 package main
 
