@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,9 +42,14 @@ func TestProbe(t *testing.T) {
 			"--dev-root", t.TempDir(), "--cdi-dir", "", "--alloc-dir", "", "--metrics-addr", "", "--log-level", "error",
 			"--probe-socket", sock}, io.Discard, io.Discard)
 	}()
-	t.Cleanup(func() {
+	stop := sync.OnceValue(func() error {
 		cancel()
-		<-done
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("run: %v", err)
+		}
 	})
 	probe := func(check string) error {
 		return dispatch(context.Background(), []string{"probe", check, "--socket", sock, "--timeout", "2s"}, io.Discard, io.Discard)
@@ -69,11 +75,9 @@ func TestProbe(t *testing.T) {
 	}
 	t.Cleanup(k.Stop)
 	waitProbe("ready")
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	done <- nil // for the cleanup
 	for _, check := range []string{"ready", "live"} {
 		var errOut bytes.Buffer
 		err := dispatch(context.Background(), []string{"probe", check, "--socket", sock}, io.Discard, &errOut)
