@@ -4,8 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin/config"
@@ -159,4 +161,59 @@ func TestSupersededPoolLeavesPath(t *testing.T) {
 			t.Errorf("after the new pod stopped: %v, want %s removed", err, p)
 		}
 	}
+}
+
+// TestDroppedStreamReregisters: when the kubelet ends the ListAndWatch
+// stream of the pool's latest registration while it runs on (what kubelets
+// without kubernetes/kubernetes#135437 do to the new pod when the old pod
+// of an update with surge stops, kubernetes/kubernetes#121994), the pool
+// registers again. The stand-in drops a plugin's stream when another
+// registers its resource.
+func TestDroppedStreamReregisters(t *testing.T) {
+	dir := shortDir(t)
+	k, err := kubeletstub.Start(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := testPool(dir, nil)
+	p.start(ctx)
+	defer p.close(false)
+	<-p.waitRegistered()
+	wait := func(what string, cond func([]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var eps []string
+			for _, r := range k.Registrations() {
+				eps = append(eps, r.Endpoint)
+			}
+			if cond(eps) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: registrations %q", what, eps)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("first registration", func(eps []string) bool { return len(eps) == 1 })
+
+	// Another plugin takes the resource: the stand-in drops the pool's stream.
+	other := newPoolServer(config.Pool{Name: "other", Mode: config.Exclusive}, p.resource, dir, 1,
+		allocContext{}, nil, slog.New(slog.DiscardHandler), nil)
+	if err := other.serve(true); err != nil {
+		t.Fatal(err)
+	}
+	defer other.stop()
+	if _, err := other.step(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{SocketName("hca"), SocketName("other"), SocketName("hca")}
+	wait("the pool registered again", func(eps []string) bool { return slices.Equal(eps, want) })
+	// Once: the stream dropped was the latest registration's only.
+	time.Sleep(3 * retryFirst)
+	wait("no registration more", func(eps []string) bool { return slices.Equal(eps, want) })
 }

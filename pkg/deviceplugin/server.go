@@ -63,6 +63,11 @@ type poolServer struct {
 	server  *grpc.Server
 	done    chan struct{}
 	gen     int // incremented by every serve
+	// regs counts registrations; a ListAndWatch stream remembers the count
+	// it started under. dropped: the kubelet ended a stream of the latest
+	// registration while this process still serves (below, streamEnded).
+	regs    int
+	dropped bool
 	// sock is the socket file this process bound (its inode). During a
 	// DaemonSet update with surge the next pod binds the same path: the
 	// socket there is then not ours, and this pool is superseded.
@@ -246,12 +251,25 @@ func (s *poolServer) step(ctx context.Context, registered string) (string, error
 		s.log.Info("kubelet socket not there yet; waiting for it")
 		return registered, nil
 	}
-	if !restarted {
+	s.mu.Lock()
+	dropped := s.dropped
+	s.dropped = false
+	if restarted || dropped {
+		s.regs++ // streams the kubelet opens from now on are this registration's
+	}
+	s.mu.Unlock()
+	if !restarted && !dropped {
 		return registered, nil
+	}
+	if dropped && !restarted {
+		s.log.Info("kubelet dropped the pool's ListAndWatch stream; registering again")
 	}
 	err := s.register(ctx)
 	s.m.registration(s.pool.Name, err == nil)
 	if err != nil {
+		s.mu.Lock()
+		s.dropped = s.dropped || dropped
+		s.mu.Unlock()
 		return registered, err
 	}
 	s.log.Info("registered with kubelet")
@@ -261,6 +279,29 @@ func (s *poolServer) step(ctx context.Context, registered string) (string, error
 	}
 	s.kubelet = kubelet
 	return key, nil
+}
+
+// streamEnded is called when the kubelet ends a ListAndWatch stream that
+// started under registration count regs. A stream of the latest
+// registration ending while the kubelet runs on means the kubelet dropped
+// this pool: kubelets without kubernetes/kubernetes#135437 key device
+// plugin clients by resource name alone, and when the old pod of a
+// DaemonSet update with surge stops, the end of its stream makes the
+// kubelet disconnect the client of the new pod
+// (kubernetes/kubernetes#121994). The pool registers again a moment later,
+// after the kubelet's disconnect has run. Streams of earlier registrations
+// (the kubelet replaced them) change nothing, and a kubelet restart still
+// causes one registration.
+func (s *poolServer) streamEnded(regs int) {
+	s.mu.Lock()
+	latest := regs == s.regs && !s.superseded && s.server != nil
+	if latest {
+		s.dropped = true
+	}
+	s.mu.Unlock()
+	if latest {
+		time.AfterFunc(retryFirst, s.kick)
+	}
 }
 
 // supersede marks the pool as served by another process (logged once).
