@@ -1,6 +1,6 @@
 // Command device-plugin is the kube-rdma node daemon. `run` (the default)
 // advertises RDMA devices to the kubelet; `discover` prints what discovery
-// sees on this node. The demo on built-in sample nodes is a separate binary,
+// sees on this node; `probe` is the pod's exec readiness and liveness probe. The demo on built-in sample nodes is a separate binary,
 // kube-rdma-demo, so that none of its test scaffolding ships in the image.
 package main
 
@@ -21,6 +21,7 @@ The kube-rdma node daemon.
 Commands:
   run       advertise RDMA devices to the kubelet (the default)
   discover  print the RDMA devices, GPUs and their PCIe affinity on this node
+  probe     ask this pod's daemon whether it is ready or live (exec probes)
   wait-daemonset
             wait until a DaemonSet's pods are up to date and ready (the
             chart's pre-delete hook)
@@ -42,6 +43,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return cli.Dispatch("device-plugin", usage, "run", args, stdout, stderr, map[string]func([]string) error{
 		"run":      func(args []string) error { return runCommand(ctx, args, stdout, stderr) },
 		"discover": func(args []string) error { return discoverCommand(args, stdout, stderr) },
+		"probe":    func(args []string) error { return probeCommand(ctx, args, stdout, stderr) },
 		"wait-daemonset": func(args []string) error {
 			return waitDaemonSetCommand(ctx, args, stdout, stderr)
 		},

@@ -51,6 +51,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus", false},
 		{[]string{"run", "--health-interval", "2s"}, "--health-interval 2s must be in (0, 1s]", true},
 		{[]string{"run", "--log-level", "loud"}, "--log-level", true},
+		{[]string{"probe"}, "want a check first, ready or live", false},
+		{[]string{"probe", "started"}, `unknown check "started", want ready or live`, false},
+		{[]string{"probe", "ready", "extra"}, `probe takes no arguments, got ["extra"]`, false},
+		{[]string{"probe", "live", "--bogus"}, "flag provided but not defined: -bogus", false},
 		{[]string{"demo"}, `unknown command "demo"`, false},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`, false},
 		{[]string{"help", "run"}, `help takes no arguments`, false},
@@ -88,13 +92,13 @@ func TestHelpAndVersion(t *testing.T) {
 		if err != nil || errOut.Len() != 0 {
 			t.Errorf("%v: %v, stderr %q", args, err, errOut.String())
 		}
-		for _, cmd := range []string{"run", "discover", "version", "help"} {
+		for _, cmd := range []string{"run", "discover", "probe", "version", "help"} {
 			if !strings.Contains(out.String(), "\n  "+cmd+" ") {
 				t.Errorf("%v does not list %s:\n%s", args, cmd, out.String())
 			}
 		}
 	}
-	for _, cmd := range []string{"discover", "run"} {
+	for _, cmd := range []string{"discover", "run", "probe"} {
 		var out, errOut bytes.Buffer
 		err := dispatch(context.Background(), []string{cmd, "-h"}, &out, &errOut)
 		if !errors.Is(err, flag.ErrHelp) || cli.Exit("device-plugin", err, &errOut) != 0 || errOut.Len() != 0 ||

@@ -52,7 +52,7 @@ func TestNodeStateFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := newAgent(cfg, nil)
+			d, _, err := newAgent(cfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

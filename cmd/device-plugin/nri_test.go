@@ -55,7 +55,7 @@ func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 		t.Fatal(err)
 	}
 	cfg.Events = []agent.EventSource{}
-	d, err := newAgent(cfg, nil)
+	d, _, err := newAgent(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

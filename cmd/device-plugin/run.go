@@ -55,10 +55,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer drv.Stop() // when the agent does not run; it stops its front ends itself
 	}
 	cfg.NetnsMode = e2eNetnsMode()
-	d, err := newAgent(cfg, drv)
+	d, dp, err := newAgent(cfg, drv)
 	if err != nil {
 		return err
 	}
+	stopProbe, err := listenProbe(cfg.probeSocket, d, dp)
+	if err != nil {
+		return err
+	}
+	defer stopProbe()
 	wait, err := startNodeState(ctx, cfg, a, d)
 	if err != nil {
 		return err
@@ -76,17 +81,18 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // newAgent builds the device plugin front end and the agent that drives it
 // and, with --dra, the DRA driver.
-func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, error) {
+func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugin, error) {
 	dp, err := deviceplugin.New(cfg.plugin)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := cfg.Config
 	c.FrontEnds = map[config.Frontend]agent.FrontEnd{config.DevicePlugin: dp}
 	if drv != nil {
 		c.FrontEnds[config.DRA] = drv
 	}
-	return agent.New(c)
+	a, err := agent.New(c)
+	return a, dp, err
 }
 
 // runConfig is the agent's config, its device plugin front end's, and the
@@ -95,6 +101,7 @@ type runConfig struct {
 	agent.Config
 	plugin      deviceplugin.Config
 	nodeNameSet bool // from --node-name or NODE_NAME, not the hostname
+	probeSocket string
 	kubeconfig  string
 	nodeState   nodeStateFlags
 	nri         nriFlags
@@ -117,6 +124,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name for logs and /state (default $NODE_NAME, else the hostname)")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", agent.DefaultHealthInterval, "how often port state and device presence are re-read")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", kubeconfigHelp)
+	fs.StringVar(&cfg.probeSocket, "probe-socket", "", "unix socket answering device-plugin probe, in a directory of this pod alone (the chart: "+defaultProbeSocket+" in an emptyDir); empty disables")
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)

@@ -113,6 +113,12 @@ type probe struct {
 		Path string `json:"path"`
 		Port any    `json:"port"`
 	} `json:"httpGet,omitempty"`
+	TCPSocket any `json:"tcpSocket,omitempty"`
+	GRPC      any `json:"grpc,omitempty"`
+	Exec      *struct {
+		Command []string `json:"command"`
+	} `json:"exec,omitempty"`
+	TimeoutSeconds      int `json:"timeoutSeconds,omitempty"`
 	InitialDelaySeconds int `json:"initialDelaySeconds,omitempty"`
 	PeriodSeconds       int `json:"periodSeconds,omitempty"`
 	FailureThreshold    int `json:"failureThreshold,omitempty"`
@@ -151,6 +157,9 @@ type daemonSetSpec struct {
 					Path string `json:"path"`
 					Type string `json:"type"`
 				} `json:"hostPath"`
+				EmptyDir *struct {
+					Medium string `json:"medium"`
+				} `json:"emptyDir"`
 				Projected *struct {
 					Sources []struct {
 						ServiceAccountToken *struct {

@@ -1,6 +1,8 @@
 package helm
 
 import (
+	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -9,24 +11,20 @@ import (
 )
 
 // TestStatusPort: /metrics, /state and /healthz are bound to the node's loopback by default
-// (they have no authentication; the pod is in the host network namespace, so the kubelet's
-// probes and the node reach 127.0.0.1), elsewhere only when asked; the daemon is probed for
-// readiness and liveness on /healthz at that address; no port, no probes.
+// (they have no authentication; the pod is in the host network namespace, so the node reaches
+// 127.0.0.1), elsewhere only when asked; no port is declared.
 func TestStatusPort(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		args     []string
-		wantArg  string
-		wantHost string // "": no probes
-		wantPort int
-		probed   bool
+		name    string
+		args    []string
+		wantArg string
 	}{
-		{"default: loopback", nil, "--metrics-addr=127.0.0.1:9478", "127.0.0.1", 9478, true},
-		{"another port", []string{"--set", "devicePlugin.metricsPort=39478"}, "--metrics-addr=127.0.0.1:39478", "127.0.0.1", 39478, true},
-		{"every interface", []string{"--set", "devicePlugin.metricsHost="}, "--metrics-addr=:9478", "", 9478, true},
-		{"a node address", []string{"--set", "devicePlugin.metricsHost=10.0.0.5"}, "--metrics-addr=10.0.0.5:9478", "10.0.0.5", 9478, true},
-		{"IPv6 loopback", []string{"--set", "devicePlugin.metricsHost=::1"}, "--metrics-addr=[::1]:9478", "::1", 9478, true},
-		{"off", []string{"--set", "devicePlugin.metricsPort=0"}, "--metrics-addr=", "", 0, false},
+		{"default: loopback", nil, "--metrics-addr=127.0.0.1:9478"},
+		{"another port", []string{"--set", "devicePlugin.metricsPort=39478"}, "--metrics-addr=127.0.0.1:39478"},
+		{"every interface", []string{"--set", "devicePlugin.metricsHost="}, "--metrics-addr=:9478"},
+		{"a node address", []string{"--set", "devicePlugin.metricsHost=10.0.0.5"}, "--metrics-addr=10.0.0.5:9478"},
+		{"IPv6 loopback", []string{"--set", "devicePlugin.metricsHost=::1"}, "--metrics-addr=[::1]:9478"},
+		{"off", []string{"--set", "devicePlugin.metricsPort=0"}, "--metrics-addr="},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := daemonSet(t, render(t, tc.args...)).Template.Spec.Containers[0]
@@ -39,30 +37,82 @@ func TestStatusPort(t *testing.T) {
 			if diff := cmp.Diff([]string{tc.wantArg}, addrs); diff != "" {
 				t.Errorf("status address (-want +got):\n%s", diff)
 			}
-			// No declared port, probed or not: on the host network it would be a host port,
-			// and an update with surge (two pods on a node) would never schedule the new pod.
+			// No declared port: on the host network it would be a host port, and an update
+			// with surge (two pods on a node) would never schedule the new pod.
 			if len(c.Ports) != 0 {
 				t.Errorf("ports %+v declared: the new pod of an update with surge would not schedule", c.Ports)
 			}
-			if !tc.probed {
-				if c.ReadinessProbe != nil || c.LivenessProbe != nil {
-					t.Errorf("no status port, yet ports %+v readiness %+v liveness %+v", c.Ports, c.ReadinessProbe, c.LivenessProbe)
-				}
-				return
+		})
+	}
+}
+
+// TestProbes: readiness and liveness are exec probes (device-plugin probe ready|live) on a
+// socket the daemon serves (--probe-socket) in an emptyDir of its pod, whatever the status
+// port: an httpGet probe on the host network's shared status port may be answered by the
+// other pod of an update with surge (docs/device-plugin.md, "Updates"). Liveness gives the
+// first scan time before it counts.
+func TestProbes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"defaults", nil},
+		{"status port off", []string{"--set", "devicePlugin.metricsPort=0"}},
+		{"dra", []string{"--set", "dra.enabled=true", "--set-json", draPools}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := daemonSet(t, render(t, tc.args...)).Template.Spec
+			c := spec.Containers[0]
+			if c.Name != "device-plugin" {
+				t.Fatalf("first container %s, want device-plugin", c.Name)
 			}
-			for name, p := range map[string]*probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-				if p == nil || p.HTTPGet == nil {
-					t.Errorf("no %s probe", name)
+			var socket []string
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--probe-socket="); ok {
+					socket = append(socket, v)
+				}
+			}
+			if len(socket) != 1 || socket[0] == "" {
+				t.Fatalf("--probe-socket args %q, want one path", socket)
+			}
+			sock := socket[0]
+			for name, tt := range map[string]struct {
+				p     *probe
+				check string
+			}{"readiness": {c.ReadinessProbe, "ready"}, "liveness": {c.LivenessProbe, "live"}} {
+				if tt.p == nil || tt.p.Exec == nil || tt.p.HTTPGet != nil || tt.p.TCPSocket != nil || tt.p.GRPC != nil {
+					t.Errorf("%s probe %+v, want exec alone", name, tt.p)
 					continue
 				}
-				if p.HTTPGet.Host != tc.wantHost || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != float64(tc.wantPort) {
-					t.Errorf("%s probe %+v, want GET %s /healthz on port %d", name, *p.HTTPGet, tc.wantHost, tc.wantPort)
+				want := []string{"/usr/local/bin/device-plugin", "probe", tt.check, "--socket=" + sock}
+				if diff := cmp.Diff(want, tt.p.Exec.Command); diff != "" {
+					t.Errorf("%s probe command (-want +got):\n%s", name, diff)
+				}
+				if tt.p.TimeoutSeconds < 2 {
+					t.Errorf("%s probe times out after %ds: the probe binary starts on a busy node", name, tt.p.TimeoutSeconds)
 				}
 			}
-			// Liveness gives the first scan time before it counts, then restarts a daemon whose
-			// status server stopped answering for a minute.
 			if l := c.LivenessProbe; l != nil && (l.InitialDelaySeconds < 30 || l.PeriodSeconds*l.FailureThreshold < 30) {
 				t.Errorf("liveness probe %+v restarts a starting or briefly busy daemon", *l)
+			}
+			// The socket's directory is an emptyDir of this pod, mounted in this container only.
+			empty := map[string]bool{}
+			for _, v := range spec.Volumes {
+				if v.EmptyDir != nil {
+					empty[v.Name] = true
+				}
+			}
+			var mounts []string
+			for _, ct := range slices.Concat(spec.InitContainers, spec.Containers) {
+				for _, m := range ct.VolumeMounts {
+					if m.MountPath == path.Dir(sock) || (empty[m.Name] && ct.Name != c.Name) {
+						mounts = append(mounts, fmt.Sprintf("%s: %s at %s, emptyDir %t", ct.Name, m.Name, m.MountPath, empty[m.Name]))
+					}
+				}
+			}
+			want := []string{fmt.Sprintf("device-plugin: probe at %s, emptyDir true", path.Dir(sock))}
+			if diff := cmp.Diff(want, mounts); diff != "" {
+				t.Errorf("mounts of the probe socket's directory (-want +got):\n%s", diff)
 			}
 		})
 	}

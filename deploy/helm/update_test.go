@@ -6,9 +6,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestUpdateStrategy: an update replaces one pod at a time on each node (maxSurge 0,
-// maxUnavailable 1: surge is not the default yet, docs/device-plugin.md "Updates"), and the
-// daemon gets its pod's UID for the DRA front end's rolling update, with DRA off or on.
+// TestUpdateStrategy: an update starts the new pod beside the old one on each node (maxSurge
+// 1, maxUnavailable 0: docs/device-plugin.md "Updates"; the old pod stops once the new one is
+// ready by its own probe, TestProbes), and the daemon gets its pod's UID for the DRA front
+// end's rolling update, with DRA off or on.
 func TestUpdateStrategy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -24,7 +25,7 @@ func TestUpdateStrategy(t *testing.T) {
 				t.Fatalf("updateStrategy %+v, want RollingUpdate", u)
 			}
 			got := map[string]any{"maxSurge": u.RollingUpdate.MaxSurge, "maxUnavailable": u.RollingUpdate.MaxUnavailable}
-			if diff := cmp.Diff(map[string]any{"maxSurge": float64(0), "maxUnavailable": float64(1)}, got); diff != "" {
+			if diff := cmp.Diff(map[string]any{"maxSurge": float64(1), "maxUnavailable": float64(0)}, got); diff != "" {
 				t.Errorf("rollingUpdate (-want +got):\n%s", diff)
 			}
 			want := map[string]string{"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid"}

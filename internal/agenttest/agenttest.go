@@ -46,19 +46,20 @@ type Config struct {
 }
 
 // New builds the device plugin front end and the agent that drives it.
-func New(c Config) (*agent.Agent, error) {
+func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 	dp, err := deviceplugin.New(deviceplugin.Config{KubeletDir: c.KubeletDir, DevRoot: c.DevRoot, CDIDir: c.CDIDir,
 		AllocDir: c.AllocDir, Logger: c.Logger})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fes := map[config.Frontend]agent.FrontEnd{config.DevicePlugin: dp}
 	if c.DRA != nil {
 		fes[config.DRA] = c.DRA
 	}
-	return agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, StatusAuth: c.StatusAuth,
+	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, StatusAuth: c.StatusAuth,
 		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, MetricsAddr: c.MetricsAddr,
 		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events})
+	return a, dp, err
 }
 
 // FakeNetns is a NetnsModeReader with a fixed answer.
@@ -78,6 +79,7 @@ type Env struct {
 	Tree    nodesim.Tree
 	Kubelet *kubeletstub.Kubelet
 	Agent   *agent.Agent
+	Plugin  *deviceplugin.Plugin
 	Cfg     Config
 	// Stop stops the agent and returns Run's error; later calls return nil.
 	Stop func() error
@@ -121,7 +123,7 @@ func Start(t *testing.T, topo nodesim.Topology, mutate func(*Config)) *Env {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	d, err := New(cfg)
+	d, dp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,7 @@ func Start(t *testing.T, topo nodesim.Topology, mutate func(*Config)) *Env {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	e := &Env{Tree: tree, Kubelet: k, Agent: d, Cfg: cfg, Stop: stop}
+	e := &Env{Tree: tree, Kubelet: k, Agent: d, Plugin: dp, Cfg: cfg, Stop: stop}
 	select {
 	case <-d.Ready():
 	case err := <-done:

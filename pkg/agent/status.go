@@ -17,8 +17,8 @@ import (
 // (maxSurge 1, which the DRA front end's rolling update needs) runs the old
 // and the new pod on one node for a while: both must hold the port. The
 // other way, the new pod retrying its bind until the old one exits, leaves
-// the new pod without /metrics and /state meanwhile, while its readiness
-// probe (node IP, this port) is answered by the old pod anyway; with
+// the new pod without /metrics and /state meanwhile (the pods' probes do
+// not use this port: either pod may answer it; see --probe-socket); with
 // SO_REUSEPORT both serve, the kernel spreads connections over both, and
 // when the old pod closes its listener the new one takes every connection
 // without a refused scrape. The kernel lets only a process of the same

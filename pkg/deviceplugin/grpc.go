@@ -28,7 +28,7 @@ func (s *poolServer) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (
 // when the server stops (a replaced or removed pool, the daemon exiting).
 func (s *poolServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	s.mu.Lock()
-	done := s.done
+	done, regs := s.done, s.regs
 	s.mu.Unlock()
 	for {
 		s.mu.Lock()
@@ -40,6 +40,7 @@ func (s *poolServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamin
 		select {
 		case <-ch:
 		case <-stream.Context().Done():
+			s.streamEnded(regs)
 			return nil
 		case <-done:
 			return nil

@@ -10,8 +10,10 @@ import (
 
 // kubeletEvent says which pool servers should check their socket and
 // registration: all of them when kubelet.sock was created (a kubelet
-// (re)start), one when its socket was removed (a kubelet restart clears the
-// directory).
+// (re)start: they serve again and register), one when its socket was
+// created, removed or renamed (a kubelet restart clears the directory; the
+// new pod of a DaemonSet update binds the path, which supersedes this
+// process's pool).
 type kubeletEvent struct {
 	all    bool
 	socket string
@@ -53,7 +55,7 @@ func (k *kubeletWatcher) run(log *slog.Logger) {
 			case base == KubeletSocket && ev.Has(fsnotify.Create):
 				log.Info("kubelet socket created; every pool registers")
 				k.send(kubeletEvent{all: true})
-			case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
+			case ev.Has(fsnotify.Create) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
 				k.send(kubeletEvent{socket: base})
 			}
 		case err, ok := <-k.fw.Errors:

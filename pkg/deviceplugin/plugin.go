@@ -70,7 +70,18 @@ type Plugin struct {
 
 	mu    sync.Mutex // pools: the Run goroutine writes, the kubelet events' forwarder reads
 	pools map[string]*poolServer
+
+	// registered is closed once every pool of the first Update has
+	// registered with the kubelet (or closed first).
+	registered     chan struct{}
+	registeredOnce sync.Once
 }
+
+// Registered is closed once every pool of the first Update (the agent's
+// first config) has registered with the kubelet (a pool closed before that
+// counts too): with the agent's Ready, the pod's readiness in a DaemonSet
+// update with surge (docs/device-plugin.md, "Updates").
+func (p *Plugin) Registered() <-chan struct{} { return p.registered }
 
 var _ agent.FrontEnd = (*Plugin)(nil)
 
@@ -86,7 +97,7 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Plugin{cfg: cfg, log: cfg.Logger, m: newMetrics(), pools: map[string]*poolServer{},
+	p := &Plugin{cfg: cfg, log: cfg.Logger, m: newMetrics(), pools: map[string]*poolServer{}, registered: make(chan struct{}),
 		alloc: allocContext{devRoot: cfg.DevRoot, cdi: cfg.CDIDir != "", allocDir: cfg.AllocDir}}
 	if cfg.CDIDir != "" {
 		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
@@ -149,6 +160,7 @@ func (p *Plugin) Update(u agent.Update) error {
 	for _, s := range started {
 		s.start(p.ctx)
 	}
+	p.registeredOnce.Do(func() { closeWhenRegistered(p.pools, p.registered) })
 	return nil
 }
 

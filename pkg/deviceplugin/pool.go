@@ -25,13 +25,15 @@ type snapshot struct {
 }
 
 // setMembers replaces the pool's RDMA devices (after a scan, a port or GID
-// change, or a config change) and rewrites its CDI spec.
+// change, or a config change) and rewrites its CDI spec, unless another
+// process serves the pool now: the spec is that process's.
 func (s *poolServer) setMembers(members []discovery.RDMADevice) {
 	s.mu.Lock()
 	s.members = members
+	superseded := s.superseded
 	s.mu.Unlock()
 	switch {
-	case s.cdi == nil:
+	case s.cdi == nil || superseded:
 	case s.pool.GPUAligned():
 		// No CDI device: CDI names fixed devices, and the slots name none.
 		// A spec of the exclusive pool this one replaced goes.
@@ -69,7 +71,7 @@ func (s *poolServer) setHealth(health map[string]bool) (healthy, unhealthy int) 
 			unhealthy++
 		}
 	}
-	if s.pool.GPUAligned() {
+	if s.pool.GPUAligned() && !s.superseded {
 		s.writePoolFile(poolFile(s.pool, s.resource, s.members, health))
 	}
 	return healthy, unhealthy

@@ -1,31 +1,219 @@
 package deviceplugin
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
+
+// shortDir is a temporary directory short enough for unix socket paths
+// (108 bytes; t.TempDir can be longer).
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func testPool(dir string, cdi *cdiWriter) *poolServer {
+	return newPoolServer(config.Pool{Name: "hca", Mode: config.Exclusive}, "rdma.example.com/hca", dir, 1,
+		allocContext{}, cdi, slog.New(slog.DiscardHandler), nil)
+}
 
 // TestReserveKeepsSocket re-serves right after serving, as the daemon does
 // when the kubelet restarts: the first server's listener, closed late by a
 // Serve goroutine that starts after stop, must not unlink the new socket.
 func TestReserveKeepsSocket(t *testing.T) {
-	dir, err := os.MkdirTemp("", "dp") // unix socket paths are short
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	s := newPoolServer(config.Pool{Name: "hca", Mode: config.Exclusive}, "rdma.example.com/hca", dir, 1,
-		allocContext{}, nil, slog.New(slog.DiscardHandler), nil)
+	s := testPool(shortDir(t), nil)
 	defer s.stop()
 	for i := range 200 {
-		if err := s.serve(); err != nil {
+		if err := s.serve(true); err != nil {
 			t.Fatal(err)
 		}
 		if !s.serving() {
 			t.Fatalf("serve %d: socket %s gone", i, s.socketPath())
 		}
 	}
+}
+
+// TestSupersededPoolLeavesPath plays the two pods of a DaemonSet update with
+// surge, step by step: the old pod's pool does not take its path back when
+// the new pod removes it (before its bind) or replaces it, never registers
+// again once superseded, not even after a kubelet restart, and its stop
+// leaves the new pod's socket and CDI spec; a kubelet restart makes the new
+// pod serve again and register.
+func TestSupersededPoolLeavesPath(t *testing.T) {
+	dir := shortDir(t)
+	k, err := kubeletstub.Start(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	cdi := &cdiWriter{dir: t.TempDir(), devRoot: t.TempDir()}
+	members := []discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0", NUMANode: -1}}
+	ctx := context.Background()
+	regs := func(want int, when string) {
+		t.Helper()
+		if got := len(k.Registrations()); got != want {
+			t.Fatalf("%s: %d registrations, want %d", when, got, want)
+		}
+	}
+
+	old := testPool(dir, cdi)
+	old.setMembers(members)
+	if err := old.serve(true); err != nil {
+		t.Fatal(err)
+	}
+	oldReg, err := old.step(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs(1, "old pod started")
+	select {
+	case <-old.waitRegistered():
+	default:
+		t.Error("old pod registered, yet waitRegistered is open")
+	}
+
+	// The new pod removes the path and has not bound it yet: the old pod
+	// must not serve it again (the kubelet did not restart).
+	if err := os.Remove(old.socketPath()); err != nil {
+		t.Fatal(err)
+	}
+	if oldReg, err = old.step(ctx, oldReg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(old.socketPath()); !os.IsNotExist(err) {
+		t.Fatalf("old pod served its removed socket again without a kubelet restart: %v", err)
+	}
+	regs(1, "socket removed")
+
+	next := testPool(dir, cdi)
+	next.setMembers(members)
+	if err := next.serve(true); err != nil {
+		t.Fatal(err)
+	}
+	nextReg, err := next.step(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs(2, "new pod started")
+	if oldReg, err = old.step(ctx, oldReg); err != nil {
+		t.Fatal(err)
+	}
+	if !old.isSuperseded() || old.serving() || !next.serving() {
+		t.Fatalf("after the new pod bound the path: old superseded %t serving %t, new serving %t, want true false true",
+			old.isSuperseded(), old.serving(), next.serving())
+	}
+
+	// A kubelet restart removes every socket: the new pod serves again and
+	// registers, the superseded one does neither.
+	if err := k.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.step(ctx, oldReg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(old.socketPath()); !os.IsNotExist(err) {
+		t.Fatalf("superseded pool served again after a kubelet restart: %v", err)
+	}
+	regs(2, "kubelet restarted, before the new pod's step")
+	if nextReg, err = next.step(ctx, nextReg); err != nil {
+		t.Fatal(err)
+	}
+	regs(3, "kubelet restarted")
+	if !next.serving() {
+		t.Fatal("new pod does not serve its socket after the kubelet restart")
+	}
+	if _, err := next.step(ctx, nextReg); err != nil {
+		t.Fatal(err)
+	}
+	regs(3, "a second step with the same kubelet")
+
+	// The old pod's stop leaves the new pod's socket and spec.
+	sock, err := os.Lstat(next.socketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := cdi.path("hca")
+	old.setMembers(nil) // a superseded pool writes no spec
+	old.close(true)
+	if fi, err := os.Lstat(next.socketPath()); err != nil || !os.SameFile(fi, sock) {
+		t.Errorf("after the old pod stopped: socket %v, want the new pod's", err)
+	}
+	if b, err := os.ReadFile(spec); err != nil || !strings.Contains(string(b), "0000:18:00.0") {
+		t.Errorf("after the old pod stopped: CDI spec %q, %v: want the new pod's, with its device", b, err)
+	}
+	next.close(true)
+	for _, p := range []string{next.socketPath(), spec} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("after the new pod stopped: %v, want %s removed", err, p)
+		}
+	}
+}
+
+// TestDroppedStreamReregisters: when the kubelet ends the ListAndWatch
+// stream of the pool's latest registration while it runs on (what kubelets
+// without kubernetes/kubernetes#135437 do to the new pod when the old pod
+// of an update with surge stops, kubernetes/kubernetes#121994), the pool
+// registers again. The stand-in drops a plugin's stream when another
+// registers its resource.
+func TestDroppedStreamReregisters(t *testing.T) {
+	dir := shortDir(t)
+	k, err := kubeletstub.Start(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := testPool(dir, nil)
+	p.start(ctx)
+	defer p.close(false)
+	<-p.waitRegistered()
+	wait := func(what string, cond func([]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var eps []string
+			for _, r := range k.Registrations() {
+				eps = append(eps, r.Endpoint)
+			}
+			if cond(eps) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: registrations %q", what, eps)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("first registration", func(eps []string) bool { return len(eps) == 1 })
+
+	// Another plugin takes the resource: the stand-in drops the pool's stream.
+	other := newPoolServer(config.Pool{Name: "other", Mode: config.Exclusive}, p.resource, dir, 1,
+		allocContext{}, nil, slog.New(slog.DiscardHandler), nil)
+	if err := other.serve(true); err != nil {
+		t.Fatal(err)
+	}
+	defer other.stop()
+	if _, err := other.step(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{SocketName("hca"), SocketName("other"), SocketName("hca")}
+	wait("the pool registered again", func(eps []string) bool { return slices.Equal(eps, want) })
+	// Once: the stream dropped was the latest registration's only.
+	time.Sleep(3 * retryFirst)
+	wait("no registration more", func(eps []string) bool { return slices.Equal(eps, want) })
 }

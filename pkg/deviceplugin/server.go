@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -63,14 +63,30 @@ type poolServer struct {
 	server  *grpc.Server
 	done    chan struct{}
 	gen     int // incremented by every serve
+	// regs counts registrations; a ListAndWatch stream remembers the count
+	// it started under. dropped: the kubelet ended a stream of the latest
+	// registration while this process still serves (below, streamEnded).
+	regs    int
+	dropped bool
 	// sock is the socket file this process bound (its inode). During a
 	// DaemonSet update with surge the next pod binds the same path: the
-	// socket there is then not ours, and our stop leaves it, and the pool's
-	// CDI spec, to the pod that now serves the pool.
-	sock       os.FileInfo
-	handedOver bool // the last stop found another process's socket at our path
+	// socket there is then not ours, and this pool is superseded.
+	sock os.FileInfo
+	// superseded: another process's socket was found at the pool's path.
+	// From then on this process neither serves nor registers the pool
+	// again, writes no CDI spec or pool file for it, and its stop leaves
+	// the socket and the spec to the process that serves the pool now.
+	superseded bool
+	// registered is closed on the first registration with the kubelet, or
+	// when the pool closes without one.
+	registered     chan struct{}
+	registeredOnce sync.Once
 
 	lastPoolFile []byte // pool.json as last written; Run goroutine only
+
+	// kubelet is the kubelet.sock of the last registration, held open
+	// (openKubelet); run's goroutine only.
+	kubelet *os.File
 }
 
 func newPoolServer(pool config.Pool, resource, dir string, numa int, alloc allocContext, cdi *cdiWriter, log *slog.Logger, m *metrics) *poolServer {
@@ -78,14 +94,16 @@ func newPoolServer(pool config.Pool, resource, dir string, numa int, alloc alloc
 		pool: pool, resource: resource, dir: dir, numa: numa, alloc: alloc, cdi: cdi, m: m,
 		log:     log.With("pool", pool.Name, "resource", resource),
 		snap:    snapshot{devices: []*pluginapi.Device{}, byID: map[string][]discovery.RDMADevice{}},
-		changed: make(chan struct{}), kicks: make(chan struct{}, 1),
+		changed: make(chan struct{}), kicks: make(chan struct{}, 1), registered: make(chan struct{}),
 	}
 }
 
 // start serves the socket at once (so a pool is served when start returns)
-// and runs the register loop until close or ctx's end.
+// and runs the register loop until close or ctx's end. A starting process
+// takes the pool's path: it replaces whatever socket is there, a stale one
+// or the one of the pod it updates.
 func (s *poolServer) start(ctx context.Context) {
-	if err := s.serve(); err != nil {
+	if err := s.serve(true); err != nil {
 		s.log.Error("serve pool; retrying", "err", err)
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
@@ -104,10 +122,8 @@ func (s *poolServer) close(removeCDI bool) {
 		<-s.exited
 	}
 	s.stop()
-	s.mu.Lock()
-	handedOver := s.handedOver
-	s.mu.Unlock()
-	if handedOver {
+	s.registeredOnce.Do(func() { close(s.registered) })
+	if s.isSuperseded() {
 		s.log.Info("another process serves the pool now; its socket and CDI spec stay")
 		return
 	}
@@ -126,28 +142,40 @@ func (s *poolServer) kick() {
 	}
 }
 
-// run serves and registers, and does it again after every kick that finds
-// the socket gone or a new kubelet. A pool registers once per kubelet
-// socket and serve: a kubelet restart shows up both as our socket's
-// removal and as kubelet.sock's creation, and the second must not register
-// again.
+// waitRegistered is closed once the pool has registered with the kubelet
+// (or closed without registering).
+func (s *poolServer) waitRegistered() <-chan struct{} { return s.registered }
+
+// closeWhenRegistered closes done once every pool has registered with the
+// kubelet or closed.
+func closeWhenRegistered(pools map[string]*poolServer, done chan struct{}) {
+	waits := make([]<-chan struct{}, 0, len(pools))
+	for _, p := range pools {
+		waits = append(waits, p.waitRegistered())
+	}
+	go func() {
+		for _, w := range waits {
+			<-w
+		}
+		close(done)
+	}()
+}
+
+// run serves and registers, and again after every kick that finds a new
+// kubelet, until ctx ends. Failures retry with back-off.
 func (s *poolServer) run(ctx context.Context) {
 	defer s.stop()
-	var registered string // kubelet socket and serve of the last registration
+	defer func() {
+		if s.kubelet != nil {
+			_ = s.kubelet.Close()
+			s.kubelet = nil
+		}
+	}()
+	var registered string // the kubelet socket of the last registration
 	wait := time.Duration(0)
 	for {
-		err := s.ensureServing()
-		key, up := s.kubeletKey()
-		if err == nil && up && key != registered {
-			err = s.register(ctx)
-			s.m.registration(s.pool.Name, err == nil)
-			if err == nil {
-				registered, wait = key, 0
-				s.log.Info("registered with kubelet")
-			}
-		} else if err == nil && !up {
-			s.log.Info("kubelet socket not there yet; waiting for it")
-		}
+		var err error
+		registered, err = s.step(ctx, registered)
 		var timer *time.Timer
 		var retry <-chan time.Time
 		if err != nil {
@@ -155,6 +183,8 @@ func (s *poolServer) run(ctx context.Context) {
 			s.log.Warn("serve or register failed; retrying", "in", wait, "err", err)
 			timer = time.NewTimer(wait)
 			retry = timer.C
+		} else {
+			wait = 0
 		}
 		select {
 		case <-ctx.Done():
@@ -170,39 +200,183 @@ func (s *poolServer) run(ctx context.Context) {
 	}
 }
 
-// kubeletKey names the kubelet socket (inode and mtime) and our serve
-// generation; ok is false when the kubelet socket does not exist.
-func (s *poolServer) kubeletKey() (string, bool) {
-	fi, err := os.Stat(filepath.Join(s.dir, KubeletSocket))
+// step does what the pool's socket and the kubelet need now and returns the
+// kubelet socket the pool is registered with. It keys on the kubelet, as
+// the kubelet's own device manager does: a kubelet (re)start creates
+// kubelet.sock after removing every plugin socket, and each pool then
+// serves a new socket (if its own is gone) and registers, once per
+// kubelet.sock. A plugin socket gone while the kubelet runs on is not
+// served again: the kubelet removes sockets only when it restarts, and
+// during a DaemonSet update with surge the path is empty for a moment
+// between the new pod's remove and bind; taking it back then is the race
+// that kept surge off (docs/device-plugin.md, "Updates"). Another process's
+// socket at the path supersedes this pool for good.
+func (s *poolServer) step(ctx context.Context, registered string) (string, error) {
+	if s.isSuperseded() {
+		return registered, nil
+	}
+	kubelet, key, up := s.openKubelet()
+	defer func() {
+		if kubelet != nil && kubelet != s.kubelet {
+			_ = kubelet.Close()
+		}
+	}()
+	restarted := up && key != registered
+	if s.generation() == 0 {
+		// start's serve failed: take the path as a starting process does.
+		if err := s.serve(true); err != nil {
+			return registered, err
+		}
+	} else {
+		st, err := s.pathState()
+		switch {
+		case err != nil:
+			return registered, err
+		case st == pathOther:
+			s.supersede()
+			return registered, nil
+		case st == pathGone && !restarted:
+			s.log.Info("plugin socket removed while the kubelet runs on; serving it again when the kubelet restarts")
+			return registered, nil
+		case st == pathGone:
+			s.log.Info("kubelet restarted and removed the plugin socket; serving again")
+			// Bind without removing: a process that binds the path in
+			// between owns it, and the next step finds it superseding us.
+			if err := s.serve(false); err != nil {
+				return registered, err
+			}
+		}
+	}
+	if !up {
+		s.log.Info("kubelet socket not there yet; waiting for it")
+		return registered, nil
+	}
+	s.mu.Lock()
+	dropped := s.dropped
+	s.dropped = false
+	if restarted || dropped {
+		s.regs++ // streams the kubelet opens from now on are this registration's
+	}
+	s.mu.Unlock()
+	if !restarted && !dropped {
+		return registered, nil
+	}
+	if dropped && !restarted {
+		s.log.Info("kubelet dropped the pool's ListAndWatch stream; registering again")
+	}
+	err := s.register(ctx)
+	s.m.registration(s.pool.Name, err == nil)
 	if err != nil {
-		return "", false
+		s.mu.Lock()
+		s.dropped = s.dropped || dropped
+		s.mu.Unlock()
+		return registered, err
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	s.log.Info("registered with kubelet")
+	s.registeredOnce.Do(func() { close(s.registered) })
+	if s.kubelet != nil {
+		_ = s.kubelet.Close()
 	}
-	return fmt.Sprintf("%d/%d/%d", ino, fi.ModTime().UnixNano(), s.generation()), true
+	s.kubelet = kubelet
+	return key, nil
+}
+
+// streamEnded is called when the kubelet ends a ListAndWatch stream that
+// started under registration count regs. A stream of the latest
+// registration ending while the kubelet runs on means the kubelet dropped
+// this pool: kubelets without kubernetes/kubernetes#135437 key device
+// plugin clients by resource name alone, and when the old pod of a
+// DaemonSet update with surge stops, the end of its stream makes the
+// kubelet disconnect the client of the new pod
+// (kubernetes/kubernetes#121994). The pool registers again a moment later,
+// after the kubelet's disconnect has run. Streams of earlier registrations
+// (the kubelet replaced them) change nothing, and a kubelet restart still
+// causes one registration.
+func (s *poolServer) streamEnded(regs int) {
+	s.mu.Lock()
+	latest := regs == s.regs && !s.superseded && s.server != nil
+	if latest {
+		s.dropped = true
+	}
+	s.mu.Unlock()
+	if latest {
+		time.AfterFunc(retryFirst, s.kick)
+	}
+}
+
+// supersede marks the pool as served by another process (logged once).
+func (s *poolServer) supersede() {
+	s.mu.Lock()
+	already := s.superseded
+	s.superseded = true
+	s.mu.Unlock()
+	if !already {
+		s.log.Info("another process bound the pool's socket (a DaemonSet update); no longer serving or registering the pool",
+			"socket", s.socketPath())
+	}
+}
+
+func (s *poolServer) isSuperseded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.superseded
+}
+
+// What is at the pool's socket path.
+const (
+	pathOurs  = iota // the socket this process bound
+	pathGone         // nothing
+	pathOther        // another file: another process's socket
+)
+
+// pathState tells what is at the pool's socket path.
+func (s *poolServer) pathState() (int, error) {
+	s.mu.Lock()
+	sock := s.sock
+	s.mu.Unlock()
+	fi, err := os.Lstat(s.socketPath())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return pathGone, nil
+	case err != nil:
+		return 0, fmt.Errorf("stat plugin socket: %w", err)
+	case sock != nil && os.SameFile(fi, sock):
+		return pathOurs, nil
+	}
+	return pathOther, nil
+}
+
+// openKubelet opens kubelet.sock (O_PATH) and names it by device and
+// inode; ok is false when it does not exist. While the pool keeps the file
+// open (it keeps the one it registered with), the inode cannot be freed, so
+// a kubelet.sock created later has another number, even when a restart
+// takes less than a tick of the file system's clock.
+func (s *poolServer) openKubelet() (f *os.File, key string, ok bool) {
+	path := filepath.Join(s.dir, KubeletSocket)
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return nil, "", false
+	}
+	return os.NewFile(uintptr(fd), path), fmt.Sprintf("%d/%d", st.Dev, st.Ino), true
 }
 
 func (s *poolServer) socketPath() string { return filepath.Join(s.dir, SocketName(s.pool.Name)) }
 
-// ensureServing serves again when the server is down or its socket is gone.
-func (s *poolServer) ensureServing() error {
-	if s.serving() {
-		return nil
-	}
-	if s.generation() > 0 {
-		s.log.Info("plugin socket removed; serving again")
-	}
-	return s.serve()
-}
-
-// serve (re)starts the gRPC server on a fresh socket.
-func (s *poolServer) serve() error {
+// serve (re)starts the gRPC server on a fresh socket. With takeOver it
+// first removes whatever is at the path (a starting process); without, the
+// bind fails when another process holds the path.
+func (s *poolServer) serve(takeOver bool) error {
 	s.stop()
 	path := s.socketPath()
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	if takeOver {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -220,7 +394,7 @@ func (s *poolServer) serve() error {
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	s.mu.Lock()
-	s.server, s.done, s.sock, s.handedOver = srv, make(chan struct{}), sock, false
+	s.server, s.done, s.sock = srv, make(chan struct{}), sock
 	s.gen++
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(l) }()
@@ -248,9 +422,7 @@ func (s *poolServer) stop() {
 		return
 	}
 	if !os.SameFile(cur, sock) {
-		s.mu.Lock()
-		s.handedOver = true
-		s.mu.Unlock()
+		s.supersede()
 		return
 	}
 	// Between the Stat and the Remove a new pod could bind the path; it
@@ -267,16 +439,14 @@ func (s *poolServer) generation() int {
 	return s.gen
 }
 
-// serving reports whether the server runs and its socket still exists.
+// serving reports whether the server runs and the socket at its path is
+// the one it bound.
 func (s *poolServer) serving() bool {
 	s.mu.Lock()
 	up := s.server != nil
 	s.mu.Unlock()
-	if !up {
-		return false
-	}
-	fi, err := os.Stat(s.socketPath())
-	return err == nil && fi.Mode()&os.ModeSocket != 0
+	st, err := s.pathState()
+	return up && err == nil && st == pathOurs
 }
 
 // register tells the kubelet about this pool.

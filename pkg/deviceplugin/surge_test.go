@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/agenttest"
-	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -18,15 +17,9 @@ import (
 // daemon starts beside the old one (same kubelet directory, CDI directory
 // and status port), registers, and the old one stops. The new one must keep
 // its socket, the pool's CDI spec and the status port; when it stops in
-// turn, it removes its socket and spec.
+// turn, it removes its socket and spec. The old one, superseded, neither
+// serves the path again nor registers (docs/device-plugin.md, "Updates").
 func TestSurgeUpdate(t *testing.T) {
-	// Known defect, which is why the chart does not update with surge: the
-	// old daemon's loop sees its socket replaced (or, between the new one's
-	// remove and bind, gone) and serves again, taking the path back; under
-	// -race this test lost the socket or the CDI spec in 1 run of 6. The hand
-	// over needs the old daemon to stop serving a path another process bound
-	// (docs/device-plugin.md, "Updates").
-	t.Skip("surge hand-over of pool sockets races (docs/device-plugin.md, Updates): not the chart's default until fixed")
 	old := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.CDIDir = filepath.Join(t.TempDir(), "cdi") })
 	sock := filepath.Join(old.Cfg.KubeletDir, deviceplugin.SocketName("hca"))
 	spec := filepath.Join(old.Cfg.CDIDir, "kube-rdma-hca.json")
@@ -35,17 +28,19 @@ func TestSurgeUpdate(t *testing.T) {
 			t.Fatalf("old daemon: %v", err)
 		}
 	}
+	<-old.Plugin.Registered()
 	regs := len(old.Kubelet.Registrations())
 
 	cfg := old.Cfg
 	cfg.MetricsAddr = old.Agent.MetricsAddr() // the same port: two listeners
-	next, err := agenttest.New(cfg)
+	next, nextDP, err := agenttest.New(cfg)
 	if err != nil {
 		t.Fatalf("second daemon on the status port %s: %v", cfg.MetricsAddr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- next.Run(ctx) }()
+	t.Cleanup(cancel) // a failed test's new daemon stops too
 	stopNext := func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -53,24 +48,20 @@ func TestSurgeUpdate(t *testing.T) {
 		}
 	}
 	select {
-	case <-next.Ready():
+	case <-nextDP.Registered():
 	case err := <-done:
 		t.Fatalf("new daemon exited: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("new daemon: not registered within 5s")
 	}
-	old.WaitFor(t, 5*time.Second, "the new daemon's registration", func(k *kubeletstub.Kubelet) bool {
-		return len(k.Registrations()) > regs
-	})
-	// The registration counted may be the old daemon's again (it re-registers
-	// when its socket is replaced): wait for the new daemon's socket.
-	var nextSock os.FileInfo
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var err error
-		if nextSock, err = os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
+	// The new daemon registered its pool once; the old one, superseded,
+	// did not take the path back nor register again.
+	if n := len(old.Kubelet.Registrations()); n != regs+1 {
+		t.Errorf("%d registrations after the new daemon's, want %d", n, regs+1)
+	}
+	nextSock, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := old.Stop(); err != nil {
 		t.Fatal(err)
@@ -78,6 +69,9 @@ func TestSurgeUpdate(t *testing.T) {
 	// The same socket file: not removed and served again.
 	if fi, err := os.Stat(sock); err == nil && !os.SameFile(fi, nextSock) {
 		t.Error("the new daemon's socket was replaced after the old daemon stopped")
+	}
+	if n := len(old.Kubelet.Registrations()); n != regs+1 {
+		t.Errorf("%d registrations after the old daemon stopped, want %d", n, regs+1)
 	}
 	for _, p := range []string{sock, spec} {
 		if _, err := os.Stat(p); err != nil {
