@@ -106,9 +106,13 @@ func TestMetricsAuth(t *testing.T) {
 					t.Errorf("containers with a service account token (-want +got):\n%s", diff)
 				}
 			}
-			// The probes are never given a token: /healthz stays unguarded.
-			if c := daemonSet(t, objs).Template.Spec.Containers[0]; c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet.Path != "/healthz" {
-				t.Errorf("readiness probe on %s", c.ReadinessProbe.HTTPGet.Path)
+			// The probes carry no token: they are exec probes on the pod's own socket, never
+			// the guarded paths (TestProbes).
+			c := daemonSet(t, objs).Template.Spec.Containers[0]
+			for _, p := range []*probe{c.ReadinessProbe, c.LivenessProbe} {
+				if p != nil && p.HTTPGet != nil && p.HTTPGet.Path != "/healthz" {
+					t.Errorf("a probe on %s", p.HTTPGet.Path)
+				}
 			}
 		})
 	}
