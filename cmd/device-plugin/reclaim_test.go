@@ -34,7 +34,7 @@ func TestReclaimWired(t *testing.T) {
 	store := attachment.Store{Dir: t.TempDir(), BootID: "boot-1"}
 	key := attachment.Key{ContainerID: "c1", IfName: "eth0"}
 	rec := attachment.Attachment{Key: key, Netns: filepath.Join(t.TempDir(), "cni-gone"), Network: "rdma", Complete: true,
-		Pod: &attachment.PodRef{Namespace: "ns", Name: "p1"},
+		Pod:     &attachment.PodRef{Namespace: "ns", Name: "p1"},
 		Devices: []attachment.Device{{RDMA: "mlx5_0", Host: attachment.HostLink{Name: "nic0"}, PodIfName: "net1", Returned: true}}}
 	if err := store.Save(rec); err != nil {
 		t.Fatal(err)
