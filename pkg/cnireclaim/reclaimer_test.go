@@ -386,3 +386,17 @@ func TestPassWaitsForLock(t *testing.T) {
 		t.Errorf("after the lock was released (-want +got):\n%s", diff)
 	}
 }
+
+// TestReclaimNetnsBack: the plugin's Reclaim judges again under its lock
+// and leaves alone a record whose pod netns path exists, whoever asked.
+func TestReclaimNetnsBack(t *testing.T) {
+	w := newWorld(t)
+	before := w.state()
+	res := w.plugin.Reclaim(context.Background(), cni.ReclaimOpts{Store: w.store, CNIPath: cniPath, SysfsRoot: w.sys}, []attachment.Key{w.key})
+	if diff := cmp.Diff([]cni.ReclaimResult{{Key: w.key, Pod: &attachment.PodRef{Namespace: "ns", Name: "p1", UID: "u1"}, Skipped: "pod netns exists"}}, res); diff != "" {
+		t.Errorf("Reclaim (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, w.state()); diff != "" {
+		t.Errorf("after Reclaim (-want +got):\n%s", diff)
+	}
+}
