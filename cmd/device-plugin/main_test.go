@@ -51,6 +51,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus", false},
 		{[]string{"run", "--health-interval", "2s"}, "--health-interval 2s must be in (0, 1s]", true},
 		{[]string{"run", "--log-level", "loud"}, "--log-level", true},
+		{[]string{"run", "--cni-reclaim-state-dir", "/x", "--cni-reclaim-interval", "0s"}, "--cni-reclaim-interval 0s must be positive", true},
+		{[]string{"run", "--cni-reclaim-state-dir", "/x", "--cni-bin-dir", ""}, "--cni-reclaim-state-dir needs --cni-bin-dir", true},
 		{[]string{"probe"}, "want a check first, ready or live", false},
 		{[]string{"probe", "started"}, `unknown check "started", want ready or live`, false},
 		{[]string{"probe", "ready", "extra"}, `probe takes no arguments, got ["extra"]`, false},

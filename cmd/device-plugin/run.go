@@ -74,8 +74,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitNRI()
+	waitReclaim, err := startReclaim(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	defer waitReclaim()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher and the NRI plugin stop before the waits
+	defer cancel() // runs first: the publisher, the NRI plugin and the reclaimer stop before the waits
 	return d.Run(ctx)
 }
 
@@ -96,7 +101,8 @@ func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugi
 }
 
 // runConfig is the agent's config, its device plugin front end's, and the
-// flags of the DRA driver, the node-state publisher and the NRI plugin.
+// flags of the DRA driver, the node-state publisher, the NRI plugin and the
+// CNI attachments' reclaimer.
 type runConfig struct {
 	agent.Config
 	plugin      deviceplugin.Config
@@ -107,6 +113,7 @@ type runConfig struct {
 	nri         nriFlags
 	dra         draFlags
 	statusAuth  statusAuthFlags
+	reclaim     reclaimFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -129,6 +136,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)
 	cfg.statusAuth.register(fs)
+	cfg.reclaim.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
@@ -142,6 +150,9 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 		return cfg, cli.Usagef("run: --log-level: %w", err)
 	}
 	if err := cfg.statusAuth.parse(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.reclaim.parse(); err != nil {
 		return cfg, err
 	}
 	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {

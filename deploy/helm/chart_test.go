@@ -94,6 +94,8 @@ type container struct {
 		Name      string `json:"name"`
 		MountPath string `json:"mountPath"`
 		ReadOnly  bool   `json:"readOnly"`
+		// MountPropagation is "" (None) or HostToContainer.
+		MountPropagation string `json:"mountPropagation"`
 	} `json:"volumeMounts"`
 	Ports []struct {
 		Name          string `json:"name"`

@@ -172,10 +172,11 @@ func TestChained(t *testing.T) {
 	if diff := cmp.Diff([]string{"device-plugin", "cni-chain"}, containerNames(spec.Containers)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
 	}
-	checkUnprivileged(t, append(spec.InitContainers, spec.Containers...))
+	// The daemon's CAP_NET_ADMIN and its read-write state dir are the reclaimer's (TestReclaim).
+	checkUnprivileged(t, append(spec.InitContainers, spec.Containers[1:]...))
 	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
-		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true,
-		"/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false}
+		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": false,
+		"/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false, "/var/lib/cni/networks": false, "/var/run/netns": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
 	}
@@ -245,9 +246,10 @@ func TestMultus(t *testing.T) {
 	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec2.Containers)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
 	}
-	// The node state reads the plugin's records (the pods' netdev names), read-only.
-	if ro, ok := hostPaths(ds)["/var/lib/cni/kube-rdma"]; !ok || !ro {
-		t.Errorf("state dir mounted %v, read-only %v; want read-only", ok, ro)
+	// The node state reads the plugin's records (the pods' netdev names); the reclaimer removes
+	// those it finishes (TestReclaim), so the mount is read-write.
+	if ro, ok := hostPaths(ds)["/var/lib/cni/kube-rdma"]; !ok || ro {
+		t.Errorf("state dir mounted %v, read-only %v; want read-write", ok, ro)
 	}
 	if args := spec2.Containers[0].Args; !slices.Contains(args, "--cni-state-dir=/var/lib/cni/kube-rdma") {
 		t.Errorf("device plugin args %q lack --cni-state-dir", args)

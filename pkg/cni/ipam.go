@@ -169,3 +169,8 @@ func (a routeAddrs) Configure(ns netns.NsHandle, ifName string, ips []*types100.
 	}
 	return a.Addresses.Configure(ns, ifName, addrs, rs)
 }
+
+// ExecIPAM returns the IPAM that runs the plugins found in CNI_PATH, as
+// the plugin does (for a Plugin built outside New, such as the agent's
+// reclaimer's).
+func ExecIPAM() IPAM { return execIPAM{} }

@@ -135,6 +135,20 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* kube-rdma.securityContextNetAdmin: the daemon's with the reclaimer (cni.reclaim), which
+restores NICs in the host netns as the CNI plugin's DEL does: CAP_NET_ADMIN and nothing else. */}}
+{{- define "kube-rdma.securityContextNetAdmin" -}}
+runAsUser: 0
+runAsGroup: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+  add: ["NET_ADMIN"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
 {{/* kube-rdma.metricsAuth: "true" when /metrics and /state need a token, else nothing.
 devicePlugin.metricsAuth: on, off, or auto (on unless metricsHost is a loopback IPv4 address,
 ::1 or localhost; the daemon's --metrics-auth=auto uses the same rule). The daemon is given the
