@@ -172,7 +172,11 @@ func (l localNodeDesc) nodeValues() values {
 			},
 		},
 		"hostPaths": values{"sysfsRoot": l.fixture + "/sys", "kubeletDir": l.nodeRun + "/kubelet"},
-		"cni":       values{"binDir": l.nodeRun + "/cni/bin", "confDir": l.nodeRun + "/cni/net.d"},
+		"cni": values{"binDir": l.nodeRun + "/cni/bin", "confDir": l.nodeRun + "/cni/net.d",
+			// The daemon's reclaimer of attachments whose DEL never came: this node's IPAM
+			// data dir (the chained network's dataDir) and containerd's netns dir
+			// (netns_mounts_under_state_dir).
+			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/netns"}},
 	}
 }
 
