@@ -22,8 +22,8 @@ import (
 
 // Pod is what the decision reads of a pod sandbox.
 type Pod struct {
-	ID, Name, Namespace string
-	Annotations         map[string]string
+	ID, Name, Namespace, UID string
+	Annotations              map[string]string
 }
 
 // Device is one Linux device node of a container.
@@ -140,7 +140,8 @@ func mapEntry(m *map[string]string, f field) error {
 	return err
 }
 
-// decodePod reads a PodSandbox: id 1, name 2, namespace 4, annotations 6.
+// decodePod reads a PodSandbox: id 1, name 2, uid 3, namespace 4,
+// annotations 6.
 func decodePod(b []byte) (Pod, error) {
 	var p Pod
 	err := walk(b, func(f field) error {
@@ -150,6 +151,8 @@ func decodePod(b []byte) (Pod, error) {
 			p.ID, err = f.str()
 		case 2:
 			p.Name, err = f.str()
+		case 3:
+			p.UID, err = f.str()
 		case 4:
 			p.Namespace, err = f.str()
 		case 6:
