@@ -75,7 +75,7 @@ func TestFailClosedAgainstNRIRuntime(t *testing.T) {
 			// An ADD in flight (record not complete) is still refused; the
 			// sandbox's complete record lets the container through.
 			a := attachment.Attachment{Key: attachment.Key{ContainerID: "0c1e9f6d5b", IfName: "net1"},
-				Pod: &attachment.PodRef{Namespace: "ml", Name: "trainer-0", UID: "6f0c8a4e-2b1d-4c55-9a8e-1f2d3c4b5a69"},
+				Pod:     &attachment.PodRef{Namespace: "ml", Name: "trainer-0", UID: "6f0c8a4e-2b1d-4c55-9a8e-1f2d3c4b5a69"},
 				Devices: []attachment.Device{{RDMA: "mlx5_2", PodIfName: "net1"}}}
 			if err := store.Save(a); err != nil {
 				t.Fatal(err)
