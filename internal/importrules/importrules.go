@@ -77,7 +77,7 @@ var Rules = []Rule{
 	},
 	{
 		Name: "the agent's observers link no front end",
-		From: []string{Module + "/pkg/nri", Module + "/pkg/nodestate"},
+		From: []string{Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch"},
 		Forbids: func(dep Package) string {
 			return linksAny(dep, "a front end", "deviceplugin", "dra")
 		},

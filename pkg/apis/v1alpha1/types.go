@@ -126,7 +126,9 @@ type PodWithoutNetdevs struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:/=-]+$`
 	Devices []string `json:"devices"`
-	// Since is when the daemon first found the pod without them.
+	// Since is when the pod's sandbox was ready (its
+	// PodReadyToStartContainers condition), or when the daemon first found
+	// the pod without them when it could not read the pod.
 	Since metav1.Time `json:"since"`
 }
 
