@@ -59,7 +59,9 @@ func saveRecord(t *testing.T, s attachment.Store, pod string, complete bool, dev
 	}
 }
 
-func roce(ids ...string) map[string][]string { return map[string][]string{"rdma.kube-rdma.io/roce": ids} }
+func roce(ids ...string) map[string][]string {
+	return map[string][]string{"rdma.kube-rdma.io/roce": ids}
+}
 
 // TestDetector: a real PodResources server, attachment records in a temp
 // dir, the API server a client-go fake clientset (pods, and the Events the
