@@ -32,7 +32,19 @@ func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), 
 	if cfg.nri.socket == "" {
 		return nil, fmt.Errorf("run: --nri-socket is empty")
 	}
-	p := nri.New(nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger})
+	c := nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger,
+		FailClosed: cfg.netdevWatch.nriFailClosed, ChainedPool: cfg.nodeState.cniPool}
+	if c.FailClosed {
+		store, ok, err := attachmentStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("run: --nri-fail-closed needs the CNI plugin's records: --cni-state-dir is empty (or --nri-fail-closed=false)")
+		}
+		c.Records = store
+	}
+	p := nri.New(c)
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err
 	}
