@@ -35,14 +35,16 @@ func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), 
 	c := nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger,
 		FailClosed: cfg.netdevWatch.nriFailClosed, ChainedPool: cfg.nodeState.cniPool}
 	if c.FailClosed {
+		// Without --cni-state-dir no pod has an attachment: containers of
+		// pools whose pods get netdevs are refused (the CNI plugin is not
+		// installed, so none could have them).
 		store, ok, err := attachmentStore(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			return nil, fmt.Errorf("run: --nri-fail-closed needs the CNI plugin's records: --cni-state-dir is empty (or --nri-fail-closed=false)")
+		if ok {
+			c.Records = store
 		}
-		c.Records = store
 	}
 	p := nri.New(c)
 	if err := d.RegisterCollector(p); err != nil {
