@@ -20,7 +20,9 @@ type PodWithoutNetdevsApplyConfiguration struct {
 	// Devices are the pod's devices of the pool no attachment names (RDMA
 	// names; a gpuAligned pool's slot IDs).
 	Devices []string `json:"devices,omitempty"`
-	// Since is when the daemon first found the pod without them.
+	// Since is when the pod's sandbox was ready (its
+	// PodReadyToStartContainers condition), or when the daemon first found
+	// the pod without them when it could not read the pod.
 	Since *v1.Time `json:"since,omitempty"`
 }
 
