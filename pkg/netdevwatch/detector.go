@@ -76,6 +76,8 @@ type PodStatus struct {
 	// SandboxReady is when the pod's sandbox was created with its network
 	// (condition PodReadyToStartContainers true); zero while it is not.
 	SandboxReady time.Time
+	// HostNetwork: spec.hostNetwork; no CNI ADD runs for such a pod.
+	HostNetwork bool
 }
 
 // PodInfo reads a pod from the API server (Kube).
@@ -266,7 +268,7 @@ func (d *Detector) Check(ctx context.Context) error {
 
 // sandboxReady asks PodInfo when the pod's sandbox was ready and fills in
 // its UID. ok is false for a pod not to look at now: gone from the API
-// server, or its sandbox not ready. Without PodInfo, or when the API server
+// server, in the host's network namespace, or its sandbox not ready. Without PodInfo, or when the API server
 // does not answer, ready is zero (the first sighting counts) and ok true.
 func (d *Detector) sandboxReady(ctx context.Context, p *netdevcheck.Pod, now time.Time) (ready time.Time, ok bool) {
 	if d.cfg.PodInfo == nil {
@@ -283,7 +285,7 @@ func (d *Detector) sandboxReady(ctx context.Context, p *netdevcheck.Pod, now tim
 		return time.Time{}, true
 	}
 	p.UID = st.UID
-	if st.SandboxReady.IsZero() || st.SandboxReady.After(now) {
+	if st.HostNetwork || st.SandboxReady.IsZero() || st.SandboxReady.After(now) {
 		return time.Time{}, false
 	}
 	return st.SandboxReady, true

@@ -68,7 +68,8 @@ func roce(ids ...string) map[string][]string {
 // recorder posts). Flagged: a chained pod with no record, a gpuAligned pod
 // with no binding, both past the grace after their sandbox was ready. Not
 // flagged: a pod with its record, one whose sandbox is young, one with no
-// sandbox yet, one gone from the API server, one of a pool without netdevs.
+// sandbox yet, one gone from the API server, one in the host's network
+// namespace (no CNI ADD runs for it), one of a pool without netdevs.
 func TestDetector(t *testing.T) {
 	srv := podrestest.Start(t,
 		podrestest.Pod{Namespace: "ns", Name: "ok", Devices: roce("0000:81:00.2")},
@@ -76,6 +77,7 @@ func TestDetector(t *testing.T) {
 		podrestest.Pod{Namespace: "ns", Name: "young", Devices: roce("0000:81:00.3")},
 		podrestest.Pod{Namespace: "ns", Name: "nosandbox", Devices: roce("0000:81:00.3")},
 		podrestest.Pod{Namespace: "ns", Name: "gone", Devices: roce("0000:81:00.3")},
+		podrestest.Pod{Namespace: "ns", Name: "hostnet", Devices: roce("0000:81:00.3")},
 		podrestest.Pod{Namespace: "ns", Name: "ib", Devices: map[string][]string{"rdma.kube-rdma.io/ib": {"0000:19:00.0"}}},
 		podrestest.Pod{Namespace: "ns", Name: "al", Devices: map[string][]string{"rdma.kube-rdma.io/aligned": {"aligned-0"}}},
 	)
@@ -87,7 +89,9 @@ func TestDetector(t *testing.T) {
 	store := attachment.Store{Dir: filepath.Join(t.TempDir(), "cni")}
 	saveRecord(t, store, "ok", true, "mlx5_30")
 	saveRecord(t, store, "bad", false, "mlx5_30") // an ADD that never completed
-	cs := fake.NewClientset(apiPod("ok", t0.Add(-time.Hour)), apiPod("bad", t0.Add(-time.Hour)), apiPod("young", t0.Add(-time.Second)),
+	hostNet := apiPod("hostnet", t0.Add(-time.Hour))
+	hostNet.Spec.HostNetwork = true
+	cs := fake.NewClientset(hostNet, apiPod("ok", t0.Add(-time.Hour)), apiPod("bad", t0.Add(-time.Hour)), apiPod("young", t0.Add(-time.Second)),
 		apiPod("nosandbox", time.Time{}), apiPod("ib", t0.Add(-time.Hour)), apiPod("al", t0.Add(-time.Hour)))
 	kube := NewKube(cs, "n1")
 	t.Cleanup(kube.Stop)

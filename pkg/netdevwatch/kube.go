@@ -44,7 +44,7 @@ func (k *Kube) Pod(ctx context.Context, namespace, name string) (PodStatus, erro
 	if err != nil {
 		return PodStatus{}, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
-	st := PodStatus{UID: string(p.UID)}
+	st := PodStatus{UID: string(p.UID), HostNetwork: p.Spec.HostNetwork}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
 			st.SandboxReady = c.LastTransitionTime.Time

@@ -50,8 +50,13 @@ func Holdings(ctr Container, devs Devices) []netdevcheck.Holding {
 
 // refusal returns why the container must not be created, or nil: it holds
 // devices of a netdev pool and its sandbox has no complete attachment of
-// them. Records that cannot be read refuse too: failing closed.
+// them. Records that cannot be read refuse too: failing closed. A
+// hostNetwork pod is let through: no CNI ADD runs for it, it can get no
+// netdev.
 func refusal(pod Pod, ctr Container, devs Devices, records RecordLister) error {
+	if pod.HostNetwork {
+		return nil
+	}
 	held := Holdings(ctr, devs)
 	netdev := false
 	for _, h := range held {

@@ -72,6 +72,13 @@ func TestFailClosedAgainstNRIRuntime(t *testing.T) {
 				t.Errorf("report %+v: want failClosed, 1 refused", r)
 			}
 
+			// A hostNetwork pod gets no CNI ADD: it is let through.
+			hostNet := recordedPod(nil)
+			hostNet.Linux.Namespaces = []*api.LinuxNamespace{{Type: "pid"}, {Type: "ipc"}}
+			if _, err := rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: hostNet, Container: roce}); err != nil {
+				t.Errorf("CreateContainer in a hostNetwork pod: %v", err)
+			}
+
 			// An ADD in flight (record not complete) is still refused; the
 			// sandbox's complete record lets the container through.
 			a := attachment.Attachment{Key: attachment.Key{ContainerID: "0c1e9f6d5b", IfName: "net1"},
@@ -111,5 +118,25 @@ func TestHoldings(t *testing.T) {
 	want = []netdevcheck.Holding{{Pool: "roce", Devices: []string{"all"}}}
 	if diff := cmp.Diff(want, Holdings(cdi, testDevices())); diff != "" {
 		t.Errorf("Holdings of a CDI device (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecodeHostNetwork: a sandbox whose namespaces the runtime lists
+// without a network one is a hostNetwork pod; no list says nothing.
+func TestDecodeHostNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ns   []*api.LinuxNamespace
+		want bool
+	}{
+		{"no namespaces listed", nil, false},
+		{"pod network", []*api.LinuxNamespace{{Type: "pid"}, {Type: "network", Path: "/var/run/netns/cni-1"}}, false},
+		{"host network", []*api.LinuxNamespace{{Type: "pid"}, {Type: "ipc"}}, true},
+	} {
+		pod := recordedPod(nil)
+		pod.Linux.Namespaces = tc.ns
+		if got := wirePod(t, pod).HostNetwork; got != tc.want {
+			t.Errorf("%s: HostNetwork %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
