@@ -12,6 +12,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/version"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/netdevwatch"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
@@ -56,7 +57,7 @@ func (f *nodeStateFlags) off(a apiConn) (reason string, err error) {
 // startNodeState starts the publisher once the daemon is ready (its first
 // scan done, every pool served) and returns a function that waits for it to
 // stop after ctx ends. Without an API server it only says so on /state.
-func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent) (wait func(), err error) {
+func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent, det *netdevwatch.Detector) (wait func(), err error) {
 	reason, err := cfg.nodeState.off(a)
 	if err != nil {
 		return nil, err
@@ -88,7 +89,11 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 		}
 		records = attachment.Store{Dir: dir, BootID: boot}
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
+	var missing nodestate.MissingNetdevs
+	if det != nil {
+		missing = det
+	}
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	d.SetNodeStateReport(func() any { return p.Report() })
 	return runWhenReady(ctx, d, p.Run), nil

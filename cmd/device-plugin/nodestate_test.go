@@ -58,7 +58,7 @@ func TestNodeStateFlags(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			wait, err := startNodeState(ctx, cfg, connect(cfg.kubeconfig, cfg.nodeState.wanted()), d)
+			wait, err := startNodeState(ctx, cfg, connect(cfg.kubeconfig, cfg.nodeState.wanted()), d, nil)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want one about %q", err, tt.err)

@@ -32,7 +32,21 @@ func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), 
 	if cfg.nri.socket == "" {
 		return nil, fmt.Errorf("run: --nri-socket is empty")
 	}
-	p := nri.New(nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger})
+	c := nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger,
+		FailClosed: cfg.netdevWatch.nriFailClosed, ChainedPool: cfg.nodeState.cniPool}
+	if c.FailClosed {
+		// Without --cni-state-dir no pod has an attachment: containers of
+		// pools whose pods get netdevs are refused (the CNI plugin is not
+		// installed, so none could have them).
+		store, ok, err := attachmentStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			c.Records = store
+		}
+	}
+	p := nri.New(c)
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err
 	}

@@ -64,7 +64,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopProbe()
-	wait, err := startNodeState(ctx, cfg, a, d)
+	det, waitDet, err := startNetdevWatch(ctx, cfg, a, d)
+	if err != nil {
+		return err
+	}
+	defer waitDet()
+	wait, err := startNodeState(ctx, cfg, a, d, det)
 	if err != nil {
 		return err
 	}
@@ -80,7 +85,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer waitReclaim()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher, the NRI plugin and the reclaimer stop before the waits
+	defer cancel() // runs first: the publisher, the detector, the NRI plugin and the reclaimer stop before the waits
 	return d.Run(ctx)
 }
 
@@ -111,6 +116,7 @@ type runConfig struct {
 	kubeconfig  string
 	nodeState   nodeStateFlags
 	nri         nriFlags
+	netdevWatch netdevWatchFlags
 	dra         draFlags
 	statusAuth  statusAuthFlags
 	reclaim     reclaimFlags
@@ -134,6 +140,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.probeSocket, "probe-socket", "", "unix socket answering device-plugin probe, in a directory of this pod alone (the chart: "+defaultProbeSocket+" in an emptyDir); empty disables")
 	cfg.nodeState.register(fs)
 	cfg.nri.register(fs)
+	cfg.netdevWatch.register(fs)
 	cfg.dra.register(fs)
 	cfg.statusAuth.register(fs)
 	cfg.reclaim.register(fs)

@@ -80,7 +80,7 @@ func TestDRAOff(t *testing.T) {
 			t.Errorf("host path %s mounted with dra.enabled=false", p)
 		}
 	}
-	if diff := cmp.Diff(rulesFile(t, "node-state-rules.yaml"), find(t, objs, "ClusterRole").Rules); diff != "" {
+	if diff := cmp.Diff(append(rulesFile(t, "node-state-rules.yaml"), rulesFile(t, "netdev-check-rules.yaml")...), find(t, objs, "ClusterRole").Rules); diff != "" {
 		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
 	}
 }
@@ -110,7 +110,7 @@ func TestDRAOn(t *testing.T) {
 			t.Errorf("mount %s at %s: want the host path (the registration names the socket's host path)", m.Name, m.MountPath)
 		}
 	}
-	want := append(rulesFile(t, "node-state-rules.yaml"), rulesFile(t, "dra-rules.yaml")...)
+	want := slices.Concat(rulesFile(t, "node-state-rules.yaml"), rulesFile(t, "dra-rules.yaml"), rulesFile(t, "netdev-check-rules.yaml"))
 	if diff := cmp.Diff(want, find(t, objs, "ClusterRole").Rules); diff != "" {
 		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
 	}
@@ -133,7 +133,7 @@ func TestDRAOn(t *testing.T) {
 	if dc := deviceClasses(t, objs)["ib.rdma.kube-rdma.io"]; dc.ExtendedResourceName != nil {
 		t.Errorf("extendedResourceName %q with dra.extendedResourceName=false", *dc.ExtendedResourceName)
 	}
-	if diff := cmp.Diff(rulesFile(t, "dra-rules.yaml"), find(t, objs, "ClusterRole").Rules); diff != "" {
+	if diff := cmp.Diff(append(rulesFile(t, "dra-rules.yaml"), rulesFile(t, "netdev-check-rules.yaml")...), find(t, objs, "ClusterRole").Rules); diff != "" {
 		t.Errorf("ClusterRole rules without node state (-want +got):\n%s", diff)
 	}
 	// The DRA front end publishes ResourceSlices: without node state the daemon still needs

@@ -23,6 +23,7 @@ func TestNodeStateRBAC(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &want); err != nil {
 		t.Fatal(err)
 	}
+	want = append(want, rulesFile(t, "netdev-check-rules.yaml")...)
 	role := find(t, objs, "ClusterRole")
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)

@@ -45,7 +45,7 @@ func allocationChecks(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []Check {
 			checks = append(checks, c)
 		}
 	}
-	return checks
+	return append(checks, netdevsMissingChecks(pod, s)...)
 }
 
 func containerAllocation(pod *corev1.Pod, container, res string, want int64, s *v1alpha1.RDMANodeState) (Check, []string) {

@@ -32,9 +32,15 @@ type Input struct {
 	CNIMode string
 	// CNIChainedPool is the chained entry's pool (--cni-chained-pool).
 	CNIChainedPool string
-	DaemonVersion  string
-	Now            time.Time
+	// PodsWithoutNetdevs are the detector's findings (pkg/netdevwatch):
+	// published sorted, at most MaxPodsWithoutNetdevs.
+	PodsWithoutNetdevs []v1alpha1.PodWithoutNetdevs
+	DaemonVersion      string
+	Now                time.Time
 }
+
+// MaxPodsWithoutNetdevs is the schema's bound of status.podsWithoutNetdevs.
+const MaxPodsWithoutNetdevs = 1024
 
 // Build returns the status for in. It is pure: same input, same status.
 func Build(in Input) v1alpha1.RDMANodeStateStatus {
@@ -79,6 +85,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 		}
 	}
 	st.Pools = pools(in.View.Pools, st.Allocations)
+	st.PodsWithoutNetdevs = podsWithoutNetdevs(in.PodsWithoutNetdevs)
 	pods := map[[2]string]bool{}
 	for _, a := range st.Allocations {
 		pods[[2]string{a.Namespace, a.Pod}] = true
@@ -221,6 +228,22 @@ func pools(views []agent.PoolView, allocs []v1alpha1.Allocation) []v1alpha1.Pool
 			Capacity: p.Capacity, Allocatable: p.Allocatable, Allocated: len(used), Devices: slices.Clone(p.Members)})
 	}
 	return out
+}
+
+// podsWithoutNetdevs sorts a copy by namespace, pod and pool, and keeps the
+// schema's bound.
+func podsWithoutNetdevs(in []v1alpha1.PodWithoutNetdevs) []v1alpha1.PodWithoutNetdevs {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.PodWithoutNetdevs, 0, len(in))
+	for _, p := range in {
+		out = append(out, *p.DeepCopy())
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.PodWithoutNetdevs) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod), strings.Compare(a.Pool, b.Pool))
+	})
+	return out[:min(len(out), MaxPodsWithoutNetdevs)]
 }
 
 func clonePtr[T any](p *T) *T {

@@ -36,6 +36,12 @@ type RecordLister interface {
 	Records() ([]attachment.Attachment, error)
 }
 
+// MissingNetdevs are the pods the daemon found without the netdevs of
+// their devices (netdevwatch.Detector).
+type MissingNetdevs interface {
+	PodsWithoutNetdevs() []v1alpha1.PodWithoutNetdevs
+}
+
 // Writer writes the status of node's object, creating it when needed
 // (Client).
 type Writer interface {
@@ -51,6 +57,10 @@ type Config struct {
 	// Records may be nil: allocations then name no pod-side devices
 	// (AttachedDevice). Listed with Pods.
 	Records RecordLister
+	// Missing may be nil: status.podsWithoutNetdevs stays empty. Read at
+	// each write; a change shows at the next poll of the kubelet's
+	// allocations.
+	Missing MissingNetdevs
 	Writer  Writer
 	// CNIMode goes into status.cni.mode ("" leaves status.cni out).
 	CNIMode string
@@ -184,7 +194,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 // publish builds the status and writes it when its content changed.
 func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	view, _ := p.cfg.Source.View()
-	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+	var missing []v1alpha1.PodWithoutNetdevs
+	if p.cfg.Missing != nil {
+		missing = p.cfg.Missing.PodsWithoutNetdevs()
+	}
+	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool,
+		PodsWithoutNetdevs: missing, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
 	if sameContent(&st, p.written) {
 		return false, nil
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 )
 
 // AnnotationKey is the pod annotation that may lower the limit of the pod's
@@ -49,6 +50,8 @@ var (
 type DeviceNode struct {
 	Path         string
 	Major, Minor int64
+	// Device is the RDMA device the node is of ("mlx5_0"); "" when unknown.
+	Device string
 }
 
 // Pool is what the decision needs of one pool: its limit and what a
@@ -68,6 +71,9 @@ type Pool struct {
 // Devices is the daemon's device view as the decision sees it.
 type Devices struct {
 	Pools []Pool
+	// Netdev are the pools whose pods get netdevs through the CNI plugin
+	// (netdevcheck.Pools), for failing closed.
+	Netdev map[string]netdevcheck.Why
 }
 
 // Decision is what Decide chose for one container.

@@ -77,15 +77,15 @@ func testDevices() Devices {
 	return Devices{Pools: []Pool{
 		{Name: "hca", Limit: config.MemlockUnlimited,
 			Nodes: []DeviceNode{
-				{"/dev/infiniband/uverbs0", 231, 192}, {"/dev/infiniband/umad0", 231, 0}, {"/dev/infiniband/issm0", 231, 64},
-				{"/dev/infiniband/uverbs1", 231, 193}, {"/dev/infiniband/umad1", 231, 1}, {"/dev/infiniband/issm1", 231, 65},
+				{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 231, 0, "mlx5_0"}, {"/dev/infiniband/issm0", 231, 64, "mlx5_0"},
+				{"/dev/infiniband/uverbs1", 231, 193, "mlx5_1"}, {"/dev/infiniband/umad1", 231, 1, "mlx5_1"}, {"/dev/infiniband/issm1", 231, 65, "mlx5_1"},
 			},
 			CDIDevices: []string{"rdma.kube-rdma.io/hca=0000:18:00.0", "rdma.kube-rdma.io/hca=0000:18:00.1"}},
 		{Name: "roce", Limit: 64 * gi,
-			Nodes:      []DeviceNode{{"/dev/infiniband/uverbs2", 231, 194}},
+			Nodes:      []DeviceNode{{"/dev/infiniband/uverbs2", 231, 194, "mlx5_2"}},
 			CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}},
 		{Name: "small", Limit: gi,
-			Nodes: []DeviceNode{{"/dev/infiniband/uverbs3", 0, 0}}}, // major/minor unknown
+			Nodes: []DeviceNode{{"/dev/infiniband/uverbs3", 0, 0, "mlx5_3"}}}, // major/minor unknown
 	}}
 }
 

@@ -25,7 +25,9 @@ func FromView(v agent.View, devRoot string) Devices {
 		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices}
 		for _, m := range pv.Members {
 			for _, c := range chars[m] {
-				p.Nodes = append(p.Nodes, node(devRoot, c))
+				n := node(devRoot, c)
+				n.Device = m
+				p.Nodes = append(p.Nodes, n)
 			}
 		}
 		out.Pools = append(out.Pools, p)

@@ -46,8 +46,8 @@ func TestFromView(t *testing.T) {
 	}
 	want := Devices{Pools: []Pool{
 		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"},
-			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192}, {"/dev/infiniband/umad0", 0, 0}}},
-		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0}}},
+			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}}},
+		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}},
 	}}
 	if diff := cmp.Diff(want, FromView(v, devRoot)); diff != "" {
 		t.Errorf("FromView (-want +got):\n%s", diff)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 )
 
 const (
@@ -42,6 +43,16 @@ type Config struct {
 	// and minor of its device nodes; "" matches by path alone.
 	DevRoot string
 	Logger  *slog.Logger
+	// FailClosed refuses CreateContainer of a container that holds devices
+	// of a pool whose pods get netdevs (ChainedPool, gpuAligned pools) when
+	// Records has no complete attachment of its pod sandbox
+	// (--nri-fail-closed).
+	FailClosed bool
+	// ChainedPool is the chained CNI entry's pool (--cni-chained-pool).
+	ChainedPool string
+	// Records are the CNI plugin's attachment records; nil with FailClosed
+	// refuses every container holding devices of a netdev pool.
+	Records RecordLister
 	// Backoff and MaxBackoff: 0 means the defaults.
 	Backoff, MaxBackoff time.Duration
 }
@@ -61,6 +72,10 @@ type Report struct {
 	Connections int `json:"connections"`
 	// Adjusted counts containers given a memlock limit.
 	Adjusted int64 `json:"adjusted"`
+	// FailClosed: containers whose pod has no netdevs of its devices are
+	// refused (--nri-fail-closed); Refused counts them.
+	FailClosed bool  `json:"failClosed"`
+	Refused    int64 `json:"refused"`
 }
 
 // Plugin is the NRI plugin and its connection loop.
@@ -103,11 +118,11 @@ func New(cfg Config) *Plugin {
 	}
 	return &Plugin{
 		cfg: cfg, log: cfg.Logger.With("component", "nri"), warned: map[string]bool{},
-		report: Report{Enabled: true, Socket: cfg.Socket, Reason: "not connected yet"},
+		report: Report{Enabled: true, Socket: cfg.Socket, Reason: "not connected yet", FailClosed: cfg.FailClosed},
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kube_rdma_nri_connected",
 			Help: "1 while the NRI plugin is registered with the container runtime, 0 otherwise."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_nri_containers_total",
-			Help: "Containers seen at creation by the NRI plugin, by decision (adjusted: RLIMIT_MEMLOCK set; untouched: none of our devices)."},
+			Help: "Containers seen at creation by the NRI plugin, by decision (adjusted: RLIMIT_MEMLOCK set; untouched: none of our devices; refused: its pod has no netdevs of its devices, --nri-fail-closed)."},
 			[]string{"decision"}),
 	}
 }
@@ -212,5 +227,6 @@ func (p *Plugin) devices() Devices {
 	}
 	v, changed := p.cfg.Source.View()
 	p.devs, p.devsFor = FromView(v, p.cfg.DevRoot), changed
+	p.devs.Netdev = netdevcheck.Pools(v.Pools, p.cfg.ChainedPool)
 	return p.devs
 }

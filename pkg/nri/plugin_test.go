@@ -248,7 +248,11 @@ func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
 	ctr := wireContainer(t, recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192)}, nil))
 	want := []Rlimit{{Type: RlimitMemlock, Hard: 64 * gi, Soft: 64 * gi}}
 	for range 2 {
-		if diff := cmp.Diff(want, p.create(pod, ctr)); diff != "" {
+		got, err := p.create(pod, ctr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("create (-want +got):\n%s", diff)
 		}
 	}
@@ -258,7 +262,7 @@ func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
 	p.forget(pod)
 	other := pod
 	other.ID = "another"
-	p.create(other, ctr)
+	_, _ = p.create(other, ctr)
 	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 2 {
 		t.Errorf("%d warnings for two pods, want 2:\n%s", n, logs)
 	}

@@ -161,7 +161,13 @@ func (h *handler) createContainer(_ context.Context, req []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	return createContainerResponse(h.p.create(pod, ctr)), nil
+	rl, err := h.p.create(pod, ctr)
+	if err != nil {
+		// The runtime fails the container's creation with this error
+		// (kubectl describe pod shows it in the CreateContainerError).
+		return nil, err
+	}
+	return createContainerResponse(rl), nil
 }
 
 func (h *handler) stateChange(_ context.Context, req []byte) ([]byte, error) {
@@ -176,12 +182,25 @@ func (h *handler) stateChange(_ context.Context, req []byte) ([]byte, error) {
 }
 
 // create decides the rlimits of a container being created, counts and logs
-// the decision.
-func (p *Plugin) create(pod Pod, ctr Container) []Rlimit {
-	d := Decide(pod, ctr, p.devices())
+// the decision. With FailClosed it refuses a container whose pod has no
+// netdevs of its devices.
+func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
+	devs := p.devices()
+	d := Decide(pod, ctr, devs)
 	if !d.Adjust() {
 		p.decisions.WithLabelValues("untouched").Inc()
-		return nil
+		return nil, nil
+	}
+	if p.cfg.FailClosed {
+		if err := refusal(pod, ctr, devs, p.cfg.Records); err != nil {
+			p.decisions.WithLabelValues("refused").Inc()
+			p.mu.Lock()
+			p.report.Refused++
+			p.mu.Unlock()
+			p.log.Warn("container refused: its pod has no netdevs of its rdma devices", "pod", pod.Namespace+"/"+pod.Name,
+				"container", ctr.Name, "err", err)
+			return nil, err
+		}
 	}
 	p.decisions.WithLabelValues("adjusted").Inc()
 	p.mu.Lock()
@@ -199,7 +218,7 @@ func (p *Plugin) create(pod Pod, ctr Container) []Rlimit {
 	}
 	p.log.Debug("memlock set", "pod", pod.Namespace+"/"+pod.Name, "container", ctr.Name,
 		"pools", d.Pools, "limit", config.FormatMemlock(d.Limit))
-	return d.Rlimits()
+	return d.Rlimits(), nil
 }
 
 // forget drops a removed pod's logged annotation problem.

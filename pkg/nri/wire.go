@@ -22,8 +22,11 @@ import (
 
 // Pod is what the decision reads of a pod sandbox.
 type Pod struct {
-	ID, Name, Namespace string
-	Annotations         map[string]string
+	ID, Name, Namespace, UID string
+	Annotations              map[string]string
+	// HostNetwork: the runtime listed the sandbox's namespaces and no
+	// network namespace among them (a hostNetwork pod: no CNI ADD runs).
+	HostNetwork bool
 }
 
 // Device is one Linux device node of a container.
@@ -140,16 +143,45 @@ func mapEntry(m *map[string]string, f field) error {
 	return err
 }
 
-// decodePod reads a PodSandbox: id 1, name 2, namespace 4, annotations 6.
+// decodePod reads a PodSandbox: id 1, name 2, uid 3, namespace 4,
+// annotations 6, linux 8 (LinuxPodSandbox: namespaces 5, LinuxNamespace:
+// type 1).
 func decodePod(b []byte) (Pod, error) {
 	var p Pod
+	var namespaces, network bool
 	err := walk(b, func(f field) error {
+		if f.num == 8 {
+			linux, err := f.bytes()
+			if err != nil {
+				return err
+			}
+			return walk(linux, func(f field) error {
+				if f.num != 5 {
+					return nil
+				}
+				ns, err := f.bytes()
+				if err != nil {
+					return err
+				}
+				namespaces = true
+				return walk(ns, func(f field) error {
+					if f.num != 1 {
+						return nil
+					}
+					t, err := f.str()
+					network = network || t == "network"
+					return err
+				})
+			})
+		}
 		var err error
 		switch f.num {
 		case 1:
 			p.ID, err = f.str()
 		case 2:
 			p.Name, err = f.str()
+		case 3:
+			p.UID, err = f.str()
 		case 4:
 			p.Namespace, err = f.str()
 		case 6:
@@ -160,6 +192,7 @@ func decodePod(b []byte) (Pod, error) {
 	if err != nil {
 		return Pod{}, fmt.Errorf("decode pod sandbox: %w", err)
 	}
+	p.HostNetwork = namespaces && !network
 	return p, nil
 }
 

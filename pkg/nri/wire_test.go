@@ -50,7 +50,7 @@ func TestDecodeCreateContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPod := Pod{ID: pod.Id, Name: pod.Name, Namespace: pod.Namespace, Annotations: pod.Annotations}
+	wantPod := Pod{ID: pod.Id, Name: pod.Name, Namespace: pod.Namespace, UID: pod.Uid, Annotations: pod.Annotations}
 	if diff := cmp.Diff(wantPod, gotPod); diff != "" {
 		t.Errorf("pod (-want +got):\n%s", diff)
 	}

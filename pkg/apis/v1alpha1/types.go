@@ -92,6 +92,44 @@ type RDMANodeStateStatus struct {
 	// it; nil when the daemon was not told (an older daemon, or not run by
 	// the chart).
 	CNI *CNIStatus `json:"cni,omitempty"`
+	// PodsWithoutNetdevs are the pods holding devices of a pool whose pods
+	// get netdevs through the CNI plugin (the chained pool, gpuAligned
+	// pools) that have no complete attachment of them past a grace period
+	// after their sandbox was ready: created while the kube-rdma entry was
+	// missing from the conflist (docs/device-plugin.md, "Fail closed").
+	// Sorted by namespace, pod and pool.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	PodsWithoutNetdevs []PodWithoutNetdevs `json:"podsWithoutNetdevs,omitempty"`
+}
+
+// PodWithoutNetdevs is one pod and pool whose devices the CNI plugin did
+// not attach.
+type PodWithoutNetdevs struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Pod string `json:"pod"`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Pool string `json:"pool"`
+	// Why is how the pool's pods get netdevs: "chained CNI" or "gpuAligned".
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z ]*$`
+	Why string `json:"why"`
+	// Devices are the pod's devices of the pool no attachment names (RDMA
+	// names; a gpuAligned pool's slot IDs).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.:/=-]+$`
+	Devices []string `json:"devices"`
+	// Since is when the pod's sandbox was ready (its
+	// PodReadyToStartContainers condition), or when the daemon first found
+	// the pod without them when it could not read the pod.
+	Since metav1.Time `json:"since"`
 }
 
 // CNIStatus says how the kube-rdma CNI plugin is set up on the node.

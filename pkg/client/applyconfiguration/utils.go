@@ -28,6 +28,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.DeviceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GPU"):
 		return &apisv1alpha1.GPUApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PodWithoutNetdevs"):
+		return &apisv1alpha1.PodWithoutNetdevsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Pool"):
 		return &apisv1alpha1.PoolApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Port"):

@@ -43,6 +43,13 @@ type RDMANodeStateStatusApplyConfiguration struct {
 	// it; nil when the daemon was not told (an older daemon, or not run by
 	// the chart).
 	CNI *CNIStatusApplyConfiguration `json:"cni,omitempty"`
+	// PodsWithoutNetdevs are the pods holding devices of a pool whose pods
+	// get netdevs through the CNI plugin (the chained pool, gpuAligned
+	// pools) that have no complete attachment of them past a grace period
+	// after their sandbox was ready: created while the kube-rdma entry was
+	// missing from the conflist (docs/device-plugin.md, "Fail closed").
+	// Sorted by namespace, pod and pool.
+	PodsWithoutNetdevs []PodWithoutNetdevsApplyConfiguration `json:"podsWithoutNetdevs,omitempty"`
 }
 
 // RDMANodeStateStatusApplyConfiguration constructs a declarative configuration of the RDMANodeStateStatus type for use with
@@ -171,5 +178,18 @@ func (b *RDMANodeStateStatusApplyConfiguration) WithConfigErrors(values ...strin
 // If called multiple times, the CNI field is set to the value of the last call.
 func (b *RDMANodeStateStatusApplyConfiguration) WithCNI(value *CNIStatusApplyConfiguration) *RDMANodeStateStatusApplyConfiguration {
 	b.CNI = value
+	return b
+}
+
+// WithPodsWithoutNetdevs adds the given value to the PodsWithoutNetdevs field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the PodsWithoutNetdevs field.
+func (b *RDMANodeStateStatusApplyConfiguration) WithPodsWithoutNetdevs(values ...*PodWithoutNetdevsApplyConfiguration) *RDMANodeStateStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithPodsWithoutNetdevs")
+		}
+		b.PodsWithoutNetdevs = append(b.PodsWithoutNetdevs, *values[i])
+	}
 	return b
 }

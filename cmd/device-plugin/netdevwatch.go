@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/netdevwatch"
+)
+
+// netdevWatchFlags are the `run` flags of the detector of pods without
+// their netdevs (pkg/netdevwatch) and of the NRI plugin's refusal.
+type netdevWatchFlags struct {
+	interval, grace time.Duration
+	nriFailClosed   bool
+}
+
+func (f *netdevWatchFlags) register(fs *flag.FlagSet) {
+	fs.DurationVar(&f.interval, "netdev-check-interval", netdevwatch.DefaultInterval, "how often pods holding devices of a pool whose pods get netdevs (--cni-chained-pool, gpuAligned pools) are checked for their attachment records (Event "+netdevwatch.EventReason+", kube_rdma_pods_missing_netdev, status.podsWithoutNetdevs)")
+	fs.DurationVar(&f.grace, "netdev-check-grace", netdevwatch.DefaultGrace, "how long after a pod's sandbox is ready its attachment may be missing before it is flagged")
+	fs.BoolVar(&f.nriFailClosed, "nri-fail-closed", true, "with --nri: refuse to create a container that holds devices of a pool whose pods get netdevs when its pod sandbox has no complete attachment of them (docs/device-plugin.md, \"Fail closed\")")
+}
+
+// attachmentStore is the CNI plugin's state directory (--cni-state-dir),
+// read only; ok false when it is not read.
+func attachmentStore(cfg runConfig) (s attachment.Store, ok bool, err error) {
+	dir := cfg.nodeState.cniState
+	if dir == "" {
+		return attachment.Store{}, false, nil
+	}
+	// The kernel's boot ID, as the node-state publisher reads it: the
+	// same in every mount namespace.
+	boot, err := attachment.ReadBootID("/proc")
+	if err != nil {
+		return attachment.Store{}, false, fmt.Errorf("run: --cni-state-dir: %w", err)
+	}
+	return attachment.Store{Dir: dir, BootID: boot}, true, nil
+}
+
+// startNetdevWatch starts the detector once the daemon is ready, with the
+// kubelet's PodResources and the CNI plugin's records (it needs both; nil
+// otherwise), and the API server when there is one (Events, the pods'
+// sandbox times). The returned function waits for it to stop.
+func startNetdevWatch(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent) (det *netdevwatch.Detector, wait func(), err error) {
+	if cfg.netdevWatch.interval <= 0 || cfg.netdevWatch.grace <= 0 {
+		return nil, nil, fmt.Errorf("run: --netdev-check-interval %s and --netdev-check-grace %s must be positive", cfg.netdevWatch.interval, cfg.netdevWatch.grace)
+	}
+	store, ok, err := attachmentStore(cfg)
+	if err != nil || !ok || cfg.Allocations == nil {
+		return nil, func() {}, err
+	}
+	c := netdevwatch.Config{Source: d, Pods: cfg.Allocations, Records: store, ChainedPool: cfg.nodeState.cniPool,
+		Interval: cfg.netdevWatch.interval, Grace: cfg.netdevWatch.grace, Logger: cfg.Logger}
+	stop := func() {}
+	if a.err == nil {
+		k := netdevwatch.NewKube(a.clients.kube, cfg.NodeName)
+		c.PodInfo, c.Events, stop = k, k, k.Stop
+	}
+	det = netdevwatch.New(c)
+	if err := d.RegisterCollector(det); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	w := runWhenReady(ctx, d, det.Run)
+	return det, func() { w(); stop() }, nil
+}

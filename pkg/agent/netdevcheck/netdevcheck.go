@@ -1,0 +1,155 @@
+// Package netdevcheck decides whether a pod that holds devices of a pool
+// whose pods get netdevs through the CNI plugin (the chained pool, every
+// gpuAligned pool) got them: fail closed, loudly (issue 20). A pod
+// created while the kube-rdma entry was missing from the conflist (the
+// daemon's restart window, an uninstall) holds the devices but attached
+// nothing; its containers would start without their netdevs.
+//
+// It is pure: pools, holdings and the CNI plugin's attachment records in,
+// what is missing out. No I/O, no clock, no logging. The NRI plugin
+// (pkg/nri) asks it at CreateContainer; the daemon's detector
+// (pkg/netdevwatch) asks it for every pod the kubelet lists.
+package netdevcheck
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+)
+
+// Why says how a pool's pods get netdevs.
+type Why string
+
+const (
+	// Chained: the pool is the chained CNI entry's (--cni-chained-pool).
+	Chained Why = "chained CNI"
+	// GPUAligned: the CNI plugin binds the pool's NICs at sandbox creation.
+	GPUAligned Why = "gpuAligned"
+)
+
+// Pools returns the pools of the view whose pods get netdevs through the
+// CNI plugin: the chained pool (chainedPool, "" for none) and every
+// gpuAligned pool.
+func Pools(pools []agent.PoolView, chainedPool string) map[string]Why {
+	out := map[string]Why{}
+	for _, p := range pools {
+		switch {
+		case p.Binding == config.GPUAligned:
+			out[p.Name] = GPUAligned
+		case p.Name == chainedPool:
+			out[p.Name] = Chained
+		}
+	}
+	return out
+}
+
+// Pod names the pod whose attachments count. With a SandboxID (the NRI
+// plugin knows the sandbox being used) only that sandbox's records count;
+// without one, records of the pod's UID (or namespace and name when either
+// side has no UID).
+type Pod struct {
+	Namespace, Name, UID, SandboxID string
+}
+
+func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+
+// Holding is what a container (or a pod) holds of one pool: the RDMA
+// device names (a gpuAligned pool's: its members, or its slots).
+type Holding struct {
+	Pool    string
+	Devices []string
+}
+
+// Missing is one netdev pool whose devices have no complete attachment of
+// the pod.
+type Missing struct {
+	Pool string
+	Why  Why
+	// Devices are the held devices no complete record of the pod names
+	// (for a gpuAligned pool: every held one, the pool having no binding
+	// of the pod), natural order.
+	Devices []string
+}
+
+// Check returns the netdev pools of held whose devices the pod's complete
+// attachment records do not cover, sorted by pool. A pool of kubelet
+// binding is covered when every held device is in a complete record of the
+// pod and not returned; a gpuAligned pool when a complete record of the pod
+// carries its binding (the plugin chose the devices). Holdings of other
+// pools are ignored.
+func Check(pod Pod, held []Holding, netdevPools map[string]Why, recs []attachment.Attachment) []Missing {
+	byPool := map[string][]string{}
+	for _, h := range held {
+		if _, ok := netdevPools[h.Pool]; !ok {
+			continue
+		}
+		byPool[h.Pool] = append(byPool[h.Pool], h.Devices...)
+	}
+	attached, bound := map[string]bool{}, map[string]bool{}
+	for _, r := range recs {
+		if !r.Complete || !ofPod(pod, r) {
+			continue
+		}
+		if r.Binding != nil {
+			bound[r.Binding.Pool] = true
+		}
+		for _, d := range r.Devices {
+			if !d.Returned {
+				attached[d.RDMA] = true
+			}
+		}
+	}
+	var out []Missing
+	for pool, devs := range byPool {
+		why := netdevPools[pool]
+		var miss []string
+		if why == GPUAligned {
+			if !bound[pool] {
+				miss = devs
+			}
+		} else {
+			for _, d := range devs {
+				if !attached[d] {
+					miss = append(miss, d)
+				}
+			}
+		}
+		if len(miss) == 0 {
+			continue
+		}
+		miss = slices.Clone(miss)
+		natsort.Sort(miss)
+		out = append(out, Missing{Pool: pool, Why: why, Devices: slices.Compact(miss)})
+	}
+	slices.SortFunc(out, func(a, b Missing) int { return cmp.Compare(a.Pool, b.Pool) })
+	return out
+}
+
+func ofPod(pod Pod, r attachment.Attachment) bool {
+	if pod.SandboxID != "" {
+		return r.ContainerID == pod.SandboxID
+	}
+	if r.Pod == nil {
+		return false
+	}
+	if pod.UID != "" && r.Pod.UID != "" {
+		return pod.UID == r.Pod.UID
+	}
+	return r.Pod.Namespace == pod.Namespace && r.Pod.Name == pod.Name
+}
+
+// Fix is what an operator does about a pod that misses its netdevs.
+const Fix = "delete the pod so that it is created again with the CNI entry in place (kubectl delete pod)"
+
+// Message says what is missing for the pod and what to do, in one line.
+func Message(pod Pod, m Missing) string {
+	return fmt.Sprintf("kube-rdma: pod %s holds rdma device(s) %s of pool %s (%s) but the kube-rdma CNI plugin attached nothing for it: "+
+		"the kube-rdma entry was missing from the CNI conflist when the pod sandbox was created (daemon restart window or uninstall); %s",
+		pod, strings.Join(m.Devices, ","), m.Pool, m.Why, Fix)
+}

@@ -1,0 +1,113 @@
+package netdevwatch
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
+const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
+
+// TestKubeAgainstAPIServer: Kube under exactly the chart's
+// files/netdev-check-rules.yaml, bound to the chart's ServiceAccount on a
+// real API server: it reads a pod's UID and sandbox time, says a deleted
+// pod is not found, and posts a Warning Event on the pod, whose repeat
+// client-go's recorder aggregates with a PATCH.
+func TestKubeAgainstAPIServer(t *testing.T) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = defaultAssets
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+
+	data, err := os.ReadFile("../../deploy/helm/kube-rdma/files/netdev-check-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	if err := yaml.UnmarshalStrict(data, &rules); err != nil {
+		t.Fatalf("chart rules: %v", err)
+	}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kube-rdma"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-rdma", Name: "kube-rdma"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := env.AddUser(envtest.User{Name: "system:serviceaccount:kube-rdma:kube-rdma", Groups: []string{"system:authenticated"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "train"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := admin.CoreV1().Pods("train").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "vf-1"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(ready)}}
+	if _, err := admin.CoreV1().Pods("train").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	k := NewKube(kubernetes.NewForConfigOrDie(u.Config()), "gpu-a")
+	t.Cleanup(k.Stop)
+	st, err := k.Pod(ctx, "train", "vf-1")
+	if err != nil {
+		t.Fatalf("Pod: %v", err)
+	}
+	if st.UID != string(p.UID) || !st.SandboxReady.Equal(ready) {
+		t.Errorf("Pod = %+v, want UID %s, sandbox ready %s", st, p.UID, ready)
+	}
+	if _, err := k.Pod(ctx, "train", "gone"); !errors.Is(err, ErrPodNotFound) {
+		t.Errorf("Pod of a missing pod: %v, want ErrPodNotFound", err)
+	}
+	k.Warn("train", "vf-1", string(p.UID), EventReason, "kube-rdma: pod train/vf-1 holds rdma device(s) mlx5_4 of pool roce-vf")
+	k.Warn("train", "vf-1", string(p.UID), EventReason, "kube-rdma: pod train/vf-1 holds rdma device(s) mlx5_4 of pool roce-vf")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l, err := admin.CoreV1().Events("train").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) == 1 && l.Items[0].Count == 2 {
+			e := l.Items[0]
+			if e.Type != corev1.EventTypeWarning || e.Reason != EventReason || e.InvolvedObject.UID != p.UID || e.Source.Host != "gpu-a" {
+				t.Errorf("event %+v", e)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %+v: want one, counted twice (created, then patched)", l.Items)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
