@@ -49,8 +49,9 @@ const timeFormat = "20060102T150405Z"
 
 // Move moves path into dir (created with mode 0700) as name, then "." and
 // the time now, UTC ("torn.json.20260102T150405Z"; ".1", ".2"... after it
-// when that name is taken: an earlier file is never replaced), and makes
-// the move durable. read is what the caller read at path (os.Stat or
+// when that name is taken: an earlier file is never replaced). The move is
+// not fsynced: after a crash of the machine the file may be back in its
+// place, where the next read moves it again. read is what the caller read at path (os.Stat or
 // f.Stat of it); nil skips the check. A file at path that is not that one
 // any more (replaced by a writer's rename meanwhile) is left in place.
 // cause is why it is damaged; the Damaged returned says where it went, or
@@ -85,12 +86,6 @@ func Move(path, dir, name string, read os.FileInfo, now time.Time, cause error) 
 		return fail(err)
 	}
 	d.Moved = to
-	// Durable: a crash must not bring the torn file back to its place.
-	for _, p := range []string{filepath.Dir(path), dir} {
-		if err := syncDir(p); err != nil {
-			d.Err = errors.Join(cause, fmt.Errorf("sync %s: %w", p, err))
-		}
-	}
 	return d
 }
 
@@ -128,16 +123,4 @@ func Count(dir string) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -210,8 +210,16 @@ func New(log io.Writer) (*Plugin, error) {
 	}, nil
 }
 
+// store is the state directory of conf. A record that does not decode is
+// moved aside by the store and logged here, once: its pod is then as if it
+// had no record (ADD goes on, DEL releases without it).
 func (p *Plugin) store(conf *netconf.Conf) attachment.Store {
-	return attachment.Store{Dir: conf.StateDir, BootID: p.BootID}
+	return attachment.Store{Dir: conf.StateDir, BootID: p.BootID, Damaged: func(d attachment.Damaged) {
+		log, done := p.logger(conf)
+		defer done()
+		log.Error("attachment record does not decode; moved aside, its pod is as if it had no record",
+			"path", d.Path, "movedTo", d.Moved, "err", d.Err)
+	}}
 }
 
 func scannerGPUs(sysfsRoot, procRoot string) GPUSource {
