@@ -265,6 +265,10 @@ var (
 	// the node, but its netdev did not appear in the host netns within
 	// NetdevReturnWait; the record is kept for the next DEL or GC.
 	ErrNetdevNotBack = errors.New("netdev has not come back to the host from the pod's netns; try again later")
+	// ErrRecordDamaged: a file of the node agent's that this ADD needs (a
+	// gpuAligned pool's pool.json) did not decode; it was moved aside
+	// (docs/cni.md, "Torn records") and the agent writes it again.
+	ErrRecordDamaged = errors.New("a node agent file did not decode and was moved aside; try again once the agent has written it again")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
@@ -297,7 +301,7 @@ func Error(err error) *types.Error {
 		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
 	case errors.Is(err, ErrNotAvailable):
 		code, msg = types.ErrPluginNotAvailable, "plugin not available"
-	case errors.Is(err, ErrTryAgain), errors.Is(err, ErrNetdevNotBack):
+	case errors.Is(err, ErrTryAgain), errors.Is(err, ErrNetdevNotBack), errors.Is(err, ErrRecordDamaged):
 		code, msg = types.ErrTryAgainLater, "try again later"
 	case errors.Is(err, ErrDeviceNotFound):
 		code, msg = CodeDeviceNotFound, "device not found"
