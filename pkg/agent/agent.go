@@ -64,6 +64,11 @@ type Config struct {
 	// AllocGCInterval and AllocGCGrace: how often allocation directories
 	// are swept, and how young one is kept anyway; 0 means the defaults.
 	AllocGCInterval, AllocGCGrace time.Duration
+	// FilesInterval is how often the files the CNI plugin reads (the pools
+	// file, the front ends' through FileKeeper) are checked and written
+	// again when missing: a reader moves a torn one aside (docs/cni.md,
+	// "Torn records"); 0 means DefaultFilesInterval.
+	FilesInterval time.Duration
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
 	// StatusAuth wraps the handlers of /metrics and /state, not /healthz
@@ -147,6 +152,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.AllocGCGrace <= 0 {
 		cfg.AllocGCGrace = DefaultAllocGCGrace
+	}
+	if cfg.FilesInterval <= 0 {
+		cfg.FilesInterval = DefaultFilesInterval
 	}
 	if cfg.NetnsMode == nil {
 		cfg.NetnsMode = NetlinkNetnsMode{}
@@ -262,6 +270,8 @@ func (d *Agent) Run(ctx context.Context) error {
 	// devices' worth on a big node) would otherwise stay in RSS until the
 	// background scavenger returns it, minutes later.
 	debug.FreeOSMemory()
+	files := time.NewTicker(d.cfg.FilesInterval)
+	defer files.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -272,6 +282,8 @@ func (d *Agent) Run(ctx context.Context) error {
 			d.push(snap)
 		case <-confEvents:
 			d.reload()
+		case <-files.C:
+			d.restoreFiles()
 		}
 	}
 }
