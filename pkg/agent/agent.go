@@ -69,6 +69,11 @@ type Config struct {
 	// again when missing: a reader moves a torn one aside (docs/cni.md,
 	// "Torn records"); 0 means DefaultFilesInterval.
 	FilesInterval time.Duration
+	// QuarantineDirs maps a kind of contract file ("attachment", "claim")
+	// to the directory its readers move torn ones into, for the gauge
+	// kube_rdma_device_plugin_quarantined_files{kind}; the alloc dir's
+	// (kinds "pool" and "pools") are added from AllocDir and PoolsFile.
+	QuarantineDirs map[string]string
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
 	// StatusAuth wraps the handlers of /metrics and /state, not /healthz
@@ -168,6 +173,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
 	d.m = newMetrics(counters)
+	d.m.reg.MustRegister(newQuarantined(cfg))
 	for _, name := range sortedKeys(cfg.FrontEnds) {
 		if c, ok := cfg.FrontEnds[name].(prometheus.Collector); ok {
 			if err := d.RegisterCollector(c); err != nil {
