@@ -14,6 +14,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
@@ -135,5 +136,24 @@ func TestPoolsFileTorn(t *testing.T) {
 	}
 	if err := e.p.Del(context.Background(), a); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatusLogsTornClaimRecord: STATUS in DRA mode reads the claim
+// records; a torn one it moves aside is logged, and STATUS passes.
+func TestStatusLogsTornClaimRecord(t *testing.T) {
+	e := newEnv(t, 0, false, "shared")
+	var logs bytes.Buffer
+	e.p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	claims := t.TempDir()
+	e.claims = claims // the node's claims dir
+	if err := os.WriteFile(claimrecord.Path(claims, "claim-torn"), []byte(`{"version":2,"uid":"cla`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Status(context.Background(), args("", nil, "", e.conf("1.1.0", `"draClaimsDir":"`+claims+`"`))); err != nil {
+		t.Errorf("STATUS beside a torn claim record: %v", err)
+	}
+	if n := strings.Count(logs.String(), "dra claim record does not decode"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs.String())
 	}
 }
