@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 )
@@ -98,6 +101,13 @@ func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugi
 	}
 	c := cfg.Config
 	c.FrontEnds = map[config.Frontend]agent.FrontEnd{config.DevicePlugin: dp}
+	c.QuarantineDirs = map[string]string{}
+	if dir := cfg.nodeState.cniState; dir != "" {
+		c.QuarantineDirs["attachment"] = filepath.Join(dir, attachment.QuarantineDir)
+	}
+	if cfg.dra.enabled {
+		c.QuarantineDirs["claim"] = filepath.Join(dra.ClaimsDir(cfg.dra.pluginDir), claimrecord.QuarantineDir)
+	}
 	if drv != nil {
 		c.FrontEnds[config.DRA] = drv
 	}

@@ -36,6 +36,8 @@ type Config struct {
 	StatusAuth                                                           func(http.Handler) http.Handler
 	Allocations                                                          agent.AllocationLister
 	AllocGCInterval, AllocGCGrace                                        time.Duration
+	FilesInterval                                                        time.Duration
+	QuarantineDirs                                                       map[string]string
 	MetricsAddr, NodeName                                                string
 	HealthInterval                                                       time.Duration
 	Logger                                                               *slog.Logger
@@ -57,7 +59,7 @@ func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 		fes[config.DRA] = c.DRA
 	}
 	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, StatusAuth: c.StatusAuth,
-		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, MetricsAddr: c.MetricsAddr,
+		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, FilesInterval: c.FilesInterval, QuarantineDirs: c.QuarantineDirs, MetricsAddr: c.MetricsAddr,
 		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events})
 	return a, dp, err
 }

@@ -64,6 +64,16 @@ type Config struct {
 	// AllocGCInterval and AllocGCGrace: how often allocation directories
 	// are swept, and how young one is kept anyway; 0 means the defaults.
 	AllocGCInterval, AllocGCGrace time.Duration
+	// FilesInterval is how often the files the CNI plugin reads (the pools
+	// file, the front ends' through FileKeeper) are checked and written
+	// again when missing: a reader moves a torn one aside (docs/cni.md,
+	// "Torn records"); 0 means DefaultFilesInterval.
+	FilesInterval time.Duration
+	// QuarantineDirs maps a kind of contract file ("attachment", "claim")
+	// to the directory its readers move torn ones into, for the gauge
+	// kube_rdma_device_plugin_quarantined_files{kind}; the alloc dir's
+	// (kinds "pool" and "pools") are added from AllocDir and PoolsFile.
+	QuarantineDirs map[string]string
 	// MetricsAddr is the HTTP address of /metrics and /state; "" disables it.
 	MetricsAddr string
 	// StatusAuth wraps the handlers of /metrics and /state, not /healthz
@@ -148,6 +158,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AllocGCGrace <= 0 {
 		cfg.AllocGCGrace = DefaultAllocGCGrace
 	}
+	if cfg.FilesInterval <= 0 {
+		cfg.FilesInterval = DefaultFilesInterval
+	}
 	if cfg.NetnsMode == nil {
 		cfg.NetnsMode = NetlinkNetnsMode{}
 	}
@@ -160,6 +173,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
 	d.m = newMetrics(counters)
+	d.m.reg.MustRegister(newQuarantined(cfg))
 	for _, name := range sortedKeys(cfg.FrontEnds) {
 		if c, ok := cfg.FrontEnds[name].(prometheus.Collector); ok {
 			if err := d.RegisterCollector(c); err != nil {
@@ -262,6 +276,8 @@ func (d *Agent) Run(ctx context.Context) error {
 	// devices' worth on a big node) would otherwise stay in RSS until the
 	// background scavenger returns it, minutes later.
 	debug.FreeOSMemory()
+	files := time.NewTicker(d.cfg.FilesInterval)
+	defer files.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -272,6 +288,8 @@ func (d *Agent) Run(ctx context.Context) error {
 			d.push(snap)
 		case <-confEvents:
 			d.reload()
+		case <-files.C:
+			d.restoreFiles()
 		}
 	}
 }

@@ -33,6 +33,15 @@ type FrontEnd interface {
 	Stop()
 }
 
+// FileKeeper is a front end that writes files another process reads and
+// may move aside when they do not decode (the device plugin's pool.json of
+// gpuAligned pools, read by the CNI plugin: internal/quarantine). The agent
+// calls RestoreFiles every FilesInterval on its Run goroutine: a file of
+// its own that is missing is written again.
+type FileKeeper interface {
+	RestoreFiles()
+}
+
 // Node is what a front end learns of the node at Start.
 type Node struct {
 	// NUMANodes is the node's NUMA node count (for discovery.Distance).

@@ -2,7 +2,11 @@ package agent
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
@@ -16,13 +20,30 @@ type poolsFile struct {
 	failed bool
 }
 
+// DefaultFilesInterval is how often the files the CNI plugin reads are
+// checked for being there (Config.FilesInterval).
+const DefaultFilesInterval = 10 * time.Second
+
+// restoreFiles writes the pools file and the front ends' files again where
+// a reader moved a torn one aside (Config.FilesInterval).
+func (d *Agent) restoreFiles() {
+	d.poolsFile.update(d.cfg.PoolsFile, false, d.log, d.conf, d.pools)
+	for _, name := range sortedKeys(d.cfg.FrontEnds) {
+		if k, ok := d.cfg.FrontEnds[name].(FileKeeper); ok {
+			k.RestoreFiles()
+		}
+	}
+}
+
 // update rewrites the file at path when the members changed (or the last
-// write failed) and its content differs; "" writes nothing. pools are the
+// write failed, or the file written is gone: the CNI plugin moves a torn
+// one aside) and its content differs or it is gone; "" writes nothing. pools are the
 // assignments of every front end; a refused pool is left out. A failed write
 // is logged and tried again with the next snapshot.
 func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config.Config,
 	pools map[config.Frontend][]Assignment) {
-	if path == "" || !members && !w.failed {
+	gone := w.gone(path)
+	if path == "" || !members && !w.failed && !gone {
 		return
 	}
 	byName := map[string]Assignment{}
@@ -44,7 +65,7 @@ func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config
 		f.Pools = append(f.Pools, np)
 	}
 	data, err := f.Marshal()
-	if err == nil && bytes.Equal(data, w.last) {
+	if err == nil && bytes.Equal(data, w.last) && !gone {
 		w.failed = false
 		return
 	}
@@ -55,5 +76,17 @@ func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config
 		log.Warn("write the node's pools file", "path", path, "err", err)
 		return
 	}
+	if gone {
+		log.Info("the node's pools file was missing (moved aside?); written again", "path", path)
+	}
 	w.last = data
+}
+
+// gone reports whether the file written last is no longer at path.
+func (w *poolsFile) gone(path string) bool {
+	if path == "" || w.last == nil {
+		return false
+	}
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }

@@ -82,7 +82,8 @@ func (r *gpuRequest) allocFiles(rec *attachment.Attachment) (map[string][]byte, 
 	}, nil
 }
 
-// writeAllocFiles writes nccl.conf, env and binding.json, each atomically,
+// writeAllocFiles writes nccl.conf, env and binding.json, each atomically
+// and fsynced (as every record of docs/upgrades.md's contracts),
 // into the allocation directory of every container of the pod that holds
 // slots (creating a directory Allocate has not made), pushing their
 // removal: a failed ADD leaves no file naming NICs the pod does not have.
@@ -99,7 +100,7 @@ func (r *gpuRequest) writeAllocFiles(root string, rec *attachment.Attachment, u 
 		}
 		for _, name := range []string{allocdir.NCCLConfName, allocdir.EnvFileName, allocdir.BindingFileName} {
 			path := filepath.Join(dir, name)
-			if err := atomicfile.Write(path, files[name], 0o644, allocTmpPattern); err != nil {
+			if err := atomicfile.WriteSynced(path, 0o644, allocTmpPattern, atomicfile.Bytes(files[name])); err != nil {
 				return fmt.Errorf("fill allocation directory: %w", err)
 			}
 			u.push("remove "+path, func() error {

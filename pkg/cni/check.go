@@ -138,7 +138,11 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 		errs = append(errs, err)
 	}
 	if conf.FromDRA() {
-		if _, _, err := claimrecord.ReadAll(conf.DRAClaimsDir); err != nil {
+		_, damaged, err := claimrecord.ReadAll(conf.DRAClaimsDir)
+		for _, d := range damaged {
+			log.Error("dra claim record does not decode; moved aside", "path", d.Path, "movedTo", d.Moved, "err", d.Err)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("dra claims: %w", err))
 		}
 	} else if conf.Standalone() || conf.RequirePodResources {

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 	"github.com/kube-rdma/kube-rdma/pkg/allocator"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -52,8 +53,11 @@ type gpuRequest struct {
 // resource is resource, scanning the pool directories under root; ok is
 // false when there is none (no alloc dir, or another kind of pool). A pool
 // file that cannot be read is an error only when no pool matched: it may be
-// the pool wanted.
-func findGPUAlignedPool(root, resource string) (allocdir.PoolFile, bool, error) {
+// the pool wanted. One that does not decode is moved aside by
+// allocdir.ReadPoolFile and logged: it costs only its own pool, whose pods
+// are refused with ErrRecordDamaged (try again: the daemon writes it again)
+// by the pool's name, the resource's after its "/".
+func findGPUAlignedPool(root, resource string, log *slog.Logger) (allocdir.PoolFile, bool, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return allocdir.PoolFile{}, false, nil
@@ -62,11 +66,20 @@ func findGPUAlignedPool(root, resource string) (allocdir.PoolFile, bool, error) 
 		return allocdir.PoolFile{}, false, fmt.Errorf("list gpuAligned pools in %s: %w", root, err)
 	}
 	var errs []error
+	var torn error
 	for _, e := range ents {
-		if !e.IsDir() {
-			continue
+		if !e.IsDir() || strings.HasPrefix(e.Name(), "_") || strings.HasPrefix(e.Name(), ".") {
+			continue // _quarantine: no pool's name begins so
 		}
 		pf, err := allocdir.ReadPoolFile(root, e.Name())
+		if d := (*quarantine.Damaged)(nil); errors.As(err, &d) {
+			log.Error("pool file does not decode; moved aside, the node agent writes it again",
+				"path", d.Path, "movedTo", d.Moved, "err", d.Err)
+			if e.Name() == resource[strings.LastIndex(resource, "/")+1:] {
+				torn = fmt.Errorf("%w: gpuAligned pool %s: %w", ErrRecordDamaged, e.Name(), err)
+			}
+			continue
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -77,6 +90,9 @@ func findGPUAlignedPool(root, resource string) (allocdir.PoolFile, bool, error) 
 		if pf.Resource == resource && pf.Binding == allocdir.BindingGPUAligned {
 			return pf, true, nil
 		}
+	}
+	if torn != nil {
+		return allocdir.PoolFile{}, false, torn
 	}
 	if len(errs) > 0 {
 		return allocdir.PoolFile{}, false, fmt.Errorf("find the pool of %s in %s: %w", resource, root, errors.Join(errs...))
@@ -89,7 +105,7 @@ func findGPUAlignedPool(root, resource string) (allocdir.PoolFile, bool, error) 
 // kubelet for the pod's slots and GPUs and finds the GPUs on the node; a
 // request with size 0 means the pod holds no slot (pass through).
 func (p *Plugin) gpuAlignedRequest(ctx context.Context, conf *netconf.Conf, pod podRef, log *slog.Logger) (*gpuRequest, error) {
-	pf, ok, err := findGPUAlignedPool(conf.AllocDir, conf.ResourceName)
+	pf, ok, err := findGPUAlignedPool(conf.AllocDir, conf.ResourceName, log)
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -1,12 +1,19 @@
 package cni
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-rdma/kube-rdma/internal/contractver"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
@@ -30,9 +37,11 @@ func TestMatchGPU(t *testing.T) {
 	}
 }
 
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func TestFindGPUAlignedPool(t *testing.T) {
 	root := t.TempDir()
-	if _, ok, err := findGPUAlignedPool(filepath.Join(root, "missing"), "r/a"); ok || err != nil {
+	if _, ok, err := findGPUAlignedPool(filepath.Join(root, "missing"), "r/a", discard); ok || err != nil {
 		t.Errorf("no alloc dir: ok=%v err=%v, want neither", ok, err)
 	}
 	write := func(pf allocdir.PoolFile) {
@@ -49,28 +58,63 @@ func TestFindGPUAlignedPool(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "stray"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pf, ok, err := findGPUAlignedPool(root, "r/a")
+	pf, ok, err := findGPUAlignedPool(root, "r/a", discard)
 	if !ok || err != nil || pf.Pool != "a" {
 		t.Errorf("r/a: %+v ok=%v err=%v", pf, ok, err)
 	}
 	for _, r := range []string{"r/b", "r/c"} {
-		if _, ok, err := findGPUAlignedPool(root, r); ok || err != nil {
+		if _, ok, err := findGPUAlignedPool(root, r, discard); ok || err != nil {
 			t.Errorf("%s: ok=%v err=%v, want not a gpuAligned pool", r, ok, err)
 		}
 	}
-	// A pool file that cannot be read may be the pool wanted: an error,
-	// unless another matched.
+	// A pool file that cannot be read (a newer version) may be the pool
+	// wanted: an error, unless another matched.
+	if err := os.MkdirAll(filepath.Join(root, "newer"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "newer", allocdir.PoolFileName), []byte(`{"version":99}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := findGPUAlignedPool(root, "r/c", discard); !errors.Is(err, contractver.ErrNewer) {
+		t.Errorf("unreadable pool file and no match: %v, want contractver.ErrNewer", err)
+	}
+	if pf, ok, err := findGPUAlignedPool(root, "r/a", discard); !ok || err != nil || pf.Pool != "a" {
+		t.Errorf("r/a beside an unreadable pool file: %+v ok=%v err=%v", pf, ok, err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "newer")); err != nil {
+		t.Fatal(err)
+	}
+	// A torn one costs its own pool only: moved aside and logged once; the
+	// pods of other pools go on, its own are refused with a try again.
 	if err := os.MkdirAll(filepath.Join(root, "torn"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "torn", allocdir.PoolFileName), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := findGPUAlignedPool(root, "r/c"); err == nil {
-		t.Error("unreadable pool file and no match: no error")
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	if _, ok, err := findGPUAlignedPool(root, "r/c", log); ok || err != nil {
+		t.Errorf("another resource beside a torn pool file: ok=%v err=%v, want not a gpuAligned pool", ok, err)
 	}
-	if pf, ok, err := findGPUAlignedPool(root, "r/a"); !ok || err != nil || pf.Pool != "a" {
-		t.Errorf("r/a beside an unreadable pool file: %+v ok=%v err=%v", pf, ok, err)
+	if n := strings.Count(logged.String(), "pool file does not decode"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logged.String())
+	}
+	if moved, _ := filepath.Glob(filepath.Join(root, allocdir.QuarantineDir, "torn.pool.json.*")); len(moved) != 1 {
+		t.Errorf("quarantine holds %q, want the torn pool file", moved)
+	}
+	if err := os.WriteFile(filepath.Join(root, "torn", allocdir.PoolFileName), []byte(`{"version":2,"pool":"to`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = findGPUAlignedPool(root, "r/torn", log)
+	if !errors.Is(err, ErrRecordDamaged) || Error(err).Code != types.ErrTryAgainLater || !strings.Contains(err.Error(), "moved aside") {
+		t.Errorf("the torn pool's own resource: %v, want ErrRecordDamaged (try again later) saying where the file went", err)
+	}
+	if pf, ok, err := findGPUAlignedPool(root, "r/a", log); !ok || err != nil || pf.Pool != "a" {
+		t.Errorf("r/a after the torn pool file was moved: %+v ok=%v err=%v", pf, ok, err)
+	}
+	if n := strings.Count(logged.String(), "pool file does not decode"); n != 2 {
+		t.Errorf("logged %d times, want once per torn file (2):\n%s", n, logged.String())
 	}
 }
 

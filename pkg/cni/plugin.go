@@ -210,8 +210,16 @@ func New(log io.Writer) (*Plugin, error) {
 	}, nil
 }
 
+// store is the state directory of conf. A record that does not decode is
+// moved aside by the store and logged here, once: its pod is then as if it
+// had no record (ADD goes on, DEL releases without it).
 func (p *Plugin) store(conf *netconf.Conf) attachment.Store {
-	return attachment.Store{Dir: conf.StateDir, BootID: p.BootID}
+	return attachment.Store{Dir: conf.StateDir, BootID: p.BootID, Damaged: func(d attachment.Damaged) {
+		log, done := p.logger(conf)
+		defer done()
+		log.Error("attachment record does not decode; moved aside, its pod is as if it had no record",
+			"path", d.Path, "movedTo", d.Moved, "err", d.Err)
+	}}
 }
 
 func scannerGPUs(sysfsRoot, procRoot string) GPUSource {
@@ -257,6 +265,10 @@ var (
 	// the node, but its netdev did not appear in the host netns within
 	// NetdevReturnWait; the record is kept for the next DEL or GC.
 	ErrNetdevNotBack = errors.New("netdev has not come back to the host from the pod's netns; try again later")
+	// ErrRecordDamaged: a file of the node agent's that this ADD needs (a
+	// gpuAligned pool's pool.json) did not decode; it was moved aside
+	// (docs/cni.md, "Torn records") and the agent writes it again.
+	ErrRecordDamaged = errors.New("a node agent file did not decode and was moved aside; try again once the agent has written it again")
 )
 
 // Plugin-specific CNI error codes (100 and up are the plugin's).
@@ -289,7 +301,7 @@ func Error(err error) *types.Error {
 		code, msg = types.ErrInvalidEnvironmentVariables, "invalid CNI environment"
 	case errors.Is(err, ErrNotAvailable):
 		code, msg = types.ErrPluginNotAvailable, "plugin not available"
-	case errors.Is(err, ErrTryAgain), errors.Is(err, ErrNetdevNotBack):
+	case errors.Is(err, ErrTryAgain), errors.Is(err, ErrNetdevNotBack), errors.Is(err, ErrRecordDamaged):
 		code, msg = types.ErrTryAgainLater, "try again later"
 	case errors.Is(err, ErrDeviceNotFound):
 		code, msg = CodeDeviceNotFound, "device not found"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
@@ -150,14 +151,25 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 // kubelet is asked. Without the file (no daemon has run on this node, or an
 // older one) the check cannot be made: refused, 50, when the node requires
 // the kubelet's confirmation (requirePodResources, the default), else
-// skipped with a warning, as a missing kubelet socket is.
+// skipped with a warning, as a missing kubelet socket is. A torn file is
+// moved aside and then missing.
 func requireInPool(conf *netconf.Conf, d discovery.RDMADevice, log *slog.Logger) error {
 	path := nodepools.Path(conf.AllocDir)
 	f, err := nodepools.Read(path)
+	// A torn file is moved aside by Read and is missing from then on, until
+	// the daemon writes it again: the missing-file rule applies.
+	var torn *quarantine.Damaged
+	if errors.As(err, &torn) {
+		log.Error("the node's pools file does not decode; moved aside, missing until the node agent writes it again",
+			"path", torn.Path, "movedTo", torn.Moved, "err", torn.Err)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !conf.RequirePodResources:
 		log.Warn("no pools file; deviceID not checked against the node's pools", "path", path, "deviceID", conf.DeviceID)
 		return nil
+	case torn != nil:
+		return fmt.Errorf("%w: deviceID %q cannot be checked against the node's pools (requirePodResources): %w",
+			ErrNotAvailable, conf.DeviceID, err)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w: deviceID %q cannot be checked against the node's pools (requirePodResources): "+
 			"%s does not exist: the kube-rdma daemon has not published this node's pools (start it, or finish its upgrade)",

@@ -76,7 +76,8 @@ func CDIDeviceNodes(paths []string) []*cdispec.DeviceNode {
 }
 
 // WriteSpec sets the spec's minimum version and replaces the file at path
-// atomically when its content changes, creating the directory.
+// atomically and durably (fsynced) when its content changes, creating the
+// directory.
 func WriteSpec(path string, spec cdispec.Spec) error {
 	v, err := cdispec.MinimumRequiredVersion(&spec)
 	if err != nil {
@@ -93,7 +94,9 @@ func WriteSpec(path string, spec cdispec.Spec) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create cdi dir: %w", err)
 	}
-	if err := atomicfile.Write(path, data, 0o644, ".kube-rdma-*.tmp"); err != nil {
+	// Fsynced: a claim stays prepared across a reboot, and its spec in a
+	// persistent CDI dir must then be whole for the runtime.
+	if err := atomicfile.WriteSynced(path, 0o644, ".kube-rdma-*.tmp", atomicfile.Bytes(data)); err != nil {
 		return fmt.Errorf("write cdi spec: %w", err)
 	}
 	return nil

@@ -83,7 +83,10 @@ type Plugin struct {
 // update with surge (docs/device-plugin.md, "Updates").
 func (p *Plugin) Registered() <-chan struct{} { return p.registered }
 
-var _ agent.FrontEnd = (*Plugin)(nil)
+var (
+	_ agent.FrontEnd   = (*Plugin)(nil)
+	_ agent.FileKeeper = (*Plugin)(nil)
+)
 
 // New checks the configuration; Start (called by the agent's Run) does the
 // rest.
@@ -219,6 +222,14 @@ func samePools(a, b []agent.Assignment) bool {
 }
 
 // Status is what every pool advertises to the kubelet, in pool name order.
+// RestoreFiles implements agent.FileKeeper: a gpuAligned pool's pool.json
+// that is gone (the CNI plugin moved a torn one aside) is written again.
+func (p *Plugin) RestoreFiles() {
+	for _, name := range sortedKeys(p.pools) {
+		p.pools[name].restorePoolFile()
+	}
+}
+
 func (p *Plugin) Status() []agent.PoolStatus {
 	var out []agent.PoolStatus
 	for _, name := range sortedKeys(p.pools) {

@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -93,6 +95,26 @@ func (s *poolServer) writePoolFile(f allocdir.PoolFile) {
 		return
 	}
 	s.lastPoolFile = data
+}
+
+// restorePoolFile writes pool.json again when it is gone while the pool is
+// served (the CNI plugin moves a torn one aside: internal/quarantine). Run
+// goroutine only, as writePoolFile.
+func (s *poolServer) restorePoolFile() {
+	s.mu.Lock()
+	superseded := s.superseded
+	s.mu.Unlock()
+	if !s.pool.GPUAligned() || superseded || s.lastPoolFile == nil {
+		return
+	}
+	if _, err := os.Stat(allocdir.PoolFilePath(s.alloc.allocDir, s.pool.Name)); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err := allocdir.WritePoolFile(s.alloc.allocDir, s.pool.Name, s.lastPoolFile); err != nil {
+		s.log.Warn("write pool file again", "err", err)
+		return
+	}
+	s.log.Info("pool file was missing (moved aside?); written again", "path", allocdir.PoolFilePath(s.alloc.allocDir, s.pool.Name))
 }
 
 // removePoolFile removes pool.json of a pool that is no longer served as

@@ -391,8 +391,8 @@ func TestPrepareTornRecord(t *testing.T) {
 	if _, err := p.Prepare(f.claim("uid-1", "ib:mlx5_0")); err != nil {
 		t.Errorf("repeated Prepare of a prepared claim beside a torn record: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(f.stateDir, "quarantine", "uid-torn.json")); err != nil {
-		t.Errorf("torn record not moved aside: %v", err)
+	if moved, _ := filepath.Glob(filepath.Join(f.stateDir, "quarantine", "uid-torn.json.*")); len(moved) != 1 {
+		t.Errorf("torn record not moved aside: quarantine holds %q", moved)
 	}
 	// The kubelet prepares the torn claim again: its record is written anew.
 	if _, err := p.Prepare(f.claim("uid-torn", "ib:mlx5_1")); err != nil {

@@ -13,7 +13,10 @@
 //
 // Each format carries a version and follows internal/contractver: readers
 // accept the current version and the previous one, and refuse a newer one
-// by name (docs/upgrades.md). Writers replace files atomically. The
+// by name (docs/upgrades.md). Writers replace files atomically and fsync
+// them. A reader moves a file that does not decode aside, its bytes kept
+// (internal/quarantine), and goes on with the others: it costs only its own
+// pod, claim or pool, never a version error's refusal. The
 // packages link the standard library and internal/ only
 // (internal/importrules checks it), so either side reads them without the
 // other's dependencies. This package itself holds no code.

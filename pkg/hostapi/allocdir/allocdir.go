@@ -5,8 +5,8 @@
 // allocation ID both sides compute from them.
 //
 // It is names, paths and the pool file's format (poolfile.go, a versioned
-// contract: docs/upgrades.md). It does no I/O but the pool file's, and
-// imports the standard library and internal/ only, so the CNI binary can
+// contract: docs/upgrades.md). It does no I/O but the pool file's (and its
+// move aside into _quarantine/ when it does not decode), and imports the standard library and internal/ only, so the CNI binary can
 // use it without the daemon's dependencies.
 package allocdir
 

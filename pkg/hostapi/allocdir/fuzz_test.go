@@ -1,15 +1,20 @@
 package allocdir
 
 import (
+	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
-// FuzzReadPoolFile: a pool.json of any content reads or fails, never
-// panics; one that reads names its pool and, marshalled and written back,
+// FuzzReadPoolFile: a pool.json of any content reads, is torn (moved
+// aside with its bytes) or fails in place, never panics; one that reads names its pool and, marshalled and written back,
 // reads the same.
 func FuzzReadPoolFile(f *testing.F) {
 	if seed, err := os.ReadFile("testdata/pool-v1.json"); err == nil {
@@ -24,7 +29,17 @@ func FuzzReadPoolFile(f *testing.F) {
 		root := t.TempDir()
 		writeUnsynced(t, root, data)
 		p, err := ReadPoolFile(root, "p")
+		var d *quarantine.Damaged
+		if errors.As(err, &d) {
+			if got, rerr := os.ReadFile(d.Moved); rerr != nil || !bytes.Equal(got, data) || !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("a torn pool file is not in quarantine with its bytes: %+v: %v", d, rerr)
+			}
+			return
+		}
 		if err != nil {
+			if _, serr := os.Stat(PoolFilePath(root, "p")); serr != nil {
+				t.Fatalf("a pool file that failed otherwise than torn (%v) was moved: %v", err, serr)
+			}
 			return
 		}
 		if p.Pool != "p" {

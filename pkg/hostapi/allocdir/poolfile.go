@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
 // PoolFileVersion is the pool file format this binary writes. Version 1
@@ -83,25 +86,43 @@ func RemovePoolFile(root, pool string) error {
 	return nil
 }
 
+// QuarantineDir is the directory under the root where readers move the
+// files that do not decode: a pool file as <pool>.pool.json.<time>, the
+// node's pools file (package nodepools, in the same directory) as
+// _pools.json.<time>. A pool name begins with a letter or a digit, so no
+// pool has this name.
+const QuarantineDir = "_quarantine"
+
 // ReadPoolFile reads <root>/<pool>/pool.json. A missing file wraps
 // fs.ErrNotExist (the daemon has not served the pool on this node); one
 // of a version this binary does not read wraps contractver.ErrNewer (or
-// ErrOlder).
+// ErrOlder). One that does not decode (torn, truncated, not a pool file)
+// is moved to <root>/_quarantine/ with its bytes: the error is a
+// *quarantine.Damaged (the caller logs it) that wraps fs.ErrNotExist too,
+// since the file is gone; the daemon writes it again (docs/gpu-aligned.md).
 func ReadPoolFile(root, pool string) (PoolFile, error) {
 	path := PoolFilePath(root, pool)
-	b, err := os.ReadFile(path)
+	b, read, err := quarantine.ReadFile(path)
 	if err != nil {
 		return PoolFile{}, fmt.Errorf("read pool file: %w", err)
 	}
-	if _, err := poolFormat.Check(path, b); err != nil {
+	var verr *contractver.VersionError
+	if _, err := poolFormat.Check(path, b); errors.As(err, &verr) {
 		return PoolFile{}, err
+	} else if err != nil {
+		return PoolFile{}, moveAside(root, pool, read, err)
 	}
 	var f poolFileJSON
 	if err := json.Unmarshal(b, &f); err != nil {
-		return PoolFile{}, fmt.Errorf("decode pool file %s: %w", path, err)
+		return PoolFile{}, moveAside(root, pool, read, fmt.Errorf("decode pool file %s: %w", path, err))
 	}
 	if f.Pool != pool {
 		return f.PoolFile, fmt.Errorf("pool file %s names pool %q", path, f.Pool)
 	}
 	return f.PoolFile, nil
+}
+
+func moveAside(root, pool string, read os.FileInfo, cause error) error {
+	d := quarantine.Move(PoolFilePath(root, pool), filepath.Join(root, QuarantineDir), pool+"."+PoolFileName, read, time.Now(), cause)
+	return fmt.Errorf("%w: %w", &d, fs.ErrNotExist)
 }

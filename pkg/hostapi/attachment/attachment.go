@@ -12,9 +12,12 @@
 // record names does not outlive a boot, but the IPAM lease it names does
 // (host-local keeps its leases on disk), so a record of a previous boot must
 // still be whole to be released. Each record carries the boot ID it was
-// written under; records of another boot are not this boot's claims, and a
-// record that does not decode is ignored and removed when listed. A record
-// of another boot stays on disk until the plugin released its IPAM lease
+// written under; records of another boot are not this boot's claims. A
+// record that does not decode (torn, truncated, not a record) is moved
+// aside into <Dir>/quarantine/ by List, Load and LoadPrevious, its bytes
+// kept, and handed to Store.Damaged once: it costs its own attachment only,
+// which is then as if it had no record (package internal/quarantine). A
+// record of another boot stays on disk until the plugin released its IPAM lease
 // and removed it (List returns it apart; SavePrevious notes a failed
 // release in its Release, keeping its boot ID).
 //
@@ -23,8 +26,8 @@
 // is the version, Version is the one this binary writes, and the reader
 // follows internal/contractver. Version 1 is the format's first, so this
 // binary reads version 1 only; a record of a newer version is an error
-// wrapping contractver.ErrNewer, never taken for a stale one (List does
-// not remove it).
+// wrapping contractver.ErrNewer, never taken for a stale or a torn one
+// (List neither removes it nor moves it aside).
 //
 // It imports the standard library and internal/ only (the flock and stat
 // calls are package syscall's), does no netlink and no logging.
@@ -43,6 +46,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
 // ErrNotFound is returned by Load when there is no record.
@@ -185,9 +189,22 @@ type Store struct {
 	// BootID is the current boot's ID (/proc/sys/kernel/random/boot_id);
 	// records written under another are stale. "" disables the check.
 	BootID string
+	// Damaged, when set, is called with each record that did not decode,
+	// once: when List, Load or LoadPrevious moved it aside (or failed to:
+	// Moved is "" then). The plugin logs it.
+	Damaged func(Damaged)
 }
 
-// ErrStale marks a record of another boot, or one that cannot be decoded.
+// QuarantineDir is the directory, under the state directory, where the
+// records that do not decode are moved.
+const QuarantineDir = "quarantine"
+
+// Damaged is a record that did not decode: moved from Path to Moved,
+// <Dir>/quarantine/<name>.<time> ("" when it could not be moved; Err then
+// says why too). As an error it wraps quarantine.ErrDamaged.
+type Damaged = quarantine.Damaged
+
+// ErrStale marks a record of another boot.
 var ErrStale = errors.New("stale attachment record")
 
 // ReadBootID reads the kernel's boot ID from procRoot ("/proc").
@@ -266,7 +283,9 @@ func (s Store) SavePrevious(a Attachment) error {
 }
 
 // Load reads one record; ErrNotFound when there is none or it is stale
-// (of another boot: LoadPrevious reads it).
+// (of another boot: LoadPrevious reads it). A record that does not decode
+// is moved aside (Store.Damaged) and is none: the error wraps ErrNotFound
+// and quarantine.ErrDamaged.
 func (s Store) Load(k Key) (Attachment, error) {
 	name, err := k.file()
 	if err != nil {
@@ -276,11 +295,11 @@ func (s Store) Load(k Key) (Attachment, error) {
 	if errors.Is(err, ErrStale) {
 		return Attachment{}, fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
-	return a, err
+	return a, s.moveTorn(name, err)
 }
 
 // LoadPrevious reads one record of another boot; ErrNotFound when there is
-// none, it is of this boot or it does not decode.
+// none, it is of this boot or it does not decode (moved aside as by Load).
 func (s Store) LoadPrevious(k Key) (Attachment, error) {
 	name, err := k.file()
 	if err != nil {
@@ -288,11 +307,8 @@ func (s Store) LoadPrevious(k Key) (Attachment, error) {
 	}
 	path := filepath.Join(s.Dir, name)
 	a, err := s.decode(path)
-	if errors.Is(err, ErrStale) {
-		return Attachment{}, fmt.Errorf("%w: %w", ErrNotFound, err)
-	}
 	if err != nil {
-		return Attachment{}, err
+		return Attachment{}, s.moveTorn(name, err)
 	}
 	if !s.previous(a) {
 		return Attachment{}, fmt.Errorf("record %s is of this boot: %w", path, ErrNotFound)
@@ -314,9 +330,34 @@ func (s Store) read(path string) (Attachment, error) {
 	return a, nil
 }
 
-// decode reads a record of any boot.
+// tornError is a record that does not decode, as decode found it.
+type tornError struct {
+	path  string
+	read  os.FileInfo
+	cause error
+}
+
+func (e *tornError) Error() string { return e.cause.Error() }
+func (e *tornError) Unwrap() error { return e.cause }
+
+// moveTorn moves the record decode found torn aside and returns an error
+// wrapping ErrNotFound and the Damaged; any other err is returned as is.
+func (s Store) moveTorn(name string, err error) error {
+	var torn *tornError
+	if !errors.As(err, &torn) {
+		return err
+	}
+	d := quarantine.Move(torn.path, filepath.Join(s.Dir, QuarantineDir), name, torn.read, time.Now(), torn.cause)
+	if s.Damaged != nil {
+		s.Damaged(d)
+	}
+	return fmt.Errorf("%w: %w", ErrNotFound, &d)
+}
+
+// decode reads a record of any boot. One that does not decode is a
+// *tornError (for moveTorn).
 func (s Store) decode(path string) (Attachment, error) {
-	data, err := os.ReadFile(path)
+	data, read, err := quarantine.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Attachment{}, fmt.Errorf("read %s: %w", path, ErrNotFound)
 	}
@@ -331,7 +372,7 @@ func (s Store) decode(path string) (Attachment, error) {
 	}
 	var a Attachment
 	if err := json.Unmarshal(data, &a); err != nil {
-		return Attachment{}, fmt.Errorf("decode %s: %w: %w", path, ErrStale, err)
+		return Attachment{}, &tornError{path: path, read: read, cause: fmt.Errorf("decode %s: %w", path, err)}
 	}
 	return a, nil
 }
@@ -350,9 +391,10 @@ func (s Store) Delete(k Key) error {
 
 // List returns every record of this boot and, apart, every record of
 // another boot, which it leaves in place: their IPAM leases outlive the
-// boot, and the plugin removes each once released. It removes records that
-// do not decode. Call it with the lock held. Unreadable records are
-// returned as errors joined, alongside the readable ones.
+// boot, and the plugin removes each once released. It moves records that
+// do not decode aside (Store.Damaged), and lists the others. Call it with
+// the lock held. Unreadable records (of a newer version, say) are returned
+// as errors joined, alongside the readable ones.
 func (s Store) List() (cur, prev []Attachment, err error) {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -367,9 +409,8 @@ func (s Store) List() (cur, prev []Attachment, err error) {
 			continue
 		}
 		a, err := s.decode(filepath.Join(s.Dir, e.Name()))
-		if errors.Is(err, ErrStale) {
-			_ = os.Remove(filepath.Join(s.Dir, e.Name()))
-			continue
+		if err != nil {
+			err = s.moveTorn(e.Name(), err)
 		}
 		if errors.Is(err, ErrNotFound) {
 			continue // deleted since ReadDir (a DEL finishing without the lock)
@@ -391,7 +432,8 @@ func (s Store) List() (cur, prev []Attachment, err error) {
 // without removing anything (the directory may be mounted read-only): for
 // readers outside the plugin, such as the daemon's node state. Records are
 // replaced by rename, so each one read is whole; the set may be a moment
-// old. Records of another boot, torn ones and unreadable ones are skipped.
+// old. Records of another boot, torn ones (which the plugin moves aside)
+// and unreadable ones are skipped.
 func (s Store) Records() ([]Attachment, error) {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -415,8 +457,9 @@ func (s Store) Records() ([]Attachment, error) {
 // HasRecords reports whether the directory holds a record of this boot,
 // without the lock and without removing anything (it may be mounted
 // read-only): the installer keeps the plugin binary while a pod is attached,
-// since its DEL needs it. Stale records do not count; a record that cannot be
-// read for another reason does (it may be an attachment).
+// since its DEL needs it. Stale records and torn ones (left in place: the
+// plugin moves them aside) do not count; a record that cannot be read for
+// another reason (a newer version) does (it may be an attachment).
 func (s Store) HasRecords() (bool, error) {
 	ents, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -429,7 +472,9 @@ func (s Store) HasRecords() (bool, error) {
 		if !strings.HasSuffix(e.Name(), recordExt) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		if _, err := s.read(filepath.Join(s.Dir, e.Name())); !errors.Is(err, ErrStale) && !errors.Is(err, ErrNotFound) {
+		_, err := s.read(filepath.Join(s.Dir, e.Name()))
+		var torn *tornError
+		if !errors.Is(err, ErrStale) && !errors.Is(err, ErrNotFound) && !errors.As(err, &torn) {
 			return true, nil
 		}
 	}

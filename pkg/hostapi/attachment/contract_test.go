@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,7 +88,8 @@ func TestGoldenV1(t *testing.T) {
 
 // TestNewerRefused: a record of a newer schema is an error that names
 // both versions; it is not taken for a missing or stale record, List
-// leaves it in place and HasRecords counts it (the binary stays).
+// leaves it in place (not in quarantine) and HasRecords counts it (the
+// binary stays).
 func TestNewerRefused(t *testing.T) {
 	newer := bytes.Replace(readGolden(t), []byte(`"schema": 1,`), []byte(`"schema": 2,`), 1)
 	s := goldenStore(t, newer)
@@ -107,6 +109,9 @@ func TestNewerRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("List removed the newer record: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, QuarantineDir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a newer record was taken for a torn one: quarantine dir %v", err)
 	}
 	if has, err := s.HasRecords(); !has || err != nil {
 		t.Errorf("HasRecords = %v, %v; want true", has, err)

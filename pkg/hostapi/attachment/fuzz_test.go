@@ -1,6 +1,7 @@
 package attachment
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -14,8 +15,9 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
 
-// FuzzLoad: a record of any content loads, is stale (undecodable), or is
-// of a version this binary does not read, never panics; one that loads is
+// FuzzLoad: a record of any content loads, is torn (moved aside with its
+// bytes, then none), or is of a version this binary does not read (left in
+// place), never panics; one that loads is
 // encoded as Save does and loads the same (ipamConf the same JSON value).
 func FuzzLoad(f *testing.F) {
 	if seed, err := os.ReadFile("testdata/attachment-v1.json"); err == nil {
@@ -34,8 +36,18 @@ func FuzzLoad(f *testing.F) {
 		a, err := s.Load(k)
 		if err != nil {
 			var verr *contractver.VersionError
-			if !errors.Is(err, ErrStale) && !errors.As(err, &verr) {
-				t.Fatalf("Load failed other than stale or by version: %v", err)
+			var d *Damaged
+			switch {
+			case errors.As(err, &d) && errors.Is(err, ErrNotFound):
+				if got, rerr := os.ReadFile(d.Moved); rerr != nil || !bytes.Equal(got, data) {
+					t.Fatalf("a torn record is not in quarantine with its bytes: %+v: %v", d, rerr)
+				}
+			case errors.As(err, &verr):
+				if _, serr := os.Stat(filepath.Join(s.Dir, name)); serr != nil {
+					t.Fatalf("a record of another version was moved: %v", serr)
+				}
+			default:
+				t.Fatalf("Load failed other than torn or by version: %v", err)
 			}
 			return
 		}

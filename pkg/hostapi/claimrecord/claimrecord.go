@@ -29,9 +29,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
 // Version is the record format this binary writes.
@@ -166,13 +168,9 @@ const QuarantineDir = "quarantine"
 
 // Damaged is a record file that did not decode (torn by a crash of the
 // machine before records were fsynced, or not a record at all): ReadAll
-// moved it from Path to Moved ("" when it could not be moved, say on a
-// read-only mount; Err then says why too).
-type Damaged struct {
-	Path  string
-	Moved string
-	Err   error
-}
+// moved it from Path to Moved, dir/quarantine/<name>.<time> ("" when it
+// could not be moved, say on a read-only mount; Err then says why too).
+type Damaged = quarantine.Damaged
 
 // ReadAll returns every record in dir, sorted by UID, and the files it
 // moved aside. A dir that does not exist is an error that wraps
@@ -193,7 +191,7 @@ func ReadAll(dir string) (recs []Record, damaged []Damaged, err error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(path)
+		data, fi, err := quarantine.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // unprepared meanwhile
 		}
@@ -211,35 +209,11 @@ func ReadAll(dir string) (recs []Record, damaged []Damaged, err error) {
 			}
 		}
 		if err != nil {
-			damaged = append(damaged, quarantine(dir, e.Name(), err))
+			damaged = append(damaged, quarantine.Move(path, filepath.Join(dir, QuarantineDir), e.Name(), fi, time.Now(), err))
 			continue
 		}
 		recs = append(recs, f.Record)
 	}
 	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.UID, b.UID) })
 	return recs, damaged, nil
-}
-
-// quarantine moves dir/name to dir/quarantine/name, keeping an earlier
-// file of that name there (the newer one gets a suffix).
-func quarantine(dir, name string, cause error) Damaged {
-	d := Damaged{Path: filepath.Join(dir, name), Err: cause}
-	qdir := filepath.Join(dir, QuarantineDir)
-	if err := os.MkdirAll(qdir, 0o700); err != nil {
-		d.Err = errors.Join(cause, fmt.Errorf("move aside: %w", err))
-		return d
-	}
-	to := filepath.Join(qdir, name)
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(to); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		to = filepath.Join(qdir, fmt.Sprintf("%s.%d", name, i))
-	}
-	if err := os.Rename(d.Path, to); err != nil {
-		d.Err = errors.Join(cause, fmt.Errorf("move aside: %w", err))
-		return d
-	}
-	d.Moved = to
-	return d
 }

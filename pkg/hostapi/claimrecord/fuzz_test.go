@@ -1,6 +1,7 @@
 package claimrecord
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -44,8 +45,8 @@ func FuzzReadAll(f *testing.F) {
 			if _, err := os.Stat(name); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a damaged record stays in place: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(dir, QuarantineDir, "claim.json")); err != nil {
-				t.Fatalf("a damaged record is not in quarantine: %v", err)
+			if got, err := os.ReadFile(damaged[0].Moved); err != nil || filepath.Dir(damaged[0].Moved) != filepath.Join(dir, QuarantineDir) || !bytes.Equal(got, data) {
+				t.Fatalf("a damaged record is not in quarantine with its bytes: %+v: %v", damaged[0], err)
 			}
 			return
 		}

@@ -1,13 +1,19 @@
 package nodepools
 
 import (
+	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
-// FuzzRead: a pools file of any content reads or fails, never panics; one
+// FuzzRead: a pools file of any content reads, is torn (moved aside with
+// its bytes) or fails in place, never panics; one
 // that reads names every pool and, marshalled and written back, reads the
 // same (its pools and devices sorted, as the daemon writes them).
 func FuzzRead(f *testing.F) {
@@ -23,7 +29,17 @@ func FuzzRead(f *testing.F) {
 			t.Fatal(err)
 		}
 		p, err := Read(path)
+		var d *quarantine.Damaged
+		if errors.As(err, &d) {
+			if got, rerr := os.ReadFile(d.Moved); rerr != nil || !bytes.Equal(got, data) || !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("a torn pools file is not in quarantine with its bytes: %+v: %v", d, rerr)
+			}
+			return
+		}
 		if err != nil {
+			if _, serr := os.Stat(path); serr != nil {
+				t.Fatalf("a pools file that failed otherwise than torn (%v) was moved: %v", err, serr)
+			}
 			return
 		}
 		for _, pool := range p.Pools {

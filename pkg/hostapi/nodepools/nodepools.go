@@ -10,21 +10,26 @@
 //
 // It is a versioned contract (internal/contractver, docs/upgrades.md): Read
 // accepts Version (the first, so only it for now) and refuses a newer one by
-// name. It imports the standard library and internal/ only, does no I/O but
-// the file's, and no logging.
+// name. A file that does not decode is moved aside (internal/quarantine) and
+// is then missing. It imports the standard library and internal/ only, does
+// no I/O but the file's and its quarantine's, and no logging.
 package nodepools
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
+	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
 // FileName is the pools file's name in the alloc dir.
@@ -99,21 +104,33 @@ func Write(path string, data []byte) error {
 	return nil
 }
 
+// QuarantineDir is the directory, beside the pools file, where Read moves
+// a file that does not decode (as _pools.json.<time>): the alloc dir's
+// (allocdir.QuarantineDir, the same name).
+const QuarantineDir = "_quarantine"
+
 // Read reads the pools file at path. A missing file wraps fs.ErrNotExist
 // (no daemon has published this node's pools); one of a version this binary
-// does not read wraps contractver.ErrNewer (or ErrOlder).
+// does not read wraps contractver.ErrNewer (or ErrOlder). One that does not
+// decode (torn, truncated, not a pools file) is moved to _quarantine/ beside
+// it with its bytes: the error is a *quarantine.Damaged (the caller logs
+// it) that wraps fs.ErrNotExist too: the file is missing now, until the
+// daemon writes it again (it checks that it is there: pkg/agent).
 func Read(path string) (File, error) {
-	b, err := os.ReadFile(path)
+	b, read, err := quarantine.ReadFile(path)
 	if err != nil {
 		return File{}, fmt.Errorf("read pools file: %w", err)
 	}
-	if _, err := format.Check(path, b); err != nil {
+	var verr *contractver.VersionError
+	if _, err := format.Check(path, b); errors.As(err, &verr) {
 		return File{}, err
+	} else if err != nil {
+		return File{}, moveAside(path, read, err)
 	}
 	var f fileJSON
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&f); err != nil {
-		return File{}, fmt.Errorf("decode pools file %s: %w", path, err)
+		return File{}, moveAside(path, read, fmt.Errorf("decode pools file %s: %w", path, err))
 	}
 	for _, p := range f.Pools {
 		if p.Name == "" {
@@ -121,6 +138,11 @@ func Read(path string) (File, error) {
 		}
 	}
 	return f.File, nil
+}
+
+func moveAside(path string, read os.FileInfo, cause error) error {
+	d := quarantine.Move(path, filepath.Join(filepath.Dir(path), QuarantineDir), filepath.Base(path), read, time.Now(), cause)
+	return fmt.Errorf("%w: %w", &d, fs.ErrNotExist)
 }
 
 // PoolOf returns the pool whose members include the device: by PCI address
