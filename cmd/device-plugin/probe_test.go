@@ -39,7 +39,7 @@ func TestProbe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- dispatch(ctx, []string{"run", "--kubelet-dir", kdir, "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot,
-			"--dev-root", t.TempDir(), "--cdi-dir", "", "--alloc-dir", "", "--metrics-addr", "", "--log-level", "error",
+			"--dev-root", t.TempDir(), "--cdi-dir", "", "--alloc-dir", "", "--pools-file", "", "--metrics-addr", "", "--log-level", "error",
 			"--probe-socket", sock}, io.Discard, io.Discard)
 	}()
 	stop := sync.OnceValue(func() error {

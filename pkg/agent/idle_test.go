@@ -49,7 +49,8 @@ func TestIdleFootprint(t *testing.T) {
 	t.Cleanup(k.Stop)
 	devRoot := t.TempDir()
 	cmd := exec.Command(bin, "run", "--kubelet-dir", kdir, "--sysfs-root", tree.SysRoot, "--proc-root", tree.ProcRoot,
-		"--dev-root", devRoot, "--cdi-dir", filepath.Join(t.TempDir(), "cdi"), "--metrics-addr", "127.0.0.1:0", "--log-level", "warn")
+		"--dev-root", devRoot, "--cdi-dir", filepath.Join(t.TempDir(), "cdi"), "--pools-file", filepath.Join(t.TempDir(), "_pools.json"),
+		"--metrics-addr", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	begin := time.Now()
 	if err := cmd.Start(); err != nil {
