@@ -85,6 +85,7 @@ FUZZ_TARGETS := \
 	./pkg/hostapi/attachment/:FuzzLoad \
 	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
 	./pkg/hostapi/nodepools/:FuzzRead \
+	./pkg/hostapi/cniops/:FuzzDrain \
 	./pkg/agent/config/:FuzzParse \
 	./pkg/agent/config/:FuzzParseMemlock \
 	./pkg/cniinstall/:FuzzChainUnchain \
