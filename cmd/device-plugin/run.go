@@ -74,8 +74,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitNRI()
+	waitCNIMetrics, err := startCNIMetrics(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	defer waitCNIMetrics()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher and the NRI plugin stop before the waits
+	defer cancel() // runs first: the publisher, the NRI plugin and the spool's drain stop before the waits
 	return d.Run(ctx)
 }
 
@@ -107,6 +112,7 @@ type runConfig struct {
 	nri         nriFlags
 	dra         draFlags
 	statusAuth  statusAuthFlags
+	cniMetrics  cniMetricsFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -129,6 +135,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	cfg.nri.register(fs)
 	cfg.dra.register(fs)
 	cfg.statusAuth.register(fs)
+	cfg.cniMetrics.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")
