@@ -168,3 +168,15 @@ func TestMarshalSanitizes(t *testing.T) {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
+
+// BenchmarkAppend is the cost a CNI command pays for its record (compare
+// make bench-cni's ADD+DEL pair).
+func BenchmarkAppend(b *testing.B) {
+	dir := b.TempDir()
+	r := Record{Command: "ADD", Pool: "gpu-nics", Duration: 40 * time.Millisecond}
+	for b.Loop() {
+		if err := Append(dir, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
