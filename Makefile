@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -121,6 +121,13 @@ dp-idle: build
 # ADD+DEL with this plugin against Debian's host-device and the raw netns move.
 bench-cni: build
 	bash hack/bench-cni.sh
+
+# The chart's alert rules (deploy/helm/kube-rdma/files/prometheus-rules.yaml) checked and unit
+# tested with promtool (Debian's prometheus package; go test ./deploy/helm/ runs it too when found).
+PROMTOOL ?= promtool
+promtool-test:
+	$(PROMTOOL) check rules deploy/helm/kube-rdma/files/prometheus-rules.yaml
+	$(PROMTOOL) test rules deploy/helm/kube-rdma/files/tests/*.yaml
 
 # Real RDMA traffic: soft-RoCE in a qemu guest (downloads Debian packages).
 e2e-rxe:
