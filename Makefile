@@ -143,7 +143,7 @@ manifests:
 	HELM=$(HELM) bash hack/render-manifests.sh >deploy/manifests/device-plugin.yaml.tmp
 	mv deploy/manifests/device-plugin.yaml.tmp deploy/manifests/device-plugin.yaml
 
-# Lint (defaults, each CNI mode, chained to a dra pool, no node state, NRI with a pool memlock, a gpuAligned pool), the rendered manifests up to date, the render tests.
+# Lint (defaults, each CNI mode, chained to a dra pool, no node state, NRI with a pool memlock, a gpuAligned pool, the monitoring objects), the rendered manifests up to date, the render tests.
 helm-check:
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
@@ -152,6 +152,7 @@ helm-check:
 	$(HELM) lint --strict $(CHART) --set nodeState.enabled=false
 	$(HELM) lint --strict $(CHART) --set nri.enabled=true --set-json 'config.pools=[{"name":"hca","mode":"exclusive","memlock":"64Gi","selectors":{"kinds":["PF"]}}]'
 	$(HELM) lint --strict $(CHART) --set-json 'config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}}]'
+	$(HELM) lint --strict $(CHART) --set monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,devicePlugin.metricsHost=0.0.0.0
 	HELM=$(HELM) bash hack/render-manifests.sh | diff -u deploy/manifests/device-plugin.yaml - || \
 	  { echo "deploy/manifests/device-plugin.yaml differs from the chart: run make manifests"; exit 1; }
 	HELM=$(HELM) $(GO) test -count=1 ./deploy/helm/
