@@ -9,11 +9,14 @@
 //     by the device plugin front end, read by the CNI plugin) and the
 //     allocation directories;
 //   - nodepools: the node's pools file, every served pool's devices
-//     (written by the device plugin daemon, read by the CNI plugin).
+//     (written by the device plugin daemon, read by the CNI plugin);
+//   - cniops: the CNI plugin's operations spool, one line per command
+//     (appended by the plugin, read and removed by the daemon's metrics).
 //
 // Each format carries a version and follows internal/contractver: readers
 // accept the current version and the previous one, and refuse a newer one
-// by name (docs/upgrades.md). Writers replace files atomically. The
+// by name (docs/upgrades.md). Writers replace files atomically (cniops
+appends lines, each in one write, and its reader skips torn ones). The
 // packages link the standard library and internal/ only
 // (internal/importrules checks it), so either side reads them without the
 // other's dependencies. This package itself holds no code.
