@@ -16,7 +16,7 @@
 // Each format carries a version and follows internal/contractver: readers
 // accept the current version and the previous one, and refuse a newer one
 // by name (docs/upgrades.md). Writers replace files atomically (cniops
-appends lines, each in one write, and its reader skips torn ones). The
+// appends lines, each in one write, and its reader skips torn ones). The
 // packages link the standard library and internal/ only
 // (internal/importrules checks it), so either side reads them without the
 // other's dependencies. This package itself holds no code.
