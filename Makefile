@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -85,6 +85,7 @@ FUZZ_TARGETS := \
 	./pkg/hostapi/attachment/:FuzzLoad \
 	./pkg/hostapi/allocdir/:FuzzReadPoolFile \
 	./pkg/hostapi/nodepools/:FuzzRead \
+	./pkg/hostapi/cniops/:FuzzDrain \
 	./pkg/agent/config/:FuzzParse \
 	./pkg/agent/config/:FuzzParseMemlock \
 	./pkg/cniinstall/:FuzzChainUnchain \
@@ -121,6 +122,13 @@ dp-idle: build
 bench-cni: build
 	bash hack/bench-cni.sh
 
+# The chart's alert rules (deploy/helm/kube-rdma/files/prometheus-rules.yaml) checked and unit
+# tested with promtool (Debian's prometheus package; go test ./deploy/helm/ runs it too when found).
+PROMTOOL ?= promtool
+promtool-test:
+	$(PROMTOOL) check rules deploy/helm/kube-rdma/files/prometheus-rules.yaml
+	$(PROMTOOL) test rules deploy/helm/kube-rdma/files/tests/*.yaml
+
 # Real RDMA traffic: soft-RoCE in a qemu guest (downloads Debian packages).
 e2e-rxe:
 	bash e2e/rxe/run.sh
@@ -135,7 +143,7 @@ manifests:
 	HELM=$(HELM) bash hack/render-manifests.sh >deploy/manifests/device-plugin.yaml.tmp
 	mv deploy/manifests/device-plugin.yaml.tmp deploy/manifests/device-plugin.yaml
 
-# Lint (defaults, each CNI mode, chained to a dra pool, no node state, NRI with a pool memlock, a gpuAligned pool), the rendered manifests up to date, the render tests.
+# Lint (defaults, each CNI mode, chained to a dra pool, no node state, NRI with a pool memlock, a gpuAligned pool, the monitoring objects), the rendered manifests up to date, the render tests.
 helm-check:
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set cni.install=true,cni.mode=chained,cni.chained.pool=ib
@@ -144,6 +152,7 @@ helm-check:
 	$(HELM) lint --strict $(CHART) --set nodeState.enabled=false
 	$(HELM) lint --strict $(CHART) --set nri.enabled=true --set-json 'config.pools=[{"name":"hca","mode":"exclusive","memlock":"64Gi","selectors":{"kinds":["PF"]}}]'
 	$(HELM) lint --strict $(CHART) --set-json 'config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}}]'
+	$(HELM) lint --strict $(CHART) --set monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,devicePlugin.metricsHost=0.0.0.0
 	HELM=$(HELM) bash hack/render-manifests.sh | diff -u deploy/manifests/device-plugin.yaml - || \
 	  { echo "deploy/manifests/device-plugin.yaml differs from the chart: run make manifests"; exit 1; }
 	HELM=$(HELM) $(GO) test -count=1 ./deploy/helm/

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 )
 
 // The test binary doubles as the plugin: run with KUBE_RDMA_AS_PLUGIN=1 it
@@ -153,6 +155,33 @@ func TestPluginAsTheRuntimeRunsIt(t *testing.T) {
 	if v := invoke(t, host, node, "VERSION", "", "{"+base+"}"); !strings.Contains(v.stdout, `"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`) {
 		t.Errorf("VERSION = %q", v.stdout)
 	}
+
+	// Each command but VERSION left its outcome in the operations spool
+	// for the daemon's metrics (package cniops).
+	var got []string
+	for range 2 { // a file is read one Drain after it is taken
+		if _, err := cniops.Drain(cniops.Dir(filepath.Join(dir, "state")), func(r cniops.Record) {
+			if r.Duration <= 0 || r.Pool != "" {
+				t.Errorf("record %+v: want a duration and no pool", r)
+			}
+			got = append(got, fmt.Sprintf("%s %d", r.Command, r.Code))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"ADD 0", "CHECK 0", "DEL 0", "DEL 0", "ADD 7", fmt.Sprintf("STATUS %d", cerrCode(st))}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("operation records (-want +got)\n%s", diff)
+	}
+}
+
+// cerrCode is the CNI error code of a run: 0 when it succeeded.
+func cerrCode(r run) uint {
+	var e types.Error
+	if r.exit == 0 || json.Unmarshal([]byte(r.stdout), &e) != nil {
+		return 0
+	}
+	return e.Code
 }
 
 // TestErrorsCarryCNIVersion: every error the binary prints is the spec's

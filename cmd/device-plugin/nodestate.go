@@ -95,6 +95,9 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 	}
 	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
+	if err := d.RegisterCollector(p); err != nil {
+		return nil, err
+	}
 	d.SetNodeStateReport(func() any { return p.Report() })
 	return runWhenReady(ctx, d, p.Run), nil
 }

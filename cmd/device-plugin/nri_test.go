@@ -39,8 +39,9 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startDaemon runs the daemon of these run flags on an empty node, with
-// /metrics on a free port; it stops at the test's end.
+// startDaemon runs the daemon of these run flags on a sample node, with
+// /metrics on a free port, the NRI plugin and the CNI operations collector
+// wired as run does; it stops at the test's end.
 func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
@@ -65,6 +66,11 @@ func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 		cancel()
 		t.Fatal(err)
 	}
+	waitCNI, err := startCNIMetrics(ctx, cfg, d)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {
@@ -73,6 +79,7 @@ func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 			t.Errorf("daemon: %v", err)
 		}
 		wait()
+		waitCNI()
 	})
 	return d, logs
 }

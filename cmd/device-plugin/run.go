@@ -87,8 +87,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitReclaim()
+	waitCNIMetrics, err := startCNIMetrics(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	defer waitCNIMetrics()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher, the detector, the NRI plugin and the reclaimer stop before the waits
+	defer cancel() // runs first: the publisher, the detector, the NRI plugin, the reclaimer and the spool's drain stop before the waits
 	return d.Run(ctx)
 }
 
@@ -130,6 +135,7 @@ type runConfig struct {
 	dra         draFlags
 	statusAuth  statusAuthFlags
 	reclaim     reclaimFlags
+	cniMetrics  cniMetricsFlags
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -154,6 +160,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	cfg.dra.register(fs)
 	cfg.statusAuth.register(fs)
 	cfg.reclaim.register(fs)
+	cfg.cniMetrics.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: device-plugin run [flags]\n\nAdvertise RDMA devices to the kubelet as extended resources.\n\n")

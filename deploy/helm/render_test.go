@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
@@ -176,7 +177,8 @@ func TestChained(t *testing.T) {
 	checkUnprivileged(t, append(spec.InitContainers, spec.Containers[1:]...))
 	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
 		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": false,
-		"/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false, "/var/lib/cni/networks": false, "/var/run/netns": true}
+		"/var/lib/cni/kube-rdma/metrics": false, "/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false,
+		"/var/lib/cni/networks": false, "/var/run/netns": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
 	}
@@ -185,6 +187,10 @@ func TestChained(t *testing.T) {
 	if n := cniNode(t, objs); !slices.Contains(spec.Containers[0].Args, "--pools-file="+nodepools.Path(n.AllocDir)) ||
 		!slices.Contains(spec.Containers[0].Args, "--alloc-dir=") {
 		t.Errorf("device plugin args %q: want --pools-file=%s and --alloc-dir=", spec.Containers[0].Args, nodepools.Path(n.AllocDir))
+	}
+	// The plugin's operations spool, in its node file's stateDir, drained by the daemon.
+	if n := cniNode(t, objs); !slices.Contains(spec.Containers[0].Args, "--cni-metrics-dir="+cniops.Dir(n.StateDir)) {
+		t.Errorf("device plugin args %q: want --cni-metrics-dir=%s", spec.Containers[0].Args, cniops.Dir(n.StateDir))
 	}
 	if got := spec.InitContainers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/kube-rdma", "install"}) {
 		t.Errorf("install-cni command %q", got)

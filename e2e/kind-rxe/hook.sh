@@ -73,7 +73,7 @@ verb_records() {
   nsh "$STATE_DIR" <<'EOF' | LC_ALL=C sort
 cd "$1" 2>/dev/null || exit 0
 for f in * .[!.]*; do
-  [ -e "$f" ] && [ "$f" != lock ] && [ "$f" != podresources-get-disabled ] && echo "$f"
+  [ -e "$f" ] && [ "$f" != lock ] && [ "$f" != podresources-get-disabled ] && [ "$f" != metrics ] && echo "$f"
 done
 :
 EOF

@@ -28,7 +28,7 @@ links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | grep -
 
 records() {
   [[ -d $CNI_STATE_DIR ]] || return 0
-  find "$CNI_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name lock ! -name podresources-get-disabled -printf '%f\n' | sort
+  find "$CNI_STATE_DIR" -mindepth 1 -maxdepth 1 ! -name lock ! -name podresources-get-disabled ! -name metrics -printf '%f\n' | sort
 }
 
 # host-local keeps one file per leased IP in <dataDir>/<network>/, next to last_reserved_ip.<n>

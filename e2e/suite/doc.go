@@ -7,7 +7,9 @@
 // flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall; and for
 // pools served as a DRA driver (dra_test.go), what a claim gets: from a
 // template, aligned with a GPU by matchAttribute, around a tainted device,
-// through an extended resource, and how fast against the device plugin.
+// through an extended resource, and how fast against the device plugin; and that a
+// real Prometheus (Debian's prometheus binary, when present) scrapes the daemon and
+// finds the CNI plugin's operations there (prometheus_test.go).
 //
 // TestCluster (phases_test.go) runs them in phases, in order: each installs the chart
 // with values built here, runs its tests, uninstalls and checks the node is as before.

@@ -147,11 +147,12 @@ func localNode(d map[string]string) (harness, error) {
 }
 
 // common is what every phase of this node expects: its devices are fixtures, the port-down
-// test's device, the daemon's /state.
+// test's device, the daemon's /state and /metrics.
 func (l localNodeDesc) common(c *config) {
 	c.fixtureDevs = true
 	c.portDevice = l.fix.ib[1] // the second HCA
 	c.daemonState = fmt.Sprintf("http://127.0.0.1:%d/state", l.metricsPort)
+	c.daemonMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", l.metricsPort)
 }
 
 // nodeValues are what every phase's install shares: the image, the node's paths and the API
@@ -248,6 +249,7 @@ func (l localNodeDesc) devicePluginPhase() phase {
 			{"MultiPoolPod", testMultiPoolPod},
 			{"NodeState", testNodeState},
 			{"ParallelPods", testParallelPods},
+			{"Prometheus", testPrometheusScrape},
 		},
 	}
 }

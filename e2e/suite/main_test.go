@@ -67,11 +67,13 @@ type config struct {
 	parallelPods int
 	report       string
 	// memlock: pool -> the RLIMIT_MEMLOCK (bytes or "unlimited") the daemon's NRI plugin
-	// gives a container with a device of the pool; daemonState: the daemon's /state URL.
-	memlock     map[string]string
-	daemonState string
-	gpuAligned  *gpuAlignedConfig
-	dra         *draConfig
+	// gives a container with a device of the pool; daemonState: the daemon's /state URL,
+	// daemonMetrics its /metrics.
+	memlock       map[string]string
+	daemonState   string
+	daemonMetrics string
+	gpuAligned    *gpuAlignedConfig
+	dra           *draConfig
 }
 
 // env is what every cluster test gets: the phase's configuration, the clients and the node

@@ -8,7 +8,8 @@
 //   - the CNI plugin (pkg/cni/..., cmd/cni), exec'd for every ADD and DEL,
 //     links no front end of the agent and not the agent itself
 //     (pkg/agent/..., pkg/deviceplugin/..., pkg/dra/..., pkg/nri/...,
-//     pkg/nodestate/..., pkg/netdevwatch/..., pkg/nodewatch/...): it talks to them through
+//     pkg/nodestate/..., pkg/netdevwatch/..., pkg/nodewatch/..., nor the daemon's
+//     collector of its operations, pkg/cnimetrics/...): it talks to them through
 //     pkg/hostapi only;
 //   - the agent (pkg/agent/...) links no front end and no observer
 //     (pkg/deviceplugin/..., pkg/dra/..., pkg/nri/..., pkg/nodestate/...,
@@ -66,7 +67,7 @@ var Rules = []Rule{
 		Name: "the CNI plugin links no front end and not the agent",
 		From: []string{Module + "/pkg/cni", Module + "/cmd/cni"},
 		Forbids: func(dep Package) string {
-			return linksAny(dep, "a front end or the agent", "agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch", "nodewatch")
+			return linksAny(dep, "a front end or the agent", "agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch", "nodewatch", "cnimetrics")
 		},
 	},
 	{

@@ -51,7 +51,7 @@ func (u *undo) run(log *slog.Logger) error {
 // deferred rollback runs the undo stack and settles the record.
 func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Result, err error) {
 	start := time.Now()
-	conf, err := netconf.Parse(args.StdinData, p.Node)
+	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // under its name, MAC and MTU, with the addresses prevResult gave it, and
 // that its RDMA device is there (moved, or re-created for soft-RoCE).
 func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
-	conf, err := netconf.Parse(args.StdinData, p.Node)
+	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {
@@ -124,7 +124,7 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 // state dir is writable and, in standalone mode, the kubelet answers (in
 // DRA mode, the claims dir can be read).
 func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
-	conf, err := netconf.Parse(args.StdinData, p.Node)
+	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {
@@ -162,7 +162,7 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 // cni.dev/valid-attachments and removes its record. It releases the IPAM
 // leases of every record of a previous boot and removes those records.
 func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
-	conf, err := netconf.Parse(args.StdinData, p.Node)
+	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 // second DEL, a DEL without ADD, a DEL with no or a gone netns.
 func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	start := time.Now()
-	conf, err := netconf.Parse(args.StdinData, p.Node)
+	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
 	defer closeLog()
 	if err != nil {

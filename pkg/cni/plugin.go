@@ -133,6 +133,10 @@ type Plugin struct {
 	// physical netdev from a dying netns asynchronously, under the pod's
 	// name or "devN". Past it the record is kept (ErrNetdevNotBack).
 	NetdevReturnWait time.Duration
+
+	// opPool is the pool of the command's netconf, for its operation
+	// record (recordOp).
+	opPool string
 }
 
 // NodeFileEnv names the node file in the plugin's environment (the

@@ -25,3 +25,11 @@ func TestHostNetdev(t *testing.T) {
 		}
 	}
 }
+
+func TestPoolOf(t *testing.T) {
+	for in, want := range map[string]string{"": "", "rdma.kube-rdma.io/gpu-nics": "gpu-nics", "hca": "hca", "a/b/c": "c"} {
+		if got := poolOf(in); got != want {
+			t.Errorf("poolOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

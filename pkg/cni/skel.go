@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -67,8 +68,13 @@ func (p *Plugin) Funcs(ctx context.Context) skel.CNIFuncs {
 // reads stdin first, hands skel the same bytes, and prints every error with
 // the configuration's cniVersion when it is one the plugin speaks, else the
 // latest it speaks.
+//
+// Once the plugin is built, the outcome of an ADD, DEL, CHECK, GC or STATUS
+// (its pool, CNI error code and time) is appended to the node's operations
+// spool for the daemon's metrics (recordOp, package cniops).
 func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) int {
 	defer writeTimings(os.Getenv("CNI_COMMAND"))
+	start := time.Now()
 	mark("main")
 	stdin, err := io.ReadAll(os.Stdin)
 	mark("stdin")
@@ -95,7 +101,9 @@ func Main(ctx context.Context, newPlugin func() (*Plugin, error), about string) 
 	}()
 	os.Stdin = r
 	defer func() { _ = r.Close() }()
-	if e := skel.PluginMainFuncsWithError(p.Funcs(ctx), Versions, about); e != nil {
+	e := skel.PluginMainFuncsWithError(p.Funcs(ctx), Versions, about)
+	p.recordOp(os.Getenv("CNI_COMMAND"), e, time.Since(start))
+	if e != nil {
 		return printError(ver, e)
 	}
 	return 0

@@ -3,11 +3,13 @@ package nodestate
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
@@ -159,10 +161,30 @@ func TestPublisherRetriesWithBackoff(t *testing.T) {
 	if r := p.Report(); r.OK || r.LastError == "" {
 		t.Errorf("report while failing: %+v", r)
 	}
+	if err := testutil.CollectAndCompare(p, strings.NewReader(`
+# HELP kube_rdma_node_state_publisher_ok 1 once an RDMANodeState write succeeded and the last attempt did not fail, 0 otherwise.
+# TYPE kube_rdma_node_state_publisher_ok gauge
+kube_rdma_node_state_publisher_ok 0
+`), "kube_rdma_node_state_publisher_ok"); err != nil {
+		t.Errorf("metrics while failing: %v", err)
+	}
 	w.setFail(nil)
 	eventually(t, "the write after the outage", 5*time.Second, func() bool { return w.count() == 1 })
 	if r := p.Report(); !r.OK || r.Failures != 0 || r.LastError != "" {
 		t.Errorf("report after the outage: %+v", r)
+	}
+	if err := testutil.CollectAndCompare(p, strings.NewReader(`
+# HELP kube_rdma_node_state_publisher_ok 1 once an RDMANodeState write succeeded and the last attempt did not fail, 0 otherwise.
+# TYPE kube_rdma_node_state_publisher_ok gauge
+kube_rdma_node_state_publisher_ok 1
+# HELP kube_rdma_node_state_write_failures RDMANodeState writes that failed since the last successful one.
+# TYPE kube_rdma_node_state_write_failures gauge
+kube_rdma_node_state_write_failures 0
+# HELP kube_rdma_node_state_writes_total Successful RDMANodeState writes since the daemon started.
+# TYPE kube_rdma_node_state_writes_total counter
+kube_rdma_node_state_writes_total 1
+`)); err != nil {
+		t.Errorf("metrics after the outage: %v", err)
 	}
 }
 

@@ -1,0 +1,125 @@
+// Package cnimetrics is the daemon's side of the CNI plugin's operations
+// spool (package cniops): every Interval it drains the spool and counts
+// each record in kube_rdma_cni_operations_total{command,pool,code} and
+// kube_rdma_cni_operation_duration_seconds{command,pool}, and the lines it
+// could not read in kube_rdma_cni_spool_lines_dropped_total{reason}.
+//
+// It owns those series and the spool's removal, nothing else: it does not
+// run CNI commands, read attachment records or touch the agent. The
+// daemon's cmd/device-plugin wires it in with --cni-metrics-dir and
+// registers it on /metrics (agent.RegisterCollector).
+package cnimetrics
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
+)
+
+// DefaultInterval is how often the spool is drained. A record shows on
+// /metrics within two intervals (Drain reads a file one call after it
+// takes it).
+const DefaultInterval = 5 * time.Second
+
+// Buckets of kube_rdma_cni_operation_duration_seconds: 5ms to 10s, the
+// span from a DEL with nothing to do to an ADD at a runtime's patience.
+var Buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Config is the collector's setup.
+type Config struct {
+	// Dir is the spool directory (cniops.Dir of the CNI state dir).
+	Dir string
+	// Interval between drains; DefaultInterval when zero.
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// Collector drains the spool and holds the series; a prometheus.Collector.
+type Collector struct {
+	cfg      Config
+	log      *slog.Logger
+	ops      *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	dropped  *prometheus.CounterVec
+	warned   bool
+}
+
+// New returns a collector of cfg.Dir's spool; Run drains it.
+func New(cfg Config) *Collector {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Collector{cfg: cfg, log: cfg.Logger.With("component", "cni-metrics"),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_cni_operations_total",
+			Help: "CNI plugin commands (ADD, DEL, CHECK, GC, STATUS) on this node, by pool and CNI error code (0: success)."},
+			[]string{"command", "pool", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kube_rdma_cni_operation_duration_seconds",
+			Help: "Time of a CNI plugin command in the plugin, from its main to its result, by command and pool.", Buckets: Buckets},
+			[]string{"command", "pool"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_cni_spool_lines_dropped_total",
+			Help: "Lines of the CNI plugin's operations spool the daemon could not count, by reason (malformed: a torn write or garbage; newer: a newer plugin's format)."},
+			[]string{"reason"}),
+	}
+	for _, r := range []string{"malformed", "newer"} {
+		c.dropped.WithLabelValues(r)
+	}
+	return c
+}
+
+// Run drains the spool every Interval until ctx ends, and once more then,
+// so that a stopping daemon leaves only what arrived after. It returns nil.
+func (c *Collector) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		c.Drain()
+		select {
+		case <-ctx.Done():
+			c.Drain()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Drain counts the records the spool holds now (those Drain took the time
+// before) and removes them.
+func (c *Collector) Drain() {
+	st, err := cniops.Drain(c.cfg.Dir, c.count)
+	if err != nil {
+		c.log.Warn("drain the CNI operations spool", "dir", c.cfg.Dir, "err", err)
+	}
+	c.dropped.WithLabelValues("malformed").Add(float64(st.Malformed))
+	c.dropped.WithLabelValues("newer").Add(float64(st.Newer))
+	if st.NewerErr != nil && !c.warned {
+		c.warned = true
+		c.log.Warn("CNI operation records of a newer plugin not counted", "err", st.NewerErr)
+	}
+}
+
+func (c *Collector) count(r cniops.Record) {
+	c.ops.WithLabelValues(r.Command, r.Pool, strconv.FormatUint(uint64(r.Code), 10)).Inc()
+	c.duration.WithLabelValues(r.Command, r.Pool).Observe(r.Duration.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.ops.Describe(ch)
+	c.duration.Describe(ch)
+	c.dropped.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.ops.Collect(ch)
+	c.duration.Collect(ch)
+	c.dropped.Collect(ch)
+}

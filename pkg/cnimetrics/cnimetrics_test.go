@@ -1,0 +1,114 @@
+package cnimetrics
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
+)
+
+// scrape returns the registry's /metrics page, as Prometheus reads it.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSpoolToMetrics: records the CNI plugin appends (cniops.Append, as its
+// Main does) reach /metrics as counters by pool and code and histograms by
+// pool, a torn line is counted as dropped, and the spool ends empty.
+func TestSpoolToMetrics(t *testing.T) {
+	state := t.TempDir()
+	dir := cniops.Dir(state)
+	for _, r := range []cniops.Record{
+		{Command: "ADD", Pool: "gpu-nics", Code: 0, Duration: 30 * time.Millisecond},
+		{Command: "ADD", Pool: "gpu-nics", Code: 0, Duration: 70 * time.Millisecond},
+		{Command: "ADD", Pool: "gpu-nics", Code: 102, Duration: 3 * time.Millisecond},
+		{Command: "DEL", Pool: "gpu-nics", Code: 11, Duration: 6 * time.Second},
+	} {
+		if err := cniops.Append(dir, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, cniops.FileName), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"v":1,"cmd":"DE`) // a plugin killed mid-write
+	_ = f.Close()
+
+	c := New(Config{Dir: dir})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	c.Drain()
+	if got := scrape(t, reg); strings.Contains(got, "kube_rdma_cni_operations_total{") {
+		t.Errorf("records counted on the Drain that took them, want the next:\n%s", got)
+	}
+	c.Drain()
+	got := scrape(t, reg)
+	for _, want := range []string{
+		`kube_rdma_cni_operations_total{code="0",command="ADD",pool="gpu-nics"} 2`,
+		`kube_rdma_cni_operations_total{code="102",command="ADD",pool="gpu-nics"} 1`,
+		`kube_rdma_cni_operations_total{code="11",command="DEL",pool="gpu-nics"} 1`,
+		`kube_rdma_cni_operation_duration_seconds_bucket{command="ADD",pool="gpu-nics",le="0.005"} 1`,
+		`kube_rdma_cni_operation_duration_seconds_bucket{command="ADD",pool="gpu-nics",le="0.05"} 2`,
+		`kube_rdma_cni_operation_duration_seconds_bucket{command="ADD",pool="gpu-nics",le="0.1"} 3`,
+		`kube_rdma_cni_operation_duration_seconds_bucket{command="DEL",pool="gpu-nics",le="5"} 0`,
+		`kube_rdma_cni_operation_duration_seconds_bucket{command="DEL",pool="gpu-nics",le="10"} 1`,
+		`kube_rdma_cni_spool_lines_dropped_total{reason="malformed"} 1`,
+		`kube_rdma_cni_spool_lines_dropped_total{reason="newer"} 0`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("/metrics lacks %s\n%s", want, got)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 0 {
+		t.Errorf("spool after two drains: %v, %v; want empty", ents, err)
+	}
+}
+
+// TestRun: a record appended while Run runs shows on /metrics within a few
+// intervals, and Run returns when ctx ends.
+func TestRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), cniops.DirName)
+	c := New(Config{Dir: dir, Interval: 10 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	if err := cniops.Append(dir, cniops.Record{Command: "GC", Code: 0, Duration: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	want := `kube_rdma_cni_operations_total{code="0",command="GC",pool=""} 1`
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(scrape(t, reg), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
