@@ -171,6 +171,8 @@ var (
 	// A series named in the code: a literal, or a name under agent.MetricsNamespace.
 	literalName = regexp.MustCompile(`"(kube_rdma_[a-z0-9_]+)"`)
 	nsName      = regexp.MustCompile(`Namespace: (?:ns|agent\.MetricsNamespace), Name: "([a-z0-9_]+)"`)
+	// A desc built as ns+"_name" (prometheus.NewDesc).
+	nsConcat = regexp.MustCompile(`\bns\+"_([a-z0-9_]+)"`)
 )
 
 // codeMetrics returns the series the module's Go code defines, read from its source.
@@ -195,6 +197,9 @@ func codeMetrics(t *testing.T) map[string]bool {
 			names[string(m[1])] = true
 		}
 		for _, m := range nsName.FindAllSubmatch(b, -1) {
+			names["kube_rdma_device_plugin_"+string(m[1])] = true
+		}
+		for _, m := range nsConcat.FindAllSubmatch(b, -1) {
 			names["kube_rdma_device_plugin_"+string(m[1])] = true
 		}
 		return nil
