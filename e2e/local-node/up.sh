@@ -208,6 +208,15 @@ cat >"$NODE_RUN/cni/net.d/10-e2e.conflist" <<EOF
   ]
 }
 EOF
+# The pods' network namespaces (netns_mounts_under_state_dir below): a mount point of its own,
+# shared, as / is on a systemd node (here / is private). The chart's reclaimer mounts this
+# directory into the daemon with HostToContainer propagation, so that a netns the runtime
+# unmounts here is unmounted there too (a copy would keep the netns, and the NIC in it, alive);
+# the kubelet refuses that propagation from a private mount. down.sh unmounts it.
+NETNS_DIR=$NODE_RUN/containerd/state/netns
+mkdir -p "$NETNS_DIR"
+mount --bind "$NETNS_DIR" "$NETNS_DIR"
+mount --make-rshared "$NETNS_DIR"
 cat >"$NODE_RUN/containerd/config.toml" <<EOF
 version = 3
 root = "$NODE_RUN/containerd/root"
