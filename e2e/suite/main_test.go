@@ -72,6 +72,7 @@ type config struct {
 	daemonState string
 	gpuAligned  *gpuAlignedConfig
 	dra         *draConfig
+	upgradeTo   *upgradeConfig
 }
 
 // env is what every cluster test gets: the phase's configuration, the clients and the node

@@ -1,0 +1,413 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// upgradeConfig is what the upgrade phase upgrades to: the installed release is the previous
+// one (the phase's release chart and image), these are the working tree's values.
+type upgradeConfig struct {
+	prevRelease string   // the previous release's commit
+	values      []values // helm upgrade's values files, in order
+	pods        int      // pods created during each rollout
+}
+
+// firstRolloutGuess paces the pods of the first rollout, whose length is not known yet: the
+// new pod's start plus a readiness period (5 s) or two, the old pod's stop. Later rollouts
+// are paced by the one before.
+const firstRolloutGuess = 8 * time.Second
+
+// testUpgradeUnderLoad: with a watched pod of each pool running (the chained pool's with its
+// netdev), helm upgrade from the previous release to the working tree, helm rollback to the
+// previous release, and helm upgrade again, each while pods asking for one device of a pool
+// are created, spread over the rollout. Every pod runs with its device nodes, environment
+// and, in the chained pool, its netdev, checked inside the pod; the watched pods keep their
+// container (no restart) and what they had; the CNI entry stays all along. After all pods
+// are deleted, no attachment record, link or IPAM lease is left and every device is
+// allocatable again.
+func testUpgradeUnderLoad(t *testing.T, e *env) {
+	e.needHelm(t)
+	u := e.upgradeTo
+	if u == nil {
+		t.Fatal("the phase names nothing to upgrade to")
+	}
+	files, err := writeValues(t.TempDir(), "values-upgrade", u.values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
+		t.Fatal(err)
+	}
+	base, err := e.listing(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := e.namespace(t)
+	var watched []*watchedPod
+	var names []string
+	for _, p := range e.pools {
+		if p.count > 0 {
+			w := e.startWatchedPodOf(t, ns, p)
+			watched, names = append(watched, w), append(names, w.name)
+		}
+	}
+	load, err := loadPools(e.pools, e.chainedPool, u.pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := u.prevRelease[:min(12, len(u.prevRelease))]
+	upgrade := func(ctx context.Context) error {
+		args := append([]string{"upgrade", e.helm.release, e.helm.chart, "--reset-values"}, files...)
+		_, err := e.runHelm(ctx, append(args, "--wait", "--timeout", rollout.String())...)
+		return err
+	}
+	steps := []struct {
+		what string
+		run  func(ctx context.Context) error
+	}{
+		{"helm upgrade " + prev + " -> working tree", upgrade},
+		{"helm rollback -> " + prev, func(ctx context.Context) error {
+			_, err := e.runHelm(ctx, "rollback", e.helm.release, "1", "--wait", "--timeout", rollout.String())
+			return err
+		}},
+		{"helm upgrade again " + prev + " -> working tree", upgrade},
+	}
+	pace := firstRolloutGuess / time.Duration(u.pods)
+	for _, s := range steps {
+		took := e.rolloutUnderLoad(t, s.what, s.run, load, pace, len(watched))
+		for _, w := range watched {
+			w.checkIntact(t)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		pace = min(max(took/time.Duration(u.pods), 100*time.Millisecond), time.Second)
+	}
+	e.deleteParallel(t, ns, names)
+	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		now, err := e.listing(ctx)
+		if err != nil {
+			return err
+		}
+		var diffs []string
+		for _, verb := range listingVerbs {
+			if d := cmp.Diff(base[verb], now[verb]); d != "" {
+				diffs = append(diffs, fmt.Sprintf("%s: left %v, missing %v", verb, minus(now[verb], base[verb]), minus(base[verb], now[verb])))
+			}
+		}
+		if diffs != nil {
+			return errors.New("after every pod is gone, the node's " + strings.Join(diffs, "; "))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
+		t.Fatalf("after every pod is gone: %v", err)
+	}
+	line := fmt.Sprintf("upgrade: after deleting all %d pods (%d watched, %d per rollout x %d): no attachment record, link or IPAM lease left, every device allocatable again",
+		len(watched)+len(load)*len(steps), len(watched), len(load), len(steps))
+	t.Log(line)
+	e.appendReport(t, line)
+}
+
+// loadPools picks the pool of each of n pods with one device, within what the pools have
+// beside one watched pod each: the chained pool's devices (netdevs checked too) for most,
+// a quarter slots of a shared pool, one spare device of each other exclusive pool, each
+// pool's pods spread evenly over the n (so that each kind is created all through a rollout).
+func loadPools(pools []pool, chained string, n int) ([]string, error) {
+	quota := map[string]int{}
+	var order []string
+	rest := n
+	if p := poolOf(pools, chained); p != nil {
+		order = append(order, chained)
+	}
+	for _, p := range pools {
+		free := int(p.count) - 1
+		if p.name == chained || free < 1 {
+			continue
+		}
+		q := min(free, 1)
+		if p.mode == "shared" {
+			q = min(free, max(n/4, 1))
+		}
+		q = min(q, rest)
+		quota[p.name], rest = q, rest-q
+		order = append(order, p.name)
+	}
+	if p := poolOf(pools, chained); p != nil {
+		quota[chained], rest = min(int(p.count)-1, rest), rest-min(int(p.count)-1, rest)
+	}
+	if rest > 0 {
+		return nil, fmt.Errorf("pools %v: room for %d pods with one device beside the watched ones, want %d", pools, n-rest, n)
+	}
+	// Each next pod from the pool furthest behind its even share: the least (used+1/2)/quota.
+	used := map[string]int{}
+	var out []string
+	for range n {
+		best := ""
+		for _, name := range order {
+			if used[name] >= quota[name] {
+				continue
+			}
+			if best == "" || (2*used[name]+1)*quota[best] < (2*used[best]+1)*quota[name] {
+				best = name
+			}
+		}
+		out = append(out, best)
+		used[best]++
+	}
+	return out, nil
+}
+
+// loadPod is a pod created during a rollout.
+type loadPod struct {
+	name, pool string
+	at         time.Time // when its creation began
+	err        error
+}
+
+// rolloutUnderLoad runs change (helm upgrade or rollback of the release), creating one pod
+// per entry of pools, one every pace from the start, while it rolls out; waits until the
+// DaemonSet has rolled out a new generation and its old pod is gone; checks every pod inside
+// it; reports the figures, deletes the pods and returns the rollout's duration. watched: the
+// running pods beside, for the report.
+func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, pools []string, pace time.Duration, watched int) time.Duration {
+	t.Helper()
+	ds0, err := e.releaseDaemonSet(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := e.namespace(t)
+	before := e.mustHook(t, 30*time.Second, "node-state")
+	// The CNI entry and node file stay; the binary stays, its content is the new release's.
+	stopSampling := e.sampleNodeState(t.Context(), before, func(line string) string {
+		switch {
+		case strings.HasPrefix(line, "cni-bin kube-rdma "):
+			return "cni-bin kube-rdma"
+		case strings.HasPrefix(line, "cni-conf "), strings.HasPrefix(line, "cni-bin-file "):
+			return line
+		}
+		return ""
+	})
+	defer func() { _, _ = stopSampling() }()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	start := time.Now()
+	ended := e.watchRollout(ctx, ds0.Generation)
+	var mu sync.Mutex
+	var created []loadPod
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i, pool := range pools {
+			if i > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pace):
+				}
+			}
+			p := loadPod{name: fmt.Sprintf("load-%02d-%s", i, dnsName(pool)), pool: pool, at: time.Now()}
+			_, p.err = e.core.Pods(ns).Create(ctx, e.devicePod(ns, p.name, pool, 1), metav1.CreateOptions{})
+			mu.Lock()
+			created = append(created, p)
+			mu.Unlock()
+		}
+	})
+	if err := change(t.Context()); err != nil {
+		cancel()
+		wg.Wait()
+		t.Fatalf("%s: %v", what, err)
+	}
+	end := <-ended
+	wg.Wait()
+	if end.err != nil {
+		t.Fatalf("%s: %v", what, end.err)
+	}
+	took := end.at.Sub(start)
+	samples, diff := stopSampling()
+	if diff != "" {
+		t.Errorf("%s: the CNI entry, node file or binary went away during the rollout (-before +during):\n%s", what, diff)
+	}
+
+	during := 0
+	var missing []string
+	var names []string
+	for _, p := range created {
+		if p.at.Before(end.at) {
+			during++
+		}
+		if p.err != nil {
+			t.Fatalf("%s: create pod %s: %v", what, p.name, p.err)
+		}
+		names = append(names, p.name)
+	}
+	for _, p := range created {
+		if problems := e.loadPodProblems(t.Context(), ns, p.name, p.pool); problems != nil {
+			e.dumpPod(t, ns, p.name)
+			missing = append(missing, fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s): %s",
+				p.name, p.pool, p.at.Sub(start).Seconds(), took.Seconds(), strings.Join(problems, "; ")))
+		}
+	}
+	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone); %d of %d pods created during it (one every %s), "+
+		"%d missing anything (device nodes, env, netdev: must be 0); %d watched pods beside; CNI files unchanged in %d samples",
+		what, took.Seconds(), during, len(created), pace.Round(time.Millisecond), len(missing), watched, samples)
+	t.Log(line)
+	e.appendReport(t, line)
+	for _, m := range missing {
+		t.Errorf("%s: %s", what, m)
+	}
+	if missing != nil {
+		t.FailNow()
+	}
+	e.deleteParallel(t, ns, names)
+	return took
+}
+
+// loadPodProblems waits for a pod given one device of pool to run and log what it got, and
+// returns what it lacks ("" none): not running, device nodes, environment, the chained
+// pool's netdev.
+func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) []string {
+	var pod *corev1.Pod
+	err := eventually(ctx, podStartup, func(ctx context.Context) error {
+		p, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod = p
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return nil
+		}
+		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
+			return fmt.Errorf("phase %s, ready %v", p.Status.Phase, podReady(p))
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return []string{fmt.Sprintf("not running: %v", err)}
+	case pod.Status.Phase != corev1.PodRunning:
+		return []string{fmt.Sprintf("ended: phase %s, reason %q, message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)}
+	}
+	if cs := container(pod); cs.RestartCount != 0 {
+		return []string{fmt.Sprintf("container restarted %d times", cs.RestartCount)}
+	}
+	var l podLog
+	err = eventually(ctx, time.Minute, func(ctx context.Context) error {
+		s, err := e.logs(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		if l = parseLog(s); l.env == nil || len(l.ticks) == 0 {
+			return fmt.Errorf("log has %d tick lines, env %v", len(l.ticks), l.env != nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return []string{fmt.Sprintf("no log of what it got: %v", err)}
+	}
+	n := 1
+	if p := e.pool(pool); p != nil && p.mode == "shared" {
+		// A slot of a shared pool is every device of the pool.
+		n = max(strings.Count(strings.Join(l.ticks[0].dev, ","), "uverbs"), 1)
+	}
+	problems := deviceProblems(l.ticks[0].dev, n)
+	problems = append(problems, envProblems(l.env, pool, n, e.nccl(pool))...)
+	if pool == e.chainedPool {
+		problems = append(problems, netdevProblems(l.ticks[0].links, 1)...)
+	}
+	return problems
+}
+
+// releaseDaemonSet is the release's only DaemonSet.
+func (e *env) releaseDaemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
+	list, err := e.apps.DaemonSets(e.helm.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + e.helm.release})
+	if err != nil {
+		return nil, fmt.Errorf("list DaemonSets of release %s: %w", e.helm.release, err)
+	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("release %s has %d DaemonSets in %s, want 1", e.helm.release, len(list.Items), e.helm.namespace)
+	}
+	return &list.Items[0], nil
+}
+
+// rolloutEnd is when a rollout was first seen done, or why it was not.
+type rolloutEnd struct {
+	at  time.Time
+	err error
+}
+
+// watchRollout polls the release's DaemonSet until a generation after gen0 has rolled out
+// and no pod of it is left but the new ones (the old pod's stop is part of the rollout), and
+// sends when it first saw that.
+func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
+	ch := make(chan rolloutEnd, 1)
+	go func() {
+		err := eventually(ctx, rollout, func(ctx context.Context) error {
+			ds, err := e.releaseDaemonSet(ctx)
+			if err != nil {
+				return err
+			}
+			if ds.Generation <= gen0 {
+				return fmt.Errorf("DaemonSet %s still at generation %d", ds.Name, gen0)
+			}
+			if err := rolledOut(ds, ds.Generation); err != nil {
+				return err
+			}
+			pods, err := e.core.Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
+			if err != nil {
+				return fmt.Errorf("list pods of DaemonSet %s: %w", ds.Name, err)
+			}
+			if n := int32(len(pods.Items)); n != ds.Status.DesiredNumberScheduled {
+				return fmt.Errorf("DaemonSet %s: %d pods, want %d (the old one still stopping)", ds.Name, n, ds.Status.DesiredNumberScheduled)
+			}
+			return nil
+		})
+		ch <- rolloutEnd{at: time.Now(), err: err}
+	}()
+	return ch
+}
+
+func TestLoadPools(t *testing.T) {
+	pools := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 24}, {"roce-shared", "shared", 8}}
+	tests := []struct {
+		name    string
+		pools   []pool
+		n       int
+		want    []string
+		wantErr bool
+	}{
+		{name: "every kind", pools: pools, n: 8,
+			want: []string{"vf", "roce-shared", "vf", "vf", "ib", "vf", "roce-shared", "vf"}},
+		{name: "twenty", pools: pools, n: 20, want: []string{
+			"vf", "roce-shared", "vf", "vf", "vf", "roce-shared", "vf", "vf", "vf", "ib",
+			"roce-shared", "vf", "vf", "vf", "roce-shared", "vf", "vf", "vf", "roce-shared", "vf"}},
+		{name: "no chained pool", pools: []pool{{"ib", "exclusive", 2}, {"roce-shared", "shared", 8}}, n: 2,
+			want: []string{"ib", "roce-shared"}},
+		{name: "too few devices", pools: []pool{{"vf", "exclusive", 4}}, n: 4, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := loadPools(tc.pools, "vf", tc.n)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("loadPools: %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("loadPools (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
