@@ -24,9 +24,9 @@ type upgradeConfig struct {
 }
 
 // firstRolloutGuess paces the pods of the first rollout, whose length is not known yet: the
-// new pod's start plus a readiness period (5 s) or two, the old pod's stop. Later rollouts
-// are paced by the one before.
-const firstRolloutGuess = 8 * time.Second
+// new pod's start, its first readiness probe, the old pod's stop (4-5 s on the local node).
+// Later rollouts are paced by the one before.
+const firstRolloutGuess = 4 * time.Second
 
 // testUpgradeUnderLoad: with a watched pod of each pool running (the chained pool's with its
 // netdev), helm upgrade from the previous release to the working tree, helm rollback to the
@@ -244,7 +244,7 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 	}
 
 	during := 0
-	var missing []string
+	var missing, rejected []string
 	var names []string
 	for _, p := range created {
 		if p.at.Before(end.at) {
@@ -255,22 +255,33 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 		}
 		names = append(names, p.name)
 	}
+	oldStop := "not seen"
+	if !end.oldStop.IsZero() {
+		oldStop = fmt.Sprintf("%.1f s", end.oldStop.Sub(start).Seconds())
+	}
 	for _, p := range created {
-		if problems := e.loadPodProblems(t.Context(), ns, p.name, p.pool); problems != nil {
-			e.dumpPod(t, ns, p.name)
-			missing = append(missing, fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s): %s",
-				p.name, p.pool, p.at.Sub(start).Seconds(), took.Seconds(), strings.Join(problems, "; ")))
+		ran, problems := e.loadPodProblems(t.Context(), ns, p.name, p.pool)
+		if problems == nil {
+			continue
+		}
+		e.dumpPod(t, ns, p.name)
+		m := fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s; the old pod told to stop at %s): %s",
+			p.name, p.pool, p.at.Sub(start).Seconds(), took.Seconds(), oldStop, strings.Join(problems, "; "))
+		if ran {
+			missing = append(missing, m)
+		} else {
+			rejected = append(rejected, m)
 		}
 	}
-	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone); %d of %d pods created during it (one every %s), "+
-		"%d missing anything (device nodes, env, netdev: must be 0); %d watched pods beside; CNI files unchanged in %d samples",
-		what, took.Seconds(), during, len(created), pace.Round(time.Millisecond), len(missing), watched, samples)
+	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its stop at %s); %d of %d pods created during it (one every %s): "+
+		"%d ran without something they asked for (device nodes, env, netdev), %d never ran (both must be 0); %d watched pods beside; CNI files unchanged in %d samples",
+		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), len(missing), len(rejected), watched, samples)
 	t.Log(line)
 	e.appendReport(t, line)
-	for _, m := range missing {
+	for _, m := range append(rejected, missing...) {
 		t.Errorf("%s: %s", what, m)
 	}
-	if missing != nil {
+	if missing != nil || rejected != nil {
 		t.FailNow()
 	}
 	e.deleteParallel(t, ns, names)
@@ -278,9 +289,9 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 }
 
 // loadPodProblems waits for a pod given one device of pool to run and log what it got, and
-// returns what it lacks ("" none): not running, device nodes, environment, the chained
-// pool's netdev.
-func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) []string {
+// returns whether it ran and what it lacks (nil: nothing): not running (rejected by the
+// kubelet, not started), device nodes, environment, the chained pool's netdev.
+func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) (ran bool, problems []string) {
 	var pod *corev1.Pod
 	err := eventually(ctx, podStartup, func(ctx context.Context) error {
 		p, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -298,12 +309,12 @@ func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) []stri
 	})
 	switch {
 	case err != nil:
-		return []string{fmt.Sprintf("not running: %v", err)}
+		return false, []string{fmt.Sprintf("not running: %v", err)}
 	case pod.Status.Phase != corev1.PodRunning:
-		return []string{fmt.Sprintf("ended: phase %s, reason %q, message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)}
+		return false, []string{fmt.Sprintf("ended: phase %s, reason %q, message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)}
 	}
 	if cs := container(pod); cs.RestartCount != 0 {
-		return []string{fmt.Sprintf("container restarted %d times", cs.RestartCount)}
+		return true, []string{fmt.Sprintf("container restarted %d times", cs.RestartCount)}
 	}
 	var l podLog
 	err = eventually(ctx, time.Minute, func(ctx context.Context) error {
@@ -317,19 +328,19 @@ func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) []stri
 		return nil
 	})
 	if err != nil {
-		return []string{fmt.Sprintf("no log of what it got: %v", err)}
+		return true, []string{fmt.Sprintf("no log of what it got: %v", err)}
 	}
 	n := 1
 	if p := e.pool(pool); p != nil && p.mode == "shared" {
 		// A slot of a shared pool is every device of the pool.
 		n = max(strings.Count(strings.Join(l.ticks[0].dev, ","), "uverbs"), 1)
 	}
-	problems := deviceProblems(l.ticks[0].dev, n)
+	problems = deviceProblems(l.ticks[0].dev, n)
 	problems = append(problems, envProblems(l.env, pool, n, e.nccl(pool))...)
 	if pool == e.chainedPool {
 		problems = append(problems, netdevProblems(l.ticks[0].links, 1)...)
 	}
-	return problems
+	return true, problems
 }
 
 // releaseDaemonSet is the release's only DaemonSet.
@@ -344,10 +355,11 @@ func (e *env) releaseDaemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
 	return &list.Items[0], nil
 }
 
-// rolloutEnd is when a rollout was first seen done, or why it was not.
+// rolloutEnd is when a rollout was first seen done, or why it was not, and when the old pod
+// was told to stop (its deletion: deletionTimestamp less its grace period; zero: not seen).
 type rolloutEnd struct {
-	at  time.Time
-	err error
+	at, oldStop time.Time
+	err         error
 }
 
 // watchRollout polls the release's DaemonSet until a generation after gen0 has rolled out
@@ -356,6 +368,7 @@ type rolloutEnd struct {
 func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
 	ch := make(chan rolloutEnd, 1)
 	go func() {
+		var oldStop time.Time
 		err := eventually(ctx, rollout, func(ctx context.Context) error {
 			ds, err := e.releaseDaemonSet(ctx)
 			if err != nil {
@@ -371,14 +384,29 @@ func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
 			if err != nil {
 				return fmt.Errorf("list pods of DaemonSet %s: %w", ds.Name, err)
 			}
+			for _, p := range pods.Items {
+				if d := p.DeletionTimestamp; d != nil {
+					at := d.Add(-time.Duration(ptrOr(p.DeletionGracePeriodSeconds, 0)) * time.Second)
+					if oldStop.IsZero() || at.Before(oldStop) {
+						oldStop = at
+					}
+				}
+			}
 			if n := int32(len(pods.Items)); n != ds.Status.DesiredNumberScheduled {
 				return fmt.Errorf("DaemonSet %s: %d pods, want %d (the old one still stopping)", ds.Name, n, ds.Status.DesiredNumberScheduled)
 			}
 			return nil
 		})
-		ch <- rolloutEnd{at: time.Now(), err: err}
+		ch <- rolloutEnd{at: time.Now(), oldStop: oldStop, err: err}
 	}()
 	return ch
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func TestLoadPools(t *testing.T) {
