@@ -41,10 +41,6 @@ finish() {
       echo "--- ${f#"$NODE_RUN"/pod-logs/} (last 20 lines)" >&2
       tail -n 20 "$f" >&2 || true # a pod deleted meanwhile takes its log along
     done
-    # The node's own logs (kubelet, containerd, API server, CNI plugin) outlive down.sh here.
-    rm -rf "$E2E_CACHE/logs-last-failure"
-    cp -a "$NODE_RUN/logs" "$E2E_CACHE/logs-last-failure" 2>/dev/null &&
-      log "the node's logs: $E2E_CACHE/logs-last-failure"
   fi
   if [[ ${E2E_KEEP_NODE:-0} == 1 ]]; then
     log "node left running (E2E_KEEP_NODE=1): KUBECONFIG=$KUBECONFIG; stop it with $HERE/down.sh"
