@@ -273,9 +273,14 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 			rejected = append(rejected, m)
 		}
 	}
+	slowest, warned, warning, err := e.loadPodStarts(t.Context(), ns, created)
+	if err != nil {
+		t.Fatal(err)
+	}
 	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its stop at %s); %d of %d pods created during it (one every %s): "+
-		"%d ran without something they asked for (device nodes, env, netdev), %d never ran (both must be 0); %d watched pods beside; CNI files unchanged in %d samples",
-		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), len(missing), len(rejected), watched, samples)
+		"%d ran without something they asked for (device nodes, env, netdev), %d never ran (both must be 0); slowest Ready %s after its creation; "+
+		"%d with a kubelet warning on the way%s; %d watched pods beside; CNI files unchanged in %d samples",
+		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), len(missing), len(rejected), slowest, warned, warning, watched, samples)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, m := range append(rejected, missing...) {
@@ -341,6 +346,42 @@ func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) (ran b
 		problems = append(problems, netdevProblems(l.ticks[0].links, 1)...)
 	}
 	return true, problems
+}
+
+// loadPodStarts returns the longest time from a pod's creation to its Ready condition (the
+// API's 1 s resolution), how many pods the kubelet sent a Warning event about (a container
+// creation that failed and was retried), and one such event's message.
+func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod) (time.Duration, int, string, error) {
+	list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("list pods: %w", err)
+	}
+	at := map[string]time.Time{}
+	for _, p := range created {
+		at[p.name] = p.at
+	}
+	var slowest time.Duration
+	for i := range list.Items {
+		if c := condition(&list.Items[i], corev1.PodReady); c != nil && c.Status == corev1.ConditionTrue {
+			slowest = max(slowest, c.LastTransitionTime.Sub(at[list.Items[i].Name]))
+		}
+	}
+	ev, err := e.core.Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("list events: %w", err)
+	}
+	warned := map[string]bool{}
+	var example string
+	for _, v := range ev.Items {
+		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" {
+			continue
+		}
+		if !warned[v.InvolvedObject.Name] && example == "" {
+			example = fmt.Sprintf(" (e.g. %s %s: %.300s)", v.InvolvedObject.Name, v.Reason, v.Message)
+		}
+		warned[v.InvolvedObject.Name] = true
+	}
+	return slowest.Round(100 * time.Millisecond), len(warned), example, nil
 }
 
 // releaseDaemonSet is the release's only DaemonSet.
