@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // upgradeConfig is what the upgrade phase upgrades to: the installed release is the previous
@@ -23,10 +24,10 @@ type upgradeConfig struct {
 	pods        int      // pods created during each rollout
 }
 
-// firstRolloutGuess paces the pods of the first rollout, whose length is not known yet: the
-// new pod's start, its first readiness probe, the old pod's stop (4-5 s on the local node).
-// Later rollouts are paced by the one before.
-const firstRolloutGuess = 4 * time.Second
+// firstStopGuess paces the first half of the pods of the first rollout, whose old pod's stop
+// is not known yet: the new pod's start and first readiness probe (2.7-8.6 s after the change
+// on the local node). Later rollouts are paced by the stop of the one before.
+const firstStopGuess = 3 * time.Second
 
 // testUpgradeUnderLoad: with a watched pod of each pool running (the chained pool's with its
 // netdev), helm upgrade from the previous release to the working tree, helm rollback to the
@@ -83,16 +84,19 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 		}},
 		{"helm upgrade again " + prev + " -> working tree", upgrade},
 	}
-	pace := firstRolloutGuess / time.Duration(u.pods)
+	half := time.Duration(max(u.pods/2, 1))
+	pace := firstStopGuess / half
 	for _, s := range steps {
-		took := e.rolloutUnderLoad(t, s.what, s.run, load, pace, len(watched))
+		stop := e.rolloutUnderLoad(t, s.what, s.run, load, pace, len(watched))
 		for _, w := range watched {
 			w.checkIntact(t)
 		}
 		if t.Failed() {
 			t.FailNow()
 		}
-		pace = min(max(took/time.Duration(u.pods), 100*time.Millisecond), time.Second)
+		if stop > 0 {
+			pace = min(max(stop/half, 100*time.Millisecond), time.Second)
+		}
 	}
 	e.deleteParallel(t, ns, names)
 	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
@@ -179,11 +183,18 @@ type loadPod struct {
 	err        error
 }
 
-// rolloutUnderLoad runs change (helm upgrade or rollback of the release), creating one pod
-// per entry of pools, one every pace from the start, while it rolls out; waits until the
-// DaemonSet has rolled out a new generation and its old pod is gone; checks every pod inside
-// it; reports the figures, deletes the pods and returns the rollout's duration. watched: the
-// running pods beside, for the report.
+// burstPace spaces the pods created once the old pod is told to stop: the kubelet's window
+// after its stop (kubernetes/kubernetes#121994, docs/device-plugin.md) is ~100 ms.
+const burstPace = 100 * time.Millisecond
+
+// rolloutUnderLoad runs change (helm upgrade or rollback of the release) and creates one pod
+// per entry of pools while it rolls out: the first half one every pace from the change
+// (the new pod's start, both pods running), the second half one every burstPace from the
+// moment the old pod is told to stop (its deletion seen by a watch), where the kubelet
+// drops the pools until the new pod registers again. It waits until the DaemonSet has rolled
+// out a new generation and its old pod is gone, checks every pod inside it, reports the
+// figures, deletes the pods and returns when the old pod was told to stop, after the change
+// (0: not seen). watched: the running pods beside, for the report.
 func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, pools []string, pace time.Duration, watched int) time.Duration {
 	t.Helper()
 	ds0, err := e.releaseDaemonSet(t.Context())
@@ -206,18 +217,35 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	stopping, err := e.watchOldPodStop(ctx, ds0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	ended := e.watchRollout(ctx, ds0.Generation)
 	var mu sync.Mutex
 	var created []loadPod
 	var wg sync.WaitGroup
+	changed := make(chan struct{}) // helm returned: the burst does not wait for a stop it missed
 	wg.Go(func() {
 		for i, pool := range pools {
+			wait := pace
+			if i >= len(pools)/2 {
+				wait = burstPace
+			}
+			if i == len(pools)/2 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-stopping.done:
+				case <-changed:
+				}
+			}
 			if i > 0 {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(pace):
+				case <-time.After(wait):
 				}
 			}
 			p := loadPod{name: fmt.Sprintf("load-%02d-%s", i, dnsName(pool)), pool: pool, at: time.Now()}
@@ -227,7 +255,9 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 			mu.Unlock()
 		}
 	})
-	if err := change(t.Context()); err != nil {
+	err = change(t.Context())
+	close(changed)
+	if err != nil {
 		cancel()
 		wg.Wait()
 		t.Fatalf("%s: %v", what, err)
@@ -237,18 +267,21 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 	if end.err != nil {
 		t.Fatalf("%s: %v", what, end.err)
 	}
-	took := end.at.Sub(start)
+	took, stopAt := end.at.Sub(start), stopping.seen()
 	samples, diff := stopSampling()
 	if diff != "" {
 		t.Errorf("%s: the CNI entry, node file or binary went away during the rollout (-before +during):\n%s", what, diff)
 	}
 
-	during := 0
+	during, afterStop := 0, 0
 	var missing, rejected []string
 	var names []string
 	for _, p := range created {
 		if p.at.Before(end.at) {
 			during++
+			if !stopAt.IsZero() && !p.at.Before(stopAt) {
+				afterStop++
+			}
 		}
 		if p.err != nil {
 			t.Fatalf("%s: create pod %s: %v", what, p.name, p.err)
@@ -256,8 +289,8 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 		names = append(names, p.name)
 	}
 	oldStop := "not seen"
-	if !end.oldStop.IsZero() {
-		oldStop = fmt.Sprintf("%.1f s", end.oldStop.Sub(start).Seconds())
+	if !stopAt.IsZero() {
+		oldStop = fmt.Sprintf("%.1f s", stopAt.Sub(start).Seconds())
 	}
 	for _, p := range created {
 		ran, problems := e.loadPodProblems(t.Context(), ns, p.name, p.pool)
@@ -265,7 +298,7 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 			continue
 		}
 		e.dumpPod(t, ns, p.name)
-		m := fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s; the old pod told to stop at %s): %s",
+		m := fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s; the old pod deleted at %s): %s",
 			p.name, p.pool, p.at.Sub(start).Seconds(), took.Seconds(), oldStop, strings.Join(problems, "; "))
 		if ran {
 			missing = append(missing, m)
@@ -277,10 +310,10 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its stop at %s); %d of %d pods created during it (one every %s): "+
+	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its deletion at %s); %d of %d pods created during it (one every %s, then every %s from the old pod's stop: %d after it): "+
 		"%d ran without something they asked for (device nodes, env, netdev), %d never ran (both must be 0); slowest Ready %s after its creation; "+
 		"%d with a kubelet warning on the way%s; %d watched pods beside; CNI files unchanged in %d samples",
-		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), len(missing), len(rejected), slowest, warned, warning, watched, samples)
+		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), burstPace, afterStop, len(missing), len(rejected), slowest, warned, warning, watched, samples)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, m := range append(rejected, missing...) {
@@ -290,7 +323,10 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 		t.FailNow()
 	}
 	e.deleteParallel(t, ns, names)
-	return took
+	if stopAt.IsZero() {
+		return 0
+	}
+	return stopAt.Sub(start)
 }
 
 // loadPodProblems waits for a pod given one device of pool to run and log what it got, and
@@ -373,7 +409,8 @@ func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod) (
 	warned := map[string]bool{}
 	var example string
 	for _, v := range ev.Items {
-		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" {
+		// MissingClusterDNS: the node has no cluster DNS, every pod gets it.
+		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" || v.Reason == "MissingClusterDNS" {
 			continue
 		}
 		if !warned[v.InvolvedObject.Name] && example == "" {
@@ -396,11 +433,53 @@ func (e *env) releaseDaemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
 	return &list.Items[0], nil
 }
 
-// rolloutEnd is when a rollout was first seen done, or why it was not, and when the old pod
-// was told to stop (its deletion: deletionTimestamp less its grace period; zero: not seen).
+// oldPodStop is closed (done) when the watch saw the old pod's deletion, at at.
+type oldPodStop struct {
+	done chan struct{}
+	at   time.Time
+}
+
+// seen returns when the old pod's deletion was seen, zero if not (yet).
+func (s *oldPodStop) seen() time.Time {
+	select {
+	case <-s.done:
+		return s.at
+	default:
+		return time.Time{}
+	}
+}
+
+// watchOldPodStop watches the pods of ds (before a change) until one of them is being
+// deleted: the rollout stops the old pod.
+func (e *env) watchOldPodStop(ctx context.Context, ds *appsv1.DaemonSet) (*oldPodStop, error) {
+	pods := e.core.Pods(ds.Namespace)
+	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of DaemonSet %s: %w", ds.Name, err)
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return nil, fmt.Errorf("watch pods of DaemonSet %s: %w", ds.Name, err)
+	}
+	s := &oldPodStop{done: make(chan struct{})}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && (p.DeletionTimestamp != nil || ev.Type == watch.Deleted) {
+				s.at = time.Now()
+				close(s.done)
+				return
+			}
+		}
+	}()
+	return s, nil
+}
+
+// rolloutEnd is when a rollout was first seen done, or why it was not.
 type rolloutEnd struct {
-	at, oldStop time.Time
-	err         error
+	at  time.Time
+	err error
 }
 
 // watchRollout polls the release's DaemonSet until a generation after gen0 has rolled out
@@ -409,7 +488,6 @@ type rolloutEnd struct {
 func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
 	ch := make(chan rolloutEnd, 1)
 	go func() {
-		var oldStop time.Time
 		err := eventually(ctx, rollout, func(ctx context.Context) error {
 			ds, err := e.releaseDaemonSet(ctx)
 			if err != nil {
@@ -425,29 +503,14 @@ func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
 			if err != nil {
 				return fmt.Errorf("list pods of DaemonSet %s: %w", ds.Name, err)
 			}
-			for _, p := range pods.Items {
-				if d := p.DeletionTimestamp; d != nil {
-					at := d.Add(-time.Duration(ptrOr(p.DeletionGracePeriodSeconds, 0)) * time.Second)
-					if oldStop.IsZero() || at.Before(oldStop) {
-						oldStop = at
-					}
-				}
-			}
 			if n := int32(len(pods.Items)); n != ds.Status.DesiredNumberScheduled {
 				return fmt.Errorf("DaemonSet %s: %d pods, want %d (the old one still stopping)", ds.Name, n, ds.Status.DesiredNumberScheduled)
 			}
 			return nil
 		})
-		ch <- rolloutEnd{at: time.Now(), oldStop: oldStop, err: err}
+		ch <- rolloutEnd{at: time.Now(), err: err}
 	}()
 	return ch
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 func TestLoadPools(t *testing.T) {
