@@ -7,7 +7,9 @@
 // flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall; and for
 // pools served as a DRA driver (dra_test.go), what a claim gets: from a
 // template, aligned with a GPU by matchAttribute, around a tainted device,
-// through an extended resource, and how fast against the device plugin.
+// through an extended resource, and how fast against the device plugin; and an
+// upgrade from the previous release, its rollback and the upgrade again while pods
+// are created (upgrade_test.go): every pod gets what it asked for, running pods stay.
 //
 // TestCluster (phases_test.go) runs them in phases, in order: each installs the chart
 // with values built here, runs its tests, uninstalls and checks the node is as before.

@@ -24,9 +24,9 @@ type upgradeConfig struct {
 	pods        int      // pods created during each rollout
 }
 
-// firstStopGuess paces the first half of the pods of the first rollout, whose old pod's stop
-// is not known yet: the new pod's start and first readiness probe (2.7-8.6 s after the change
-// on the local node). Later rollouts are paced by the stop of the one before.
+// firstStopGuess paces the first half of the pods: over the time the new pod starts and
+// becomes ready beside the old one (the old pod is deleted 2.7-8.6 s after the change on the
+// local node); when the old pod is deleted sooner, the second half starts then.
 const firstStopGuess = 3 * time.Second
 
 // testUpgradeUnderLoad: with a watched pod of each pool running (the chained pool's with its
@@ -84,18 +84,14 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 		}},
 		{"helm upgrade again " + prev + " -> working tree", upgrade},
 	}
-	half := time.Duration(max(u.pods/2, 1))
-	pace := firstStopGuess / half
+	pace := firstStopGuess / time.Duration(max(u.pods/2, 1))
 	for _, s := range steps {
-		stop := e.rolloutUnderLoad(t, s.what, s.run, load, pace, len(watched))
+		e.rolloutUnderLoad(t, s.what, s.run, load, pace, len(watched))
 		for _, w := range watched {
 			w.checkIntact(t)
 		}
 		if t.Failed() {
 			t.FailNow()
-		}
-		if stop > 0 {
-			pace = min(max(stop/half, 100*time.Millisecond), time.Second)
 		}
 	}
 	e.deleteParallel(t, ns, names)
@@ -188,14 +184,13 @@ type loadPod struct {
 const burstPace = 100 * time.Millisecond
 
 // rolloutUnderLoad runs change (helm upgrade or rollback of the release) and creates one pod
-// per entry of pools while it rolls out: the first half one every pace from the change
-// (the new pod's start, both pods running), the second half one every burstPace from the
-// moment the old pod is told to stop (its deletion seen by a watch), where the kubelet
-// drops the pools until the new pod registers again. It waits until the DaemonSet has rolled
-// out a new generation and its old pod is gone, checks every pod inside it, reports the
-// figures, deletes the pods and returns when the old pod was told to stop, after the change
-// (0: not seen). watched: the running pods beside, for the report.
-func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, pools []string, pace time.Duration, watched int) time.Duration {
+// per entry of pools while it rolls out (paceLoad): up to the first half one every pace from
+// the change (the new pod's start, both pods running), the rest one every burstPace from the
+// moment the old pod is deleted (seen by a watch), where the kubelet drops the pools until
+// the new pod registers again. It waits until the DaemonSet has rolled out a new generation
+// and its old pod is gone, checks every pod inside it, reports the figures and deletes the
+// pods. watched: the running pods beside, for the report.
+func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, pools []string, pace time.Duration, watched int) {
 	t.Helper()
 	ds0, err := e.releaseDaemonSet(t.Context())
 	if err != nil {
@@ -228,32 +223,14 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 	var wg sync.WaitGroup
 	changed := make(chan struct{}) // helm returned: the burst does not wait for a stop it missed
 	wg.Go(func() {
-		for i, pool := range pools {
-			wait := pace
-			if i >= len(pools)/2 {
-				wait = burstPace
-			}
-			if i == len(pools)/2 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-stopping.done:
-				case <-changed:
-				}
-			}
-			if i > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
+		paceLoad(ctx, len(pools), pace, burstPace, stopping.done, changed, func(i int) {
+			pool := pools[i]
 			p := loadPod{name: fmt.Sprintf("load-%02d-%s", i, dnsName(pool)), pool: pool, at: time.Now()}
 			_, p.err = e.core.Pods(ns).Create(ctx, e.devicePod(ns, p.name, pool, 1), metav1.CreateOptions{})
 			mu.Lock()
 			created = append(created, p)
 			mu.Unlock()
-		}
+		})
 	})
 	err = change(t.Context())
 	close(changed)
@@ -323,10 +300,58 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 		t.FailNow()
 	}
 	e.deleteParallel(t, ns, names)
-	if stopAt.IsZero() {
-		return 0
+}
+
+// paceLoad calls create(0..n-1): one every pace from the start until stop is closed, at
+// most the first half so; once stop is closed, at once and then one every burst. The second
+// half waits for stop, or for changed (the change is over: a stop it missed).
+func paceLoad(ctx context.Context, n int, pace, burst time.Duration, stop, changed <-chan struct{}, create func(i int)) {
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
 	}
-	return stopAt.Sub(start)
+	for i := range n {
+		switch {
+		case i == 0:
+		case stopped():
+			if !sleepCtx(ctx, burst, nil) {
+				return
+			}
+		case i < n/2:
+			// The pace, cut short by the stop: the burst starts with it.
+			if !sleepCtx(ctx, pace, stop) {
+				return
+			}
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case <-stop:
+			case <-changed:
+				if !sleepCtx(ctx, burst, nil) {
+					return
+				}
+			}
+		}
+		create(i)
+	}
+}
+
+// sleepCtx waits d, or until early is closed (nil: never); false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration, early <-chan struct{}) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+	case <-early:
+	}
+	return true
 }
 
 // loadPodProblems waits for a pod given one device of pool to run and log what it got, and
@@ -511,6 +536,49 @@ func (e *env) watchRollout(ctx context.Context, gen0 int64) <-chan rolloutEnd {
 		ch <- rolloutEnd{at: time.Now(), err: err}
 	}()
 	return ch
+}
+
+// TestPaceLoad: the first half paced until the stop, the rest right from it; without a stop
+// the second half waits for the change's end; nothing after the context ends.
+func TestPaceLoad(t *testing.T) {
+	const n = 10
+	run := func(ctx context.Context, stopAfter int, changed <-chan struct{}) (before, after int) {
+		stop := make(chan struct{})
+		var stopped bool
+		paceLoad(ctx, n, 10*time.Millisecond, time.Millisecond, stop, changed, func(i int) {
+			if stopped {
+				after++
+			} else {
+				before++
+			}
+			if i+1 == stopAfter {
+				close(stop)
+				stopped = true
+			}
+		})
+		return before, after
+	}
+	never := make(chan struct{})
+	if b, a := run(t.Context(), 2, never); b != 2 || a != 8 {
+		t.Errorf("stop after 2 pods: %d before it, %d after; want 2, 8", b, a)
+	}
+	if b, a := run(t.Context(), n/2, never); b != n/2 || a != n/2 {
+		t.Errorf("stop after the first half: %d before it, %d after; want %d, %d", b, a, n/2, n/2)
+	}
+	closed := make(chan struct{})
+	close(closed)
+	if b, a := run(t.Context(), 0, closed); b != n || a != 0 {
+		t.Errorf("no stop, the change over: %d created, %d after a stop; want %d, 0", b, a, n)
+	}
+	// No stop, the change still running: the first half, then nothing once the context ends.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := 0
+	time.AfterFunc(200*time.Millisecond, cancel)
+	paceLoad(ctx, n, time.Millisecond, time.Millisecond, never, never, func(int) { got++ })
+	if got != n/2 {
+		t.Errorf("no stop, the change running until the context ends: %d created; want the first half, %d", got, n/2)
+	}
 }
 
 func TestLoadPools(t *testing.T) {
