@@ -15,6 +15,9 @@
 #                               binary, its node file and uninstall marker, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
 #                               sockets and claim records
+#   describe                    "key value" lines: the node, its paths, images and ports;
+#                               prev-release, prev-chart and prev-image once prev.sh built
+#                               the previous release and up.sh imported its image
 #
 # Exit 0 on success; non-zero with a message on stderr.
 set -Eeuo pipefail
@@ -96,6 +99,10 @@ gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)
 EOF
+  # The previous release, once prev.sh built it and up.sh imported its image.
+  if [[ -f $PREV_CHART/Chart.yaml ]] && "$BIN/ctr" images ls -q 2>/dev/null | grep -qxF "$PREV_IMAGE"; then
+    printf 'prev-release %s\nprev-chart %s\nprev-image %s\n' "$PREV_COMMIT" "$PREV_CHART" "$PREV_IMAGE"
+  fi
 }
 
 start_standin() {

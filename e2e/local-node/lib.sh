@@ -35,6 +35,16 @@ FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
 # The images images.sh builds: the chart's (and its -fakerdma variant) and the pods'.
 IMAGE=localhost/kube-rdma:e2e
 TEST_IMAGE=localhost/rdma-test:e2e
+# The previous release (e2e/previous-release, its first line that is not a comment): prev.sh
+# builds its chart and images from `git archive` of the commit into PREV_DIR (reused while the
+# commit stays), up.sh imports its kube-rdma image, hook.sh describe names both for the suite's
+# upgrade phase.
+PREV_COMMIT=$(sed -n '/^[[:space:]]*[0-9a-f]\{40\}/{s/^[[:space:]]*\([0-9a-f]*\).*/\1/p;q}' \
+  "$(dirname "${BASH_SOURCE[0]}")/../previous-release" 2>/dev/null || true)
+PREV_DIR=$E2E_CACHE/prev/${PREV_COMMIT:-none}
+PREV_CHART=$PREV_DIR/src/deploy/helm/kube-rdma
+PREV_IMAGES=$PREV_DIR/images
+PREV_IMAGE=localhost/kube-rdma:prev-${PREV_COMMIT:0:12}
 # The kube-rdma CNI plugin's attachment records and the IPAM data of its chained entry.
 CNI_STATE_DIR=$NODE_RUN/cni/kube-rdma
 RDMA_IPAM_DIR=$NODE_RUN/cni/ipam-rdma

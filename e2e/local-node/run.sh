@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e/local-node/run.sh: the e2e suite (e2e/suite) on a real single-node cluster on this
 # machine; what `make e2e-local` runs. Builds or reuses the upstream binaries (build.sh) and
-# the images (images.sh), starts the node with its fixture RDMA devices (up.sh), runs the
+# the images (images.sh) and the previous release's chart and image (prev.sh), starts the node with its fixture RDMA devices (up.sh), runs the
 # suite with this node's hook (hook.sh), which installs the chart in each of its phases,
 # tests, uninstalls it and checks that the node is as before, and stops the node (down.sh),
 # also on failure or interrupt.
@@ -26,6 +26,9 @@ node_lock
 ! node_in_use || die "a local node is running ($NODE_RUN; started by up.sh without run.sh?): down.sh stops it"
 bash "$HERE/build.sh" >/dev/null
 bash "$HERE/images.sh" >/dev/null
+T_PREV=$(date +%s)
+bash "$HERE/prev.sh"
+T_PREV=$(($(date +%s) - T_PREV))
 T_BUILD=$(($(date +%s) - T0))
 
 finish() {
@@ -45,7 +48,7 @@ finish() {
     bash "$HERE/down.sh" || rc=1
   fi
   [[ ! -s ${REPORT:-} ]] || sed 's/^/  /' "$REPORT" >&2
-  log "e2e-local: exit $rc after $(($(date +%s) - T0)) s (builds and images: $T_BUILD s)"
+  log "e2e-local: exit $rc after $(($(date +%s) - T0)) s (builds and images: $T_BUILD s, of which the previous release $T_PREV s)"
   exit "$rc"
 }
 trap finish EXIT
@@ -58,7 +61,7 @@ echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPOR
 
 # The suite drives the rest (e2e/suite, TestCluster): from `hook.sh describe` it builds each
 # phase's chart values and expected answers, installs the chart, runs the phase's tests,
-# uninstalls it and checks the node is as before: device-plugin, gpu-aligned, dra.
+# uninstalls it and checks the node is as before: device-plugin, gpu-aligned, dra, upgrade.
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT
 log "running the e2e suite"
 (cd "$REPO" && go test -count=1 -v -timeout 60m -run '^TestCluster$' ./e2e/suite "$@")

@@ -7,9 +7,11 @@
 // flaps, kubelet and DaemonSet restarts, helm upgrades and uninstall; and for
 // pools served as a DRA driver (dra_test.go), what a claim gets: from a
 // template, aligned with a GPU by matchAttribute, around a tainted device,
-// through an extended resource, and how fast against the device plugin; and that a
+// through an extended resource, and how fast against the device plugin; that a
 // real Prometheus (Debian's prometheus binary, when present) scrapes the daemon and
-// finds the CNI plugin's operations there (prometheus_test.go).
+// finds the CNI plugin's operations there (prometheus_test.go); and an upgrade from
+// the previous release, its rollback and the upgrade again while pods are created
+// (upgrade_test.go): every pod that runs has what it asked for, running pods stay.
 //
 // TestCluster (phases_test.go) runs them in phases, in order: each installs the chart
 // with values built here, runs its tests, uninstalls and checks the node is as before.

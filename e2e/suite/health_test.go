@@ -150,7 +150,13 @@ type watchedPod struct {
 // exclusive pool) and checks what it got.
 func (e *env) startWatchedPod(t *testing.T, ns string) *watchedPod {
 	t.Helper()
-	p := e.devicePool(t)
+	return e.startWatchedPodOf(t, ns, e.devicePool(t))
+}
+
+// startWatchedPodOf runs a pod watched-<pool> with one device of p (one slot of a shared
+// pool: a shared pool of one device) and checks what it got.
+func (e *env) startWatchedPodOf(t *testing.T, ns string, p pool) *watchedPod {
+	t.Helper()
 	w := &watchedPod{e: e, ns: ns, name: "watched-" + dnsName(p.name), chained: p.name == e.chainedPool}
 	e.createPod(t, e.devicePod(ns, w.name, p.name, 1))
 	pod := e.waitRunning(t, ns, w.name)

@@ -124,11 +124,23 @@ func (e *env) restartDaemonSet(t *testing.T) {
 // stop is called, which returns the number of samples and the first
 // difference from before (-before +sample), "" if none.
 func (e *env) sampleCNIFiles(ctx context.Context, before string) (stop func() (int, string)) {
+	return e.sampleNodeState(ctx, before, func(line string) string {
+		if strings.HasPrefix(line, "cni-") {
+			return line
+		}
+		return ""
+	})
+}
+
+// sampleNodeState samples `hook node-state` until stop is called, each sample's lines passed
+// through keep (which returns what of a line to compare, "" to leave it out), and returns
+// the number of samples and the first difference from before (-before +sample), "" if none.
+func (e *env) sampleNodeState(ctx context.Context, before string, keep func(line string) string) (stop func() (int, string)) {
 	cniLines := func(s string) string {
 		var l []string
 		for line := range strings.SplitSeq(s, "\n") {
-			if strings.HasPrefix(line, "cni-") {
-				l = append(l, line)
+			if k := keep(line); k != "" {
+				l = append(l, k)
 			}
 		}
 		return strings.Join(l, "\n")

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -32,12 +33,15 @@ import (
 //	metrics-port, cni-state-dir, rdma-ipam-dir, nad-crd (a CRD file for the dry runs),
 //	gpu-dra-driver (the driver name of the stand-in GPU DRA driver, hook start fakegpudra),
 //	memlock-raisable (yes: root may raise RLIMIT_MEMLOCK above containerd's hard limit),
-//	memlock-hard-kib
+//	memlock-hard-kib; prev-release, prev-chart, prev-image (REPO:TAG): the previous release's
+//	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh)
 //
-// Three phases, each with the chart's values and the answers computed here from the fixture:
+// Four phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
-// driver beside a stand-in GPU DRA driver).
+// driver beside a stand-in GPU DRA driver), upgrade (the previous release with the
+// device-plugin phase's values, upgraded to the working tree, rolled back and upgraded again
+// while pods are created; skipped without prev-*).
 
 // localNodeDesc is the local node's hook description, parsed.
 type localNodeDesc struct {
@@ -45,9 +49,11 @@ type localNodeDesc struct {
 	nodeRun, fixture, cniState, rdmaIPAM string
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
-	vfs, apiPort, metricsPort            int
-	memlockRaisable                      bool
-	fix                                  fixtureNode
+	// The previous release (prev-*): "" when the harness did not build it.
+	prevRelease, prevChart, prevImageRepo, prevImageTag string
+	vfs, apiPort, metricsPort                           int
+	memlockRaisable                                     bool
+	fix                                                 fixtureNode
 }
 
 // fixtureNode is what the phases need of nodesim.LocalNode, in topology order (RDMA device
@@ -117,6 +123,15 @@ func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 		return l, fmt.Errorf("hook describe: image %q: want REPOSITORY:TAG", d["image"])
 	}
 	l.imageRepo, l.imageTag = d["image"][:i], d["image"][i+1:]
+	if d["prev-chart"] != "" {
+		l.prevRelease, l.prevChart = d["prev-release"], d["prev-chart"]
+		i := strings.LastIndex(d["prev-image"], ":")
+		if l.prevRelease == "" || i <= 0 || i == len(d["prev-image"])-1 {
+			return l, fmt.Errorf("hook describe: prev-chart %q with prev-release %q and prev-image %q: want a commit and REPOSITORY:TAG",
+				l.prevChart, l.prevRelease, d["prev-image"])
+		}
+		l.prevImageRepo, l.prevImageTag = d["prev-image"][:i], d["prev-image"][i+1:]
+	}
 	for k, p := range map[string]*int{"fixture-vfs": &l.vfs, "api-port": &l.apiPort, "metrics-port": &l.metricsPort} {
 		n, err := strconv.Atoi(d[k])
 		if err != nil || n < 1 {
@@ -142,7 +157,7 @@ func localNode(d map[string]string) (harness, error) {
 	return harness{
 		node:   l.node,
 		setup:  l.setup,
-		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase()},
+		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase()},
 	}, nil
 }
 
@@ -181,6 +196,16 @@ func (l localNodeDesc) nodeValues() values {
 	}
 }
 
+// prevNodeValues are nodeValues without what the previous release's chart does not know (its
+// values schema refuses unknown keys): cni.reclaim came after it.
+func (l localNodeDesc) prevNodeValues() values {
+	v := l.nodeValues()
+	cni := maps.Clone(v["cni"].(values))
+	delete(cni, "reclaim")
+	v["cni"] = cni
+	return v
+}
+
 func (l localNodeDesc) cniLog() string { return l.nodeRun + "/logs/kube-rdma-cni.log" }
 
 // memlockLimits are the pools' memlock values and the RLIMIT_MEMLOCK each gives a container.
@@ -201,6 +226,31 @@ func (l localNodeDesc) memlockLimits() (ib, others string, want map[string]strin
 // and vf gets ib's NCCL_IB_HCA. containerd runs with NRI on (up.sh): the daemon's NRI plugin
 // sets RLIMIT_MEMLOCK of the containers with our devices (the pools' memlock).
 func (l localNodeDesc) devicePluginPhase() phase {
+	v, cfg := l.devicePluginValues()
+	return phase{
+		name:   "device-plugin",
+		config: cfg,
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "chart installed, DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"Allocatable", testAllocatable},
+			{"PodWithDevices", testPodWithDevices},
+			{"Pending", testPending},
+			{"PortDown", testPortDown},
+			{"KubeletRestart", testKubeletRestart},
+			{"DaemonSetRestartAndHelmUpgrade", testDaemonSetRestartAndHelmUpgrade},
+			{"Memlock", testMemlock},
+			{"MultiPoolPod", testMultiPoolPod},
+			{"NodeState", testNodeState},
+			{"ParallelPods", testParallelPods},
+			{"Prometheus", testPrometheusScrape},
+		},
+	}
+}
+
+// devicePluginValues are the device-plugin phase's chart values (beside nodeValues) and what
+// its tests expect of them.
+func (l localNodeDesc) devicePluginValues() (values, func(c *config)) {
 	const slots = 8
 	mlIB, mlOthers, memlock := l.memlockLimits()
 	withMemlock := func(p values) values {
@@ -228,30 +278,37 @@ func (l localNodeDesc) devicePluginPhase() phase {
 				"ranges": [][]values{{{"subnet": "192.168.77.0/24"}}}, "dataDir": l.rdmaIPAM}},
 		},
 	}
-	return phase{
-		name: "device-plugin",
-		config: func(c *config) {
-			c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}, {"vf", "exclusive", int64(len(l.fix.vfs))},
-				{"roce-shared", "shared", int64(slots * len(l.fix.pfs))}}
-			l.common(c)
-			c.chainedPool, c.ncclPools, c.memlock = "vf", []string{"ib"}, memlock
-		},
-		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
-			report: "chart installed, DaemonSet ready: %s s"}},
-		tests: []namedTest{
-			{"Allocatable", testAllocatable},
-			{"PodWithDevices", testPodWithDevices},
-			{"Pending", testPending},
-			{"PortDown", testPortDown},
-			{"KubeletRestart", testKubeletRestart},
-			{"DaemonSetRestartAndHelmUpgrade", testDaemonSetRestartAndHelmUpgrade},
-			{"Memlock", testMemlock},
-			{"MultiPoolPod", testMultiPoolPod},
-			{"NodeState", testNodeState},
-			{"ParallelPods", testParallelPods},
-			{"Prometheus", testPrometheusScrape},
-		},
+	return v, func(c *config) {
+		c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}, {"vf", "exclusive", int64(len(l.fix.vfs))},
+			{"roce-shared", "shared", int64(slots * len(l.fix.pfs))}}
+		l.common(c)
+		c.chainedPool, c.ncclPools, c.memlock = "vf", []string{"ib"}, memlock
 	}
+}
+
+// upgradePhase: the previous release (e2e/previous-release, built by the harness) installed
+// with the device-plugin phase's values and its own image, then upgraded to the working
+// tree's chart and image, rolled back and upgraded again, pods created all along
+// (testUpgradeUnderLoad). The gpuAligned and DRA kinds are not in it: they need the fakerdma
+// image, the exclusive netns mode and the stand-in GPU drivers of their own phases.
+func (l localNodeDesc) upgradePhase() phase {
+	v, cfg := l.devicePluginValues()
+	p := phase{name: "upgrade", config: cfg}
+	if l.prevChart == "" {
+		p.skip = "hook describe names no previous release (prev-release, prev-chart, prev-image): " +
+			"e2e/local-node/prev.sh builds the commit e2e/previous-release names, up.sh imports its image"
+		return p
+	}
+	prevImage := values{"image": values{"repository": l.prevImageRepo, "tag": l.prevImageTag}}
+	p.config = func(c *config) {
+		cfg(c)
+		c.upgradeTo = &upgradeConfig{prevRelease: l.prevRelease, values: []values{l.nodeValues(), v}, pods: 20}
+	}
+	p.releases = []release{{name: "kube-rdma", chart: l.prevChart, values: []values{l.prevNodeValues(), v, prevImage},
+		report: "upgrade: previous release " + l.prevRelease[:min(12, len(l.prevRelease))] + " (" + l.prevImageTag +
+			") installed with the device-plugin phase's values, DaemonSet ready: %s s"}}
+	p.tests = []namedTest{{"UpgradeUnderLoad", testUpgradeUnderLoad}}
+	return p
 }
 
 // gpuAlignedPhase: the InfiniBand pool gets binding gpuAligned. Such a pool needs the
@@ -462,7 +519,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config
@@ -470,6 +527,29 @@ memlock-hard-kib 8192
 	want := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 6}, {"roce-shared", "shared", 8}}
 	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
 		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
+	}
+	if h.phases[3].skip == "" || h.phases[3].releases != nil {
+		t.Errorf("upgrade phase without prev-*: skip %q, %d releases; want a reason and none", h.phases[3].skip, len(h.phases[3].releases))
+	}
+	withPrev := desc + "prev-release 7593f5d529e96b70546fc3d98e09c4606edda510\nprev-chart /c/prev/chart\nprev-image localhost/kube-rdma:prev-7593f5d529e9\n"
+	h, err = localNode(parseDescription(withPrev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := h.phases[3]
+	if up.skip != "" || len(up.releases) != 1 || up.releases[0].chart != "/c/prev/chart" {
+		t.Fatalf("upgrade phase with prev-*: skip %q, releases %+v; want the previous chart installed", up.skip, up.releases)
+	}
+	if got := up.releases[0].values[2]["image"]; !cmp.Equal(got, values{"repository": "localhost/kube-rdma", "tag": "prev-7593f5d529e9"}) {
+		t.Errorf("upgrade phase: the previous release's image values %v", got)
+	}
+	c = config{}
+	up.config(&c)
+	if c.upgradeTo == nil || len(c.upgradeTo.values) != 2 || c.chainedPool != "vf" {
+		t.Errorf("upgrade phase config: upgradeTo %+v, chained pool %q; want the working tree's values and vf", c.upgradeTo, c.chainedPool)
+	}
+	if _, err := localNode(parseDescription(desc + "prev-chart /c/prev/chart\n")); err == nil {
+		t.Error("prev-chart without prev-release and prev-image: no error")
 	}
 	for _, key := range []string{"node-run", "image", "fixture-vfs", "gpu-dra-driver"} {
 		d := parseDescription(desc)

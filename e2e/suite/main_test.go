@@ -74,6 +74,7 @@ type config struct {
 	daemonMetrics string
 	gpuAligned    *gpuAlignedConfig
 	dra           *draConfig
+	upgradeTo     *upgradeConfig
 }
 
 // env is what every cluster test gets: the phase's configuration, the clients and the node

@@ -20,6 +20,8 @@ type values = map[string]any
 // with, and its tests, run in order between the install and the uninstall check.
 type phase struct {
 	name string
+	// skip: why the phase cannot run here (its inputs are missing); it skips with this reason.
+	skip string
 	// config sets what the tests expect over the suite's environment (restored after the phase).
 	config func(c *config)
 	// setup runs before the node-state snapshot and the install (a stand-in GPU plugin).
@@ -39,6 +41,7 @@ type phase struct {
 type release struct {
 	name   string
 	node   string // "": the node under test
+	chart  string // "": the working tree's chart (E2E chart); else the chart to install
 	values []values
 	// report: the line to append to E2E_REPORT once the release's DaemonSet is ready ("":
 	// none); its %s is the seconds from helm install to then.
@@ -100,6 +103,9 @@ func TestCluster(t *testing.T) {
 
 // runPhase installs the chart for p, runs its tests, then the uninstall check.
 func (e *env) runPhase(t *testing.T, p phase) {
+	if p.skip != "" {
+		t.Skip(p.skip)
+	}
 	base := e.config
 	t.Cleanup(func() { e.config = base })
 	if p.config != nil {
@@ -173,7 +179,7 @@ func (e *env) install(t *testing.T, phase string, r release) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	args = append([]string{"install", r.name, e.helm.chart, "--create-namespace", "--wait", "--timeout", "180s"}, args...)
+	args = append([]string{"install", r.name, orDefault(r.chart, e.helm.chart), "--create-namespace", "--wait", "--timeout", "180s"}, args...)
 	if _, err := e.runHelm(t.Context(), args...); err != nil {
 		t.Fatal(err)
 	}
