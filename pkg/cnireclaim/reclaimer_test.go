@@ -198,10 +198,7 @@ func (w *world) state() state {
 	return s
 }
 
-var (
-	restored = []netnstest.Link{{Name: "nic0", MTU: 1450, Up: true, MAC: hostMAC}, {Name: "peer0", MTU: 1500, MAC: peerMAC}}
-	inPod    = []netnstest.Link{{Name: "net1", MTU: 9000, Up: true, MAC: podMAC}}
-)
+var restored = []netnstest.Link{{Name: "nic0", MTU: 1450, Up: true, MAC: hostMAC}, {Name: "peer0", MTU: 1500, MAC: peerMAC}}
 
 func (w *world) reclaimer(pods Pods) *Reclaimer {
 	return New(Config{Restorer: w.plugin, Opts: cni.ReclaimOpts{Store: w.store, CNIPath: cniPath, SysfsRoot: w.sys},

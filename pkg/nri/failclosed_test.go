@@ -37,7 +37,12 @@ func TestFailClosedAgainstNRIRuntime(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- p.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("plugin Run: %v", err)
+				}
+			})
 			waitFor(t, "registration", func() bool { return p.Report().Connected })
 
 			create := func(ctr *api.Container) ([]*api.POSIXRlimit, error) {
