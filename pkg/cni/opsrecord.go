@@ -16,7 +16,8 @@ import (
 func (p *Plugin) parse(args *skel.CmdArgs) (*netconf.Conf, error) {
 	conf, err := netconf.Parse(args.StdinData, p.Node)
 	if conf != nil {
-		p.opPool = poolOf(conf.ResourceName)
+		pool := poolOf(conf.ResourceName)
+		p.opPool.Store(&pool)
 	}
 	return conf, err
 }
@@ -43,7 +44,10 @@ func (p *Plugin) recordOp(command string, e *types.Error, d time.Duration) {
 	if p.Node.StateDir == "" {
 		return
 	}
-	r := cniops.Record{Command: command, Pool: p.opPool, Duration: d}
+	r := cniops.Record{Command: command, Duration: d}
+	if pool := p.opPool.Load(); pool != nil {
+		r.Pool = *pool
+	}
 	if e != nil {
 		r.Code = e.Code
 	}

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -135,8 +136,9 @@ type Plugin struct {
 	NetdevReturnWait time.Duration
 
 	// opPool is the pool of the command's netconf, for its operation
-	// record (recordOp).
-	opPool string
+	// record (Main's one command per process; atomic: tests and the
+	// daemon's reclaimer share a Plugin between goroutines).
+	opPool atomic.Pointer[string]
 }
 
 // NodeFileEnv names the node file in the plugin's environment (the
