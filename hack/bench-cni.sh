@@ -88,7 +88,10 @@ ours_conf=$(printf '{"cniVersion":"%s","name":"bench","type":"kube-rdma","rdmaNe
 	"$CNI_VERSION" "$tmp/state" "$sys")
 # The plugin takes its host paths from its node file (docs/cni.md), which must
 # hold the netconf's (still named there for $BEFORE); no kubelet here.
-printf '{"version":1,"stateDir":"%s","sysfsRoot":"%s","requirePodResources":false}\n' "$tmp/state" "$sys" >"$tmp/ours-node.json"
+# allocDir of its own: the node's pools file (<allocDir>/_pools.json) a daemon on this host may
+# have written must not decide which device the bench may move (none there: not checked).
+mkdir -p "$tmp/alloc"
+printf '{"version":1,"stateDir":"%s","sysfsRoot":"%s","allocDir":"%s","requirePodResources":false}\n' "$tmp/state" "$sys" "$tmp/alloc" >"$tmp/ours-node.json"
 # The GPU-aligned arm's node, pool and kubelet, up for the whole run.
 ga=$tmp/ga
 mkdir -p "$ga"
