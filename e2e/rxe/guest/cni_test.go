@@ -54,12 +54,14 @@ func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs
 	return o.String(), e.String(), nil
 }
 
-// guestNodeFile writes the plugin's node file for the guest: the default host paths, and
-// requirePodResources off, as the guest runs no kubelet to confirm a deviceID.
+// guestNodeFile writes the plugin's node file for the guest: the default host paths but an
+// allocDir of the test's own (a pools file the guest's device plugin test left at the default
+// one names only the devices of that moment), and requirePodResources off, as the guest runs
+// no kubelet to confirm a deviceID (and no daemon writes a pools file for these devices).
 func guestNodeFile(t *testing.T) string {
 	t.Helper()
 	off := false
-	b, err := netconf.Node{RequirePodResources: &off}.Marshal()
+	b, err := netconf.Node{RequirePodResources: &off, AllocDir: t.TempDir()}.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
