@@ -9,3 +9,7 @@ func (p *PortStates) OneByOne() {
 
 // Batched reports whether p reads through io_uring.
 func (p *PortStates) Batched() bool { return p.ring != nil }
+
+// UseRing makes p read through io_uring whatever OpenPortStates chose; false
+// when io_uring is unavailable here.
+func (p *PortStates) UseRing() bool { return p.useRing() }

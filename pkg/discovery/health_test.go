@@ -1,11 +1,14 @@
 package discovery_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -39,7 +42,7 @@ func testPortStates(t *testing.T, batched bool) {
 	defer ps.Close()
 	if !batched {
 		ps.OneByOne()
-	} else if !ps.Batched() {
+	} else if !ps.UseRing() {
 		t.Skip("io_uring is not available here (kernel, seccomp or io_uring_disabled); the pread subtest covers the reads")
 	}
 	health := map[string]bool{}
@@ -67,9 +70,49 @@ func testPortStates(t *testing.T, batched bool) {
 	}
 }
 
-// BenchmarkReadPortStates reads the health of the 1,024-device node both
-// ways in one run, so their ratio is measured under the same load.
+// BenchmarkReadPortStates reads the port states of 1,024 devices both ways
+// (io_uring and one pread per port), interleaved in one run so that their
+// ratio is measured under the same load, and says which way OpenPortStates
+// chose. CPU is the process's (getrusage), so io_uring's worker threads
+// count. Two trees: the synthetic node's (files on the test's file system)
+// and one whose state files are symbolic links to a real sysfs attribute
+// (/sys/class/net/lo/operstate: kernfs and seq_file, as the port state
+// attribute of the RDMA core is).
 func BenchmarkReadPortStates(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		tree func(b *testing.B) (string, map[string][]int)
+	}{{"fixture", fixturePorts}, {"kernfs", kernfsPorts}} {
+		b.Run(tc.name, func(b *testing.B) {
+			root, ports := tc.tree(b)
+			auto := discovery.OpenPortStates(root, ports)
+			chose := map[bool]string{true: "io_uring", false: "pread"}[auto.Batched()]
+			auto.Close()
+			ring := discovery.OpenPortStates(root, ports)
+			defer ring.Close()
+			if !ring.UseRing() {
+				b.Skip("io_uring is not available here")
+			}
+			plain := discovery.OpenPortStates(root, ports)
+			defer plain.Close()
+			plain.OneByOne()
+			health := map[string]bool{}
+			var viaRing, viaPread time.Duration
+			n := 0
+			for b.Loop() {
+				viaRing += cpuOf(b, func() { ring.Read(health) })
+				viaPread += cpuOf(b, func() { plain.Read(health) })
+				n++
+			}
+			b.ReportMetric(float64(viaRing.Nanoseconds())/float64(n), "uring-cpu-ns/read")
+			b.ReportMetric(float64(viaPread.Nanoseconds())/float64(n), "pread-cpu-ns/read")
+			b.ReportMetric(float64(viaRing)/float64(viaPread), "uring/pread")
+			b.Logf("OpenPortStates chose %s", chose)
+		})
+	}
+}
+
+func fixturePorts(b *testing.B) (string, map[string][]int) {
 	tree, err := nodesim.Build(b.TempDir(), nodesim.Synthetic(8, 16, 63))
 	if err != nil {
 		b.Fatal(err)
@@ -84,21 +127,41 @@ func BenchmarkReadPortStates(b *testing.B) {
 			ports[d.Name] = append(ports[d.Name], p.Port)
 		}
 	}
-	health := map[string]bool{}
-	for _, batched := range []bool{true, false} {
-		b.Run(map[bool]string{true: "io_uring", false: "pread"}[batched], func(b *testing.B) {
-			ps := discovery.OpenPortStates(tree.SysRoot, ports)
-			defer ps.Close()
-			if !batched {
-				ps.OneByOne()
-			} else if !ps.Batched() {
-				b.Skip("io_uring is not available here")
-			}
-			for b.Loop() {
-				ps.Read(health)
-			}
-		})
+	return tree.SysRoot, ports
+}
+
+func kernfsPorts(b *testing.B) (string, map[string][]int) {
+	const attr = "/sys/class/net/lo/operstate"
+	if _, err := os.Stat(attr); err != nil {
+		b.Skipf("no sysfs attribute to read: %v", err)
 	}
+	root := b.TempDir()
+	ports := map[string][]int{}
+	for i := range 1024 {
+		dev := fmt.Sprintf("dev%04d", i)
+		dir := filepath.Join(root, "class/infiniband", dev, "ports/1")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Symlink(attr, filepath.Join(dir, "state")); err != nil {
+			b.Fatal(err)
+		}
+		ports[dev] = []int{1}
+	}
+	return root, ports
+}
+
+// cpuOf returns the process's CPU time (user and system) that f took.
+func cpuOf(b *testing.B, f func()) time.Duration {
+	var r0, r1 unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &r0); err != nil {
+		b.Fatal(err)
+	}
+	f()
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &r1); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
 }
 
 func TestReadPortCounters(t *testing.T) {
