@@ -149,11 +149,19 @@ func (p *Plugin) Report() Report {
 // DisabledReport is /state's "nri" when the daemon runs without --nri.
 func DisabledReport() Report { return Report{Reason: "--nri not given"} }
 
-// Run connects to the runtime and serves it until ctx ends, reconnecting
+// Run waits until no other instance of the plugin is registered with the
+// runtime (handover.go), then connects to the runtime and serves it until
+// ctx ends, reconnecting
 // with backoff whenever the socket is missing, refuses the connection or the
 // runtime goes away (a runtime restart). Being unable to connect is not an
 // error: it is logged once per outage and reported on /state and /metrics.
 func (p *Plugin) Run(ctx context.Context) error {
+	release, err := p.waitTurn(ctx)
+	if err != nil {
+		p.setDown("daemon stopping")
+		return nil
+	}
+	defer release()
 	wait := p.cfg.Backoff
 	down := false // an outage was logged
 	for ctx.Err() == nil {
