@@ -110,6 +110,23 @@ func (d Device) ID() string {
 	}
 }
 
+// DRAPool is the DRA pool the driver publishes a configured pool's devices
+// in on a node, the Pool of a record's devices: "<node>/<pool>", the
+// configured name lowered and its "_" turned into "-" (a DRA pool is the
+// driver's, not the node's, so two nodes must not publish the same name).
+func DRAPool(node, pool string) string {
+	return node + "/" + poolPart(pool)
+}
+
+func poolPart(pool string) string { return strings.ReplaceAll(strings.ToLower(pool), "_", "-") }
+
+// OfPool reports whether the device was allocated from the configured
+// pool (its DRAPool on whichever node: a node name has no "/").
+func (d Device) OfPool(pool string) bool {
+	_, p, ok := strings.Cut(d.Pool, "/")
+	return ok && pool != "" && p == poolPart(pool)
+}
+
 // ForPod reports whether the claim was reserved for the pod.
 func (r Record) ForPod(podUID string) bool {
 	return podUID != "" && slices.Contains(r.PodUIDs, podUID)
