@@ -51,6 +51,12 @@ type file struct {
 // DriverName is this one).
 const DriverName = "rdma.kube-rdma.io"
 
+// CDIKind is the CDI kind of the devices a prepared claim reaches its
+// containers as ("kube-rdma.io/claim=<claim UID>-<request>"): the runtime
+// resolves them from the spec pkg/dra writes, the NRI plugin recognizes a
+// container of a claim by them.
+const CDIKind = "kube-rdma.io/claim"
+
 // DefaultDir is where the daemon keeps the records with its default
 // --dra-plugin-dir (the kubelet's plugin directory of the driver
 // rdma.kube-rdma.io, then claims/). The CNI runs on the host and the daemon
