@@ -1,7 +1,6 @@
 package dra
 
 import (
-
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
