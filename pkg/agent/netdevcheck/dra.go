@@ -89,17 +89,20 @@ func ClaimHoldings(podUID string, recs []claimrecord.Record, netdev map[string]W
 }
 
 // ClaimPods returns the UIDs of the pods the records' claims of DRAChained
-// pools of netdev are reserved for, each with its namespace (a claim and
-// its pods share one).
-func ClaimPods(recs []claimrecord.Record, netdev map[string]Why) map[string]string {
-	out := map[string]string{}
+// pools of netdev are reserved for, each with the first such claim (a
+// claim and its pods share a namespace; the claim's status.reservedFor
+// names the pod).
+func ClaimPods(recs []claimrecord.Record, netdev map[string]Why) map[string]claimrecord.Record {
+	out := map[string]claimrecord.Record{}
 	for _, r := range recs {
 		for pool, why := range netdev {
 			if why != DRAChained || !slices.ContainsFunc(r.Devices, func(d claimrecord.Device) bool { return !d.AdminAccess && d.OfPool(pool) }) {
 				continue
 			}
 			for _, uid := range r.PodUIDs {
-				out[uid] = r.Namespace
+				if _, ok := out[uid]; !ok {
+					out[uid] = r
+				}
 			}
 		}
 	}

@@ -100,7 +100,7 @@ func TestDRAClaims(t *testing.T) {
 			}
 		})
 	}
-	if diff := cmp.Diff(map[string]string{"u1": "ns", "u3": "ns"}, ClaimPods(recs, netdev)); diff != "" {
+	if diff := cmp.Diff(map[string]claimrecord.Record{"u1": recs[0], "u3": recs[2]}, ClaimPods(recs, netdev)); diff != "" {
 		t.Errorf("ClaimPods (-want +got):\n%s", diff)
 	}
 	msg := Message(pod, Missing{Pool: "rdma_dra", Why: DRAChained, Devices: []string{"mlx5_4"}})
