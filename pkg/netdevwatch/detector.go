@@ -1,19 +1,20 @@
 // Package netdevwatch is the daemon's detector of pods that hold devices
 // of a pool whose pods get netdevs through the CNI plugin (the chained
 // pool, of the device plugin or of DRA, and gpuAligned pools) but have no
-// complete attachment of them: pods
-// whose sandbox was created while the kube-rdma entry was missing from the
-// conflist (a restart window, an uninstall). It fails loudly in every
-// mode, NRI or not (issue 20): a Warning Event on the pod
-// (RDMANetdevMissing), the series kube_rdma_pods_missing_netdev and
-// kube_rdma_pods_missing_netdev_found_total, and the findings it hands the
-// node-state publisher (status.podsWithoutNetdevs).
+// complete attachment of them: pods whose sandbox was created while the
+// kube-rdma entry was missing from the conflist (a restart window, an
+// uninstall). It fails loudly in every mode, NRI or not (issue 20): a
+// Warning Event on the pod (RDMANetdevMissing), the series
+// kube_rdma_pods_missing_netdev and kube_rdma_pods_missing_netdev_found_total,
+// and the findings it hands the node-state publisher
+// (status.podsWithoutNetdevs).
 //
 // Every Interval it lists the kubelet's allocations (PodResources), the DRA
 // front end's claim records when the chained pool is a DRA pool (the pods
-// they are reserved for hold the claims' devices; such a pod is named by
-// its UID, through the API server: PodFinder) and the CNI plugin's
-// attachment records, and asks pkg/agent/netdevcheck, which is pure. A pod is flagged only a Grace after its sandbox was ready (the
+// they are reserved for hold the claims' devices; such a pod, known by its
+// UID only, is named through the API server: PodFinder) and the CNI
+// plugin's attachment records, and asks pkg/agent/netdevcheck, which is
+// pure. A pod is flagged only a Grace after its sandbox was ready (the
 // pod's PodReadyToStartContainers condition, through PodInfo), so an ADD in
 // flight, or a pod still waiting for its volumes before its sandbox, is
 // not; without PodInfo, a Grace after the detector first saw it missing.
