@@ -14,6 +14,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 const uninstallUsage = `usage: kube-rdma uninstall [flags]
@@ -24,7 +25,9 @@ pre-delete hook runs it on every node before the DaemonSet goes:
      watching 'install --watch' then keeps the entry and the binary out
      instead of putting them back, until its pod is replaced;
   2. take the kube-rdma entry out of every *.conflist in --conf-dir;
-  3. remove the binary and its node file from --bin-dir, unless a network
+  3. remove the node agent's pools file (--pools-file), which the agent,
+     seeing the marker, removes too and writes no more;
+  4. remove the binary and its node file from --bin-dir, unless a network
      configuration still names kube-rdma or --state-dir holds an attachment
      record of this boot (a pod's DEL needs them).
 With --hold it then waits for SIGTERM or SIGINT and removes the marker
@@ -41,6 +44,7 @@ func uninstallCommand(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.BinDir, "bin-dir", "", "CNI bin directory: the marker goes here; the binary and its node file are removed from here")
 	fs.StringVar(&o.ConfDir, "conf-dir", "", "CNI configuration directory: the kube-rdma entry is taken out of each *.conflist here")
 	fs.StringVar(&o.StateDir, "state-dir", netconf.DefaultStateDir, "the plugin's stateDir: the binary is kept while it holds an attachment record of this boot; empty: always kept")
+	fs.StringVar(&o.PoolsFile, "pools-file", "", "the node agent's pools file (<its alloc dir>/"+nodepools.FileName+"), removed; empty: left")
 	hold := fs.Bool("hold", false, "after uninstalling, wait for SIGTERM or SIGINT, then remove the marker and exit 0")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), uninstallUsage)

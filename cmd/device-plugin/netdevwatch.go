@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/netdevwatch"
 )
 
@@ -19,9 +24,42 @@ type netdevWatchFlags struct {
 }
 
 func (f *netdevWatchFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&f.interval, "netdev-check-interval", netdevwatch.DefaultInterval, "how often pods holding devices of a pool whose pods get netdevs (--cni-chained-pool, gpuAligned pools) are checked for their attachment records (Event "+netdevwatch.EventReason+", kube_rdma_pods_missing_netdev, status.podsWithoutNetdevs)")
+	fs.DurationVar(&f.interval, "netdev-check-interval", netdevwatch.DefaultInterval, "how often pods holding devices of a pool whose pods get netdevs (--cni-chained-pool, of the device plugin or, with --dra, of DRA claims; gpuAligned pools) are checked for their attachment records (Event "+netdevwatch.EventReason+", kube_rdma_pods_missing_netdev, status.podsWithoutNetdevs)")
 	fs.DurationVar(&f.grace, "netdev-check-grace", netdevwatch.DefaultGrace, "how long after a pod's sandbox is ready its attachment may be missing before it is flagged")
 	fs.BoolVar(&f.nriFailClosed, "nri-fail-closed", true, "with --nri: refuse to create a container that holds devices of a pool whose pods get netdevs when its pod sandbox has no complete attachment of them (docs/device-plugin.md, \"Fail closed\")")
+}
+
+// claimRecords lists the DRA front end's claim records for the detector
+// and the NRI plugin (fail closed on the chained pool of frontend dra). A
+// record that does not decode is moved aside by claimrecord.ReadAll and
+// logged; a directory not there yet (the driver creates it at start) holds
+// no claim.
+type claimRecords struct {
+	dir string
+	log *slog.Logger
+}
+
+func (c claimRecords) Claims() ([]claimrecord.Record, error) {
+	recs, damaged, err := claimrecord.ReadAll(c.dir)
+	for _, d := range damaged {
+		c.log.Error("dra claim record does not decode; moved aside", "path", d.Path, "movedTo", d.Moved, "err", d.Err)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return recs, err
+}
+
+// draClaims is the claim records of --dra-plugin-dir; ok false without --dra.
+func draClaims(cfg runConfig) (c claimRecords, ok bool) {
+	if !cfg.dra.enabled {
+		return claimRecords{}, false
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return claimRecords{dir: dra.ClaimsDir(cfg.dra.pluginDir), log: log}, true
 }
 
 // attachmentStore is the CNI plugin's state directory (--cni-state-dir),
@@ -54,10 +92,13 @@ func startNetdevWatch(ctx context.Context, cfg runConfig, a apiConn, d *agent.Ag
 	}
 	c := netdevwatch.Config{Source: d, Pods: cfg.Allocations, Records: store, ChainedPool: cfg.nodeState.cniPool,
 		Interval: cfg.netdevWatch.interval, Grace: cfg.netdevWatch.grace, Logger: cfg.Logger}
+	if cr, ok := draClaims(cfg); ok {
+		c.Claims = cr
+	}
 	stop := func() {}
 	if a.err == nil {
 		k := netdevwatch.NewKube(a.clients.kube, cfg.NodeName)
-		c.PodInfo, c.Events, stop = k, k, k.Stop
+		c.PodInfo, c.Finder, c.Events, stop = k, k, k, k.Stop
 	}
 	det = netdevwatch.New(c)
 	if err := d.RegisterCollector(det); err != nil {

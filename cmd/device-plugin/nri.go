@@ -45,6 +45,9 @@ func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), 
 		if ok {
 			c.Records = store
 		}
+		if cr, ok := draClaims(cfg); ok {
+			c.Claims = cr
+		}
 	}
 	p := nri.New(c)
 	if err := d.RegisterCollector(p); err != nil {

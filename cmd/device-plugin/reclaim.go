@@ -25,7 +25,7 @@ func (f *reclaimFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.stateDir, "cni-reclaim-state-dir", "", "the kube-rdma CNI plugin's state directory, read-write: reclaim the attachments whose DEL never came "+
 		"(pod netns gone and pod unknown to the kubelet, or NICs the kernel gave back) every --cni-reclaim-interval: devices back on the host, "+
 		"IPAM released with the plugins in --cni-bin-dir, record removed; needs CAP_NET_ADMIN (the chart: cni.install and cni.reclaim.enabled); empty: off")
-	fs.StringVar(&f.binDir, "cni-bin-dir", "/opt/cni/bin", "where the IPAM plugins the reclaimer runs are (the node's CNI bin directory), for --cni-reclaim-state-dir")
+	fs.StringVar(&f.binDir, "cni-bin-dir", "/opt/cni/bin", "the node's CNI bin directory, read only: where the IPAM plugins the reclaimer runs are (--cni-reclaim-state-dir), and where `kube-rdma uninstall` leaves its marker, on which the daemon removes --pools-file and writes it no more")
 	fs.DurationVar(&f.interval, "cni-reclaim-interval", cnireclaim.DefaultInterval, "time between two reclaim passes, for --cni-reclaim-state-dir")
 }
 

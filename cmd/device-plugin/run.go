@@ -14,6 +14,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
@@ -190,7 +191,23 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	}
 	cfg.Logger = newLogger(stderr, lv)
 	cfg.plugin.AllocDir, cfg.plugin.Logger = cfg.AllocDir, cfg.Logger
+	cfg.Uninstalling = uninstalling(cfg.reclaim.binDir)
 	return cfg, nil
+}
+
+// uninstalling reports whether the chart is being uninstalled: the
+// uninstall marker `kube-rdma uninstall` writes in the CNI bin directory
+// (pkg/cniinstall). The agent then removes the pools file and writes it no
+// more (agent.Config.Uninstalling). Nil without a bin directory; a marker
+// that cannot be looked for is no marker.
+func uninstalling(binDir string) func() bool {
+	if binDir == "" {
+		return nil
+	}
+	return func() bool {
+		u, err := cniinstall.Uninstalling(binDir)
+		return err == nil && u
+	}
 }
 
 // newLogger logs JSON lines, durations as "500ms" rather than the JSON

@@ -14,7 +14,9 @@ import (
 // removes records), the CNI bin directory read-only (it runs the IPAM plugin), host-local's
 // leases read-write, the pods' netns directory read-only with HostToContainer propagation (it
 // tells a gone netns; it must hold no copy of a pod's netns mount), and the PodResources socket.
-// With cni.reclaim.enabled=false, or without cni.install, none of it.
+// With cni.reclaim.enabled=false, none of it but the CNI bin directory read-only, where the
+// daemon looks for the uninstall marker (on which it removes its pools file); without
+// cni.install, none of it at all.
 func TestReclaim(t *testing.T) {
 	type mount struct {
 		ReadOnly    bool
@@ -26,8 +28,8 @@ func TestReclaim(t *testing.T) {
 		Mounts map[string]mount // by mount path in the daemon container
 	}
 	on := want{
-		Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
-			"--cni-reclaim-state-dir=/var/lib/cni/kube-rdma", "--cni-reclaim-interval=30s", "--cni-bin-dir=/host/cni/bin"},
+		Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--cni-bin-dir=/host/cni/bin",
+			"--cni-reclaim-state-dir=/var/lib/cni/kube-rdma", "--cni-reclaim-interval=30s"},
 		Caps: []string{"NET_ADMIN"},
 		Mounts: map[string]mount{"/var/lib/cni/kube-rdma": {}, "/host/cni/bin": {ReadOnly: true}, "/var/lib/cni/networks": {},
 			"/var/run/netns": {ReadOnly: true, Propagation: "HostToContainer"}, "/var/lib/kubelet/pod-resources": {ReadOnly: true}},
@@ -41,15 +43,15 @@ func TestReclaim(t *testing.T) {
 		{name: "mode none, no node state", args: []string{"--set", "cni.install=true,nodeState.enabled=false"}, want: on},
 		{name: "other paths", args: []string{"--set", "cni.install=true,cni.reclaim.interval=1m,cni.reclaim.ipamDataDir=/srv/ipam,cni.reclaim.netnsDir=/run/netns"},
 			want: want{
-				Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
-					"--cni-reclaim-state-dir=/var/lib/cni/kube-rdma", "--cni-reclaim-interval=1m", "--cni-bin-dir=/host/cni/bin"},
+				Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--cni-bin-dir=/host/cni/bin",
+					"--cni-reclaim-state-dir=/var/lib/cni/kube-rdma", "--cni-reclaim-interval=1m"},
 				Caps: []string{"NET_ADMIN"},
 				Mounts: map[string]mount{"/var/lib/cni/kube-rdma": {}, "/host/cni/bin": {ReadOnly: true}, "/srv/ipam": {},
 					"/run/netns": {ReadOnly: true, Propagation: "HostToContainer"}, "/var/lib/kubelet/pod-resources": {ReadOnly: true}},
 			}},
 		{name: "reclaim off", args: []string{"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib,cni.reclaim.enabled=false"},
-			want: want{Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"},
-				Mounts: map[string]mount{"/var/lib/cni/kube-rdma": {ReadOnly: true}, "/var/lib/kubelet/pod-resources": {ReadOnly: true}}}},
+			want: want{Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--cni-bin-dir=/host/cni/bin"},
+				Mounts: map[string]mount{"/var/lib/cni/kube-rdma": {ReadOnly: true}, "/host/cni/bin": {ReadOnly: true}, "/var/lib/kubelet/pod-resources": {ReadOnly: true}}}},
 		{name: "no CNI plugin", want: want{Args: []string{"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"},
 			Mounts: map[string]mount{"/var/lib/kubelet/pod-resources": {ReadOnly: true}}}},
 	} {

@@ -27,7 +27,8 @@ func hooks(objs []object) map[string]object {
 // means done, its hold container removing the marker when the hook goes),
 // then a Job waits for that DaemonSet with the one permission it needs;
 // only then does helm delete the agent. The hook's pods match no selector of
-// the agent's, and only the Job's pod has a token.
+// the agent's, and only the Job's pod has a token. The hook removes the
+// agent's pools file too: it mounts the allocDir at the agent's path.
 func TestUninstallHook(t *testing.T) {
 	objs := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib",
 		"--set-json", `nodeSelector={"gpu":"yes"}`)
@@ -78,14 +79,26 @@ func TestUninstallHook(t *testing.T) {
 	}
 	work, hold := spec.InitContainers[0], spec.Containers[0]
 	checkUnprivileged(t, []container{work, hold})
-	wantArgs := []string{"--bin-dir=/host/cni/bin", "--state-dir=/var/lib/cni/kube-rdma", "--conf-dir=/host/cni/net.d"}
+	// The daemon's pools file goes too (node as before): the path the agent writes.
+	poolsFile := "/var/run/kube-rdma/alloc/_pools.json"
+	if !slices.Contains(agent.Template.Spec.Containers[0].Args, "--pools-file="+poolsFile) {
+		t.Fatalf("agent args %q: want --pools-file=%s", agent.Template.Spec.Containers[0].Args, poolsFile)
+	}
+	wantArgs := []string{"--bin-dir=/host/cni/bin", "--state-dir=/var/lib/cni/kube-rdma", "--conf-dir=/host/cni/net.d", "--pools-file=" + poolsFile}
 	if !slices.Equal(work.Command, []string{"/usr/local/bin/kube-rdma", "uninstall"}) || !slices.Equal(work.Args, wantArgs) {
 		t.Errorf("uninstall init container: %q %q, want kube-rdma uninstall %q", work.Command, work.Args, wantArgs)
 	}
 	if !slices.Equal(hold.Args, append([]string{"--hold"}, wantArgs...)) {
 		t.Errorf("hold container args %q", hold.Args)
 	}
-	want := map[string]bool{"/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true}
+	want := map[string]bool{"/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true, "/var/run/kube-rdma/alloc": false}
+	allocMounted := false
+	for _, m := range work.VolumeMounts {
+		allocMounted = allocMounted || m.Name == "alloc" && m.MountPath == "/var/run/kube-rdma/alloc" && !m.ReadOnly
+	}
+	if !allocMounted {
+		t.Errorf("uninstall init container mounts %+v: want the allocDir read-write at its host path", work.VolumeMounts)
+	}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("hook host paths, true = read-only (-want +got):\n%s", diff)
 	}

@@ -122,6 +122,7 @@ verb_restart_kubelet() {
 #   conflist <path> sha256:<hex>          (every *.conf, *.conflist, *.json in the conf dir)
 #   cdi <path>                            (kube-rdma-* in each CDI dir)
 #   device-plugin <path>                  (kube-rdma-* in the device-plugins dir)
+#   pools-file <path>                     (the daemon's, in the chart's default allocDir)
 verb_describe() {
   local tag=${KIND_RXE_TAG:-kind-e2e} workers
   workers=$("$KIND" get nodes --name "$KIND_CLUSTER" 2>/dev/null | grep -- '-worker' | sort -V | tr '\n' ' ') || true
@@ -149,6 +150,7 @@ for f in "$conf"/*.conflist "$conf"/*.conf "$conf"/*.json; do
 done
 for d in $cdi; do for f in "$d"/kube-rdma-*; do [ -e "$f" ] && echo "cdi $f"; done; done
 for f in "$dp"/kube-rdma-*; do [ -e "$f" ] && echo "device-plugin $f"; done
+[ -e /var/run/kube-rdma/alloc/_pools.json ] && echo "pools-file /var/run/kube-rdma/alloc/_pools.json"
 :
 EOF
 }

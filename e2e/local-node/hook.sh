@@ -14,7 +14,7 @@
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
 #                               binary, its node file and uninstall marker, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
-#                               sockets and claim records
+#                               sockets and claim records, the daemon's pools file
 #   describe                    "key value" lines: the node, its paths, images and ports;
 #                               prev-release, prev-chart and prev-image once prev.sh built
 #                               the previous release and up.sh imported its image
@@ -133,6 +133,11 @@ node_state() {
   done
   find "$NODE_RUN/cdi" -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'cdi %f\n' 2>/dev/null
   find /var/lib/kubelet/device-plugins -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'socket %f\n' 2>/dev/null
+  # The daemon's pools file (pkg/hostapi/nodepools) in the chart's allocDir: the default, or
+  # the gpuAligned phase's. helm uninstall removes it (the hook, and the daemon on the marker).
+  for f in /var/run/kube-rdma/alloc/_pools.json "$NODE_RUN/alloc/_pools.json"; do
+    [[ ! -e $f ]] || echo "pools-file $f"
+  done
   # The DRA driver's registration socket, its plugin socket and its claims' records.
   for f in "$NODE_RUN"/kubelet/plugins_registry/rdma.kube-rdma.io*; do
     [[ ! -e $f ]] || echo "dra-registration $(basename "$f")"

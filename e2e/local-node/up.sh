@@ -29,6 +29,13 @@ if [[ -e $NODE_RUN/host/pids ]]; then
   log "$NODE_RUN is left from a node whose processes are gone: cleaning it up (down.sh)"
   bash "$HERE/down.sh"
 fi
+# The chart's default allocDir is a host path outside $NODE_RUN: a pools file an earlier run
+# left there (releases before the uninstall hook removed it) would be "before" state that the
+# phases' helm uninstall then removes.
+if [[ -e /var/run/kube-rdma/alloc/_pools.json ]]; then
+  log "removing /var/run/kube-rdma/alloc/_pools.json, left by an earlier run"
+  rm -f /var/run/kube-rdma/alloc/_pools.json
+fi
 # The kubelet serves the device plugin API in /var/lib/kubelet/device-plugins whatever its
 # --root-dir (a constant of k8s.io/kubelet): another kubelet on this host would share it.
 [[ ! -e /var/lib/kubelet ]] || die "/var/lib/kubelet exists: another kubelet on this host?"

@@ -221,7 +221,7 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 		if diff, err := e.waitNodeStateOn(t.Context(), node, want); err != nil {
 			t.Fatalf("after helm uninstall: node %s: %v; node-state (-before helm install +now):\n%s", node, err, diff)
 		}
-		line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets) equal to before helm install %s after it returned",
+		line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets, pools file) equal to before helm install %s after it returned",
 			strings.Count(want, "\n"), time.Since(start).Round(time.Millisecond))
 		if len(releases) > 1 {
 			line = "node " + node + ": " + line

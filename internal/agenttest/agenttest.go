@@ -37,6 +37,7 @@ type Config struct {
 	Allocations                                                          agent.AllocationLister
 	AllocGCInterval, AllocGCGrace                                        time.Duration
 	FilesInterval                                                        time.Duration
+	Uninstalling                                                         func() bool
 	QuarantineDirs                                                       map[string]string
 	MetricsAddr, NodeName                                                string
 	HealthInterval                                                       time.Duration
@@ -58,7 +59,7 @@ func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 	if c.DRA != nil {
 		fes[config.DRA] = c.DRA
 	}
-	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, StatusAuth: c.StatusAuth,
+	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, Uninstalling: c.Uninstalling, StatusAuth: c.StatusAuth,
 		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, FilesInterval: c.FilesInterval, QuarantineDirs: c.QuarantineDirs, MetricsAddr: c.MetricsAddr,
 		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events})
 	return a, dp, err

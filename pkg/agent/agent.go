@@ -58,6 +58,15 @@ type Config struct {
 	// PoolsFile is the node's pools file (package nodepools), rewritten
 	// when the served pools or their members change; "" writes none.
 	PoolsFile string
+	// Uninstalling, when set, reports whether the chart is being
+	// uninstalled (the CNI plugin's uninstall marker, which `kube-rdma
+	// uninstall` writes and a restart or an upgrade never does): from its
+	// first true on, checked with every write and every FilesInterval, the
+	// agent removes the pools file and writes it no more, so that helm
+	// uninstall leaves none behind however its hook and the daemon's exit
+	// interleave. A new process (an uninstall given up, then an upgrade)
+	// writes it again.
+	Uninstalling func() bool
 	// Allocations lists the kubelet's allocations, for removing allocation
 	// directories no container holds; nil: they are never removed.
 	Allocations AllocationLister

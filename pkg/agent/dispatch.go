@@ -41,7 +41,7 @@ func (d *Agent) push(snap *nodewatch.Snapshot) {
 			d.pools[fe] = append(d.pools[fe], a)
 		}
 	}
-	d.poolsFile.update(d.cfg.PoolsFile, members, d.log, d.conf, d.pools)
+	d.poolsFile.update(d.cfg.PoolsFile, members, d.cfg.Uninstalling, d.log, d.conf, d.pools)
 	d.feStatus = map[config.Frontend][]PoolStatus{}
 	for _, name := range sortedKeys(d.cfg.FrontEnds) {
 		// Every snapshot: a health change is a device list or taint change.

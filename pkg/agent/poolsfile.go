@@ -18,6 +18,9 @@ import (
 type poolsFile struct {
 	last   []byte
 	failed bool
+	// withdrawn: the chart is being uninstalled (Config.Uninstalling); the
+	// file is removed (failed: not yet) and written no more by this process.
+	withdrawn bool
 }
 
 // DefaultFilesInterval is how often the files the CNI plugin reads are
@@ -27,7 +30,7 @@ const DefaultFilesInterval = 10 * time.Second
 // restoreFiles writes the pools file and the front ends' files again where
 // a reader moved a torn one aside (Config.FilesInterval).
 func (d *Agent) restoreFiles() {
-	d.poolsFile.update(d.cfg.PoolsFile, false, d.log, d.conf, d.pools)
+	d.poolsFile.update(d.cfg.PoolsFile, false, d.cfg.Uninstalling, d.log, d.conf, d.pools)
 	for _, name := range sortedKeys(d.cfg.FrontEnds) {
 		if k, ok := d.cfg.FrontEnds[name].(FileKeeper); ok {
 			k.RestoreFiles()
@@ -39,9 +42,13 @@ func (d *Agent) restoreFiles() {
 // write failed, or the file written is gone: the CNI plugin moves a torn
 // one aside) and its content differs or it is gone; "" writes nothing. pools are the
 // assignments of every front end; a refused pool is left out. A failed write
-// is logged and tried again with the next snapshot.
-func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config.Config,
+// is logged and tried again with the next snapshot. Once uninstalling
+// says so, the file is removed instead, and nothing is written any more.
+func (w *poolsFile) update(path string, members bool, uninstalling func() bool, log *slog.Logger, c config.Config,
 	pools map[config.Frontend][]Assignment) {
+	if path == "" || w.withdraw(path, uninstalling, log) {
+		return
+	}
 	gone := w.gone(path)
 	if path == "" || !members && !w.failed && !gone {
 		return
@@ -80,6 +87,29 @@ func (w *poolsFile) update(path string, members bool, log *slog.Logger, c config
 		log.Info("the node's pools file was missing (moved aside?); written again", "path", path)
 	}
 	w.last = data
+}
+
+// withdraw reports whether the file is withdrawn: the chart is being
+// uninstalled. On the first such answer it removes the file, once (again
+// only while that fails): every write of this process came before, on this
+// goroutine, and a file there later is another process's (the next pod of
+// an uninstall given up).
+func (w *poolsFile) withdraw(path string, uninstalling func() bool, log *slog.Logger) bool {
+	if !w.withdrawn && (uninstalling == nil || !uninstalling()) {
+		return false
+	}
+	if !w.withdrawn {
+		log.Info("the chart is being uninstalled (uninstall marker); removing the node's pools file and writing it no more", "path", path)
+		w.withdrawn, w.failed = true, true
+	}
+	if !w.failed {
+		return true
+	}
+	err := os.Remove(path)
+	if w.failed = err != nil && !errors.Is(err, fs.ErrNotExist); w.failed {
+		log.Warn("remove the node's pools file", "path", path, "err", err)
+	}
+	return true
 }
 
 // gone reports whether the file written last is no longer at path.

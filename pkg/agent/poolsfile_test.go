@@ -1,7 +1,11 @@
 package agent_test
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,4 +55,34 @@ func TestPoolsFile(t *testing.T) {
 		return err == nil && len(f.Pools) == 1 && f.Pools[0].Name == "roce" && f.Pools[0].Mode == "shared" &&
 			len(f.Pools[0].Devices) == 1 && f.Pools[0].Devices[0].RDMA == "mlx5_3"
 	})
+}
+
+// TestPoolsFileWithdrawn: once the chart is being uninstalled (the CNI
+// uninstall marker, Config.Uninstalling), the daemon removes the pools file
+// and does not write it again, neither when it finds it missing nor when
+// the pools change: helm uninstall leaves none behind, whichever of its
+// hook and the daemon's exit comes first.
+func TestPoolsFileWithdrawn(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "config.yaml")
+	path := nodepools.Path(filepath.Join(dir, "alloc"))
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: ib, mode: exclusive, selectors: {rdmaDevices: [mlx5_0]}}\n")
+	var uninstalling atomic.Bool
+	start(t, nodesim.HGX(), func(c *agenttest.Config) {
+		c.ConfigFile, c.PoolsFile, c.FilesInterval = conf, path, 10*time.Millisecond
+		c.Uninstalling = uninstalling.Load
+	})
+	poll(t, 5*time.Second, "pools file", func() bool { _, err := nodepools.Read(path); return err == nil })
+	uninstalling.Store(true)
+	poll(t, 5*time.Second, "pools file removed", func() bool { _, err := os.Stat(path); return errors.Is(err, fs.ErrNotExist) })
+	// A reload changes the pools: nothing is written; nor after many
+	// FilesInterval ticks.
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: roce, mode: shared, selectors: {rdmaDevices: [mlx5_3]}}\n")
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("pools file written again while uninstalling: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -176,6 +176,9 @@ func sameFile(src *os.File, path string) (bool, error) {
 // confNamesPlugin returns the first network configuration in dir (the files
 // libcni would load) that names kube-rdma, "" when none does.
 func confNamesPlugin(dir string) (string, error) {
+	if dir == "" { // no conf dir given (not chained): none to name it
+		return "", nil
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return "", fmt.Errorf("list %s: %w", dir, err)

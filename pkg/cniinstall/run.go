@@ -38,6 +38,11 @@ type Options struct {
 	// Versions are the cniVersions the plugin speaks; a conflist of another
 	// is refused.
 	Versions []string
+	// PoolsFile is the node agent's pools file (package nodepools, in its
+	// alloc dir), which Uninstall removes; "" leaves it. The agent, which
+	// writes it, removes it too once it sees the uninstall marker, and
+	// writes it no more.
+	PoolsFile string
 	// StateDir and BootID say where the plugin's attachment records are
 	// (attachment.Store): RemoveOnExit keeps the binary while a pod is attached.
 	StateDir, BootID string

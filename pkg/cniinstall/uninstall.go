@@ -70,7 +70,8 @@ func Uninstalling(binDir string) (bool, error) {
 // BinDir, so that a watching installer does not put anything back), takes
 // the kube-rdma entry out of every conflist in ConfDir, then removes the
 // binary and its node file from BinDir unless a network configuration still
-// names kube-rdma or a pod is attached (its DEL needs them). It is
+// names kube-rdma or a pod is attached (its DEL needs them), and the node
+// agent's pools file (PoolsFile; a DEL does not read it). It is
 // idempotent. The marker stays: `kube-rdma uninstall --hold` removes it
 // when it stops.
 func Uninstall(o Options) error {
@@ -91,10 +92,25 @@ func Uninstall(o Options) error {
 			return err
 		}
 	}
+	if err := removePoolsFile(o.PoolsFile); err != nil {
+		return err
+	}
 	if o.BinDir == "" {
 		return nil
 	}
 	return c.removeBinary()
+}
+
+// removePoolsFile removes the node agent's pools file; "" or one not there
+// is fine.
+func removePoolsFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the node's pools file: %w", err)
+	}
+	return nil
 }
 
 // unchainAll takes the entry out of every conflist in ConfDir that holds it.

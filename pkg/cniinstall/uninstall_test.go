@@ -1,6 +1,8 @@
 package cniinstall
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // TestRestartKeepsEntry: a watching installer stopped without the
@@ -107,6 +110,39 @@ func TestUninstallKeepsBinaryForAttachedPods(t *testing.T) {
 	for _, f := range []string{BinaryName, netconf.NodeFileName, UninstallMarkerName} {
 		if _, err := os.Stat(filepath.Join(e.bin, f)); err != nil {
 			t.Errorf("%s: %v, want kept", f, err)
+		}
+	}
+}
+
+// TestUninstallRemovesPoolsFile: Uninstall removes the node agent's pools
+// file (PoolsFile) with the rest, whether the binary goes or stays for an
+// attached pod (a DEL does not read it), and again without error when it is
+// gone; without PoolsFile it is left.
+func TestUninstallRemovesPoolsFile(t *testing.T) {
+	for _, attached := range []bool{false, true} {
+		e := newEnv(t)
+		pools := nodepools.Path(filepath.Join(t.TempDir(), "alloc"))
+		if err := nodepools.Write(pools, []byte(`{"version":1,"pools":[]}`)); err != nil {
+			t.Fatal(err)
+		}
+		if attached {
+			if err := (attachment.Store{Dir: e.state, BootID: "b"}).Save(attachment.Attachment{Key: attachment.Key{ContainerID: "c1", IfName: "net1"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := Uninstall(Options{BinDir: e.bin, ConfDir: e.conf, StateDir: e.state, BootID: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(pools); err != nil {
+			t.Errorf("attached %v: pools file without PoolsFile: %v, want left", attached, err)
+		}
+		for range 2 { // idempotent
+			if err := Uninstall(Options{BinDir: e.bin, ConfDir: e.conf, StateDir: e.state, BootID: "b", PoolsFile: pools}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(pools); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("attached %v: pools file after Uninstall: %v, want removed", attached, err)
+			}
 		}
 	}
 }

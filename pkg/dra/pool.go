@@ -1,8 +1,6 @@
 package dra
 
 import (
-	"strings"
-
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
@@ -16,9 +14,7 @@ const DriverName = claimrecord.DriverName
 // must not publish the same name; the configured name is lowered and its
 // "_" becomes "-" (config validation already refuses two pools whose names
 // differ only so: they would share an environment prefix).
-func PoolName(node, pool string) string {
-	return node + "/" + strings.ReplaceAll(strings.ToLower(pool), "_", "-")
-}
+func PoolName(node, pool string) string { return claimrecord.DRAPool(node, pool) }
 
 // Index finds published devices by pool and name; it is the Lookup a
 // Preparer uses. Build a new one for every publication.

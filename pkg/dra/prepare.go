@@ -21,7 +21,7 @@ import (
 // CDIKind is the CDI kind of the claims' devices. Each claim gets its own
 // spec file and device names that start with the claim's UID, so a
 // runtime's cached spec is never mistaken for a later claim's.
-const CDIKind = "kube-rdma.io/claim"
+const CDIKind = claimrecord.CDIKind
 
 // Errors of Prepare. The kubelet retries a claim that failed.
 var (

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -21,8 +22,9 @@ const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 // TestKubeAgainstAPIServer: Kube under exactly the chart's
 // files/netdev-check-rules.yaml, bound to the chart's ServiceAccount on a
-// real API server: it reads a pod's UID and sandbox time, says a deleted
-// pod is not found, and posts a Warning Event on the pod, whose repeat
+// real API server (with the DRA front end's files/dra-rules.yaml): it reads
+// a pod's UID and sandbox time, says a deleted pod is not found, names the
+// pod of a UID a claim is reserved for, and posts a Warning Event on the pod, whose repeat
 // client-go's recorder aggregates with a PATCH.
 func TestKubeAgainstAPIServer(t *testing.T) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -43,13 +45,19 @@ func TestKubeAgainstAPIServer(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 
-	data, err := os.ReadFile("../../deploy/helm/kube-rdma/files/netdev-check-rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The DRA front end's rules too: with it, the detector reads a claim
+	// to name the pod of a UID (PodOfClaim).
 	var rules []rbacv1.PolicyRule
-	if err := yaml.UnmarshalStrict(data, &rules); err != nil {
-		t.Fatalf("chart rules: %v", err)
+	for _, f := range []string{"netdev-check-rules.yaml", "dra-rules.yaml"} {
+		data, err := os.ReadFile("../../deploy/helm/kube-rdma/files/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r []rbacv1.PolicyRule
+		if err := yaml.UnmarshalStrict(data, &r); err != nil {
+			t.Fatalf("chart rules %s: %v", f, err)
+		}
+		rules = append(rules, r...)
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kube-rdma"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -89,6 +97,27 @@ func TestKubeAgainstAPIServer(t *testing.T) {
 	}
 	if _, err := k.Pod(ctx, "train", "gone"); !errors.Is(err, ErrPodNotFound) {
 		t.Errorf("Pod of a missing pod: %v, want ErrPodNotFound", err)
+	}
+	claim, err := admin.ResourceV1().ResourceClaims("train").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "nic"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "nic",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "rdma.kube-rdma.io"}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: "rdma.kube-rdma.io", Pool: "gpu-a/roce", Device: "pci-0000-3b-00-0"}}}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "vf-1", UID: p.UID}}
+	if _, err := admin.ResourceV1().ResourceClaims("train").UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name, st, err := k.PodOfClaim(ctx, "train", "nic", string(p.UID))
+	if err != nil || name != "vf-1" || st.UID != string(p.UID) || !st.SandboxReady.Equal(ready) {
+		t.Errorf("PodOfClaim = %q, %+v, %v; want vf-1 of UID %s, sandbox ready %s", name, st, err, p.UID, ready)
+	}
+	for _, c := range [][2]string{{"nic", "another-uid"}, {"gone", string(p.UID)}} {
+		if _, _, err := k.PodOfClaim(ctx, "train", c[0], c[1]); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("PodOfClaim(claim %s, pod %s): %v, want ErrPodNotFound", c[0], c[1], err)
+		}
 	}
 	k.Warn("train", "vf-1", string(p.UID), EventReason, "kube-rdma: pod train/vf-1 holds rdma device(s) mlx5_4 of pool roce-vf")
 	k.Warn("train", "vf-1", string(p.UID), EventReason, "kube-rdma: pod train/vf-1 holds rdma device(s) mlx5_4 of pool roce-vf")

@@ -1,15 +1,19 @@
 // Package netdevwatch is the daemon's detector of pods that hold devices
 // of a pool whose pods get netdevs through the CNI plugin (the chained
-// pool, gpuAligned pools) but have no complete attachment of them: pods
-// whose sandbox was created while the kube-rdma entry was missing from the
-// conflist (a restart window, an uninstall). It fails loudly in every
-// mode, NRI or not (issue 20): a Warning Event on the pod
-// (RDMANetdevMissing), the series kube_rdma_pods_missing_netdev and
-// kube_rdma_pods_missing_netdev_found_total, and the findings it hands the
-// node-state publisher (status.podsWithoutNetdevs).
+// pool, of the device plugin or of DRA, and gpuAligned pools) but have no
+// complete attachment of them: pods whose sandbox was created while the
+// kube-rdma entry was missing from the conflist (a restart window, an
+// uninstall). It fails loudly in every mode, NRI or not (issue 20): a
+// Warning Event on the pod (RDMANetdevMissing), the series
+// kube_rdma_pods_missing_netdev and kube_rdma_pods_missing_netdev_found_total,
+// and the findings it hands the node-state publisher
+// (status.podsWithoutNetdevs).
 //
-// Every Interval it lists the kubelet's allocations (PodResources) and the
-// CNI plugin's attachment records and asks pkg/agent/netdevcheck, which is
+// Every Interval it lists the kubelet's allocations (PodResources), the DRA
+// front end's claim records when the chained pool is a DRA pool (the pods
+// they are reserved for hold the claims' devices; such a pod, known by its
+// UID only, is named through the API server: PodFinder) and the CNI
+// plugin's attachment records, and asks pkg/agent/netdevcheck, which is
 // pure. A pod is flagged only a Grace after its sandbox was ready (the
 // pod's PodReadyToStartContainers condition, through PodInfo), so an ADD in
 // flight, or a pod still waiting for its volumes before its sandbox, is
@@ -37,6 +41,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
@@ -70,6 +75,12 @@ type RecordLister interface {
 	Records() ([]attachment.Attachment, error)
 }
 
+// ClaimLister lists the DRA front end's claim records (claimrecord.ReadAll
+// of its claims directory; a directory not there yet is no record).
+type ClaimLister interface {
+	Claims() ([]claimrecord.Record, error)
+}
+
 // PodStatus is what the detector needs of a pod from the API server.
 type PodStatus struct {
 	UID string
@@ -85,6 +96,14 @@ type PodInfo interface {
 	Pod(ctx context.Context, namespace, name string) (PodStatus, error)
 }
 
+// PodFinder names the pod of a UID that a claim is reserved for (Kube: the
+// claim's status.reservedFor), and reads it as PodInfo does: a claim record
+// names its pods by UID only. ErrPodNotFound when the claim or the pod is
+// gone.
+type PodFinder interface {
+	PodOfClaim(ctx context.Context, namespace, claim, podUID string) (name string, st PodStatus, err error)
+}
+
 // EventPoster posts a Warning Event on a pod (Kube).
 type EventPoster interface {
 	Warn(namespace, name, uid, reason, message string)
@@ -98,6 +117,12 @@ type Config struct {
 	Records RecordLister
 	// ChainedPool is the chained CNI entry's pool (--cni-chained-pool).
 	ChainedPool string
+	// Claims are the DRA front end's claim records; nil when the daemon
+	// runs no DRA front end. With it, a ChainedPool that is not one of the
+	// view's is the DRA front end's (netdevcheck.WithDRA) and the pods of
+	// its claims are checked; Finder names them (nil: they are not).
+	Claims ClaimLister
+	Finder PodFinder
 	// PodInfo and Events may be nil (no API server): findings then follow
 	// the first sighting, and no Event is posted.
 	PodInfo PodInfo
@@ -149,7 +174,7 @@ func New(cfg Config) *Detector {
 	}
 	return &Detector{cfg: cfg, log: cfg.Logger.With("component", "netdevwatch"), seen: map[findingKey]*finding{},
 		pods: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kube_rdma_pods_missing_netdev",
-			Help: "Pods holding devices of a pool whose pods get netdevs through the CNI plugin (chained, gpuAligned) that have no complete attachment of them (Event " + EventReason + "; fix: delete the pod)."}),
+			Help: "Pods holding devices of a pool whose pods get netdevs through the CNI plugin (chained, DRA chained, gpuAligned) that have no complete attachment of them (Event " + EventReason + "; fix: delete the pod)."}),
 		found: prometheus.NewCounter(prometheus.CounterOpts{Name: "kube_rdma_pods_missing_netdev_found_total",
 			Help: "Pod and pool pairs found without their netdevs since the daemon started."}),
 	}
@@ -196,9 +221,9 @@ func (d *Detector) Run(ctx context.Context) error {
 // updates the series and the findings.
 func (d *Detector) Check(ctx context.Context) error {
 	view, _ := d.cfg.Source.View()
-	netdev := netdevcheck.Pools(view.Pools, d.cfg.ChainedPool)
+	netdev := netdevcheck.WithDRA(netdevcheck.Pools(view.Pools, d.cfg.ChainedPool), view.Pools, d.cfg.ChainedPool, d.cfg.Claims != nil)
 	var ctrs []podresources.ContainerDevices
-	if len(netdev) > 0 {
+	if slices.ContainsFunc(slices.Collect(maps.Values(netdev)), func(w netdevcheck.Why) bool { return w != netdevcheck.DRAChained }) {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		var err error
 		ctrs, err = d.cfg.Pods.List(cctx)
@@ -207,14 +232,22 @@ func (d *Detector) Check(ctx context.Context) error {
 			return err
 		}
 	}
+	var claims []claimrecord.Record
+	if slices.Contains(slices.Collect(maps.Values(netdev)), netdevcheck.DRAChained) {
+		var err error
+		if claims, err = d.cfg.Claims.Claims(); err != nil {
+			return err
+		}
+	}
 	var recs []attachment.Attachment
-	if d.cfg.Records != nil && len(ctrs) > 0 {
+	if d.cfg.Records != nil && (len(ctrs) > 0 || len(claims) > 0) {
 		var err error
 		if recs, err = d.cfg.Records.Records(); err != nil {
 			return err
 		}
 	}
 	held := holdings(ctrs, view.Pools, netdev)
+	known := d.claimPods(ctx, held, claims, netdev, netdevcheck.Names(view), recs)
 	now := d.cfg.Now()
 	current := map[findingKey]bool{}
 	for _, pod := range slices.SortedFunc(maps.Keys(held), func(a, b [2]string) int {
@@ -225,7 +258,14 @@ func (d *Detector) Check(ctx context.Context) error {
 		if len(miss) == 0 {
 			continue
 		}
-		ready, ok := d.sandboxReady(ctx, &p, now)
+		var ready time.Time
+		var ok bool
+		if st, found := known[pod]; found {
+			p.UID = st.UID
+			ready, ok = readiness(st, now)
+		} else {
+			ready, ok = d.sandboxReady(ctx, &p, now)
+		}
 		if !ok {
 			continue
 		}
@@ -285,10 +325,53 @@ func (d *Detector) sandboxReady(ctx context.Context, p *netdevcheck.Pod, now tim
 		return time.Time{}, true
 	}
 	p.UID = st.UID
+	return readiness(st, now)
+}
+
+// readiness is sandboxReady's answer for a pod the API server has.
+func readiness(st PodStatus, now time.Time) (ready time.Time, ok bool) {
 	if st.HostNetwork || st.SandboxReady.IsZero() || st.SandboxReady.After(now) {
 		return time.Time{}, false
 	}
 	return st.SandboxReady, true
+}
+
+// claimPods adds to held the holdings of the pods the claim records name
+// (by UID) that have no complete attachment of them, under the names
+// Finder gives them, and returns what it found of each. A pod the node
+// does not run (its claim not unprepared yet) is left out; one Finder
+// cannot name now (no API server) too, until it can.
+func (d *Detector) claimPods(ctx context.Context, held map[[2]string][]netdevcheck.Holding, claims []claimrecord.Record,
+	netdev map[string]netdevcheck.Why, names map[string]string, recs []attachment.Attachment) map[[2]string]PodStatus {
+	known := map[[2]string]PodStatus{}
+	pods := netdevcheck.ClaimPods(claims, netdev)
+	for _, uid := range slices.Sorted(maps.Keys(pods)) {
+		ns, claim := pods[uid].Namespace, pods[uid].Name
+		h := netdevcheck.ClaimHoldings(uid, claims, netdev, names)
+		if len(netdevcheck.Check(netdevcheck.Pod{Namespace: ns, UID: uid}, h, netdev, recs)) == 0 {
+			continue
+		}
+		if d.cfg.Finder == nil {
+			d.log.Debug("pod of a dra claim without its netdevs not named: no API server", "namespace", ns, "claim", claim, "uid", uid)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		name, st, err := d.cfg.Finder.PodOfClaim(cctx, ns, claim, uid)
+		cancel()
+		if err == nil && st.UID != uid {
+			err = ErrPodNotFound // a pod of the same name, created again
+		}
+		if err != nil {
+			if !errors.Is(err, ErrPodNotFound) {
+				d.log.Debug("find the pod of a dra claim failed", "namespace", ns, "claim", claim, "uid", uid, "err", err)
+			}
+			continue
+		}
+		k := [2]string{ns, name}
+		known[k] = st
+		held[k] = append(held[k], h...)
+	}
+	return known
 }
 
 func (d *Detector) publish() {

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Kube is PodInfo and EventPoster through the daemon's clientset: a GET of
-// the pod, and core/v1 Events by client-go's recorder (which aggregates
+// Kube is PodInfo, PodFinder and EventPoster through the daemon's
+// clientset: a GET of the pod (and of a claim, to name a pod of its UID), and core/v1 Events by client-go's recorder (which aggregates
 // repeats with a PATCH; RBAC: events create and patch).
 type Kube struct {
 	cs          kubernetes.Interface
@@ -44,13 +44,36 @@ func (k *Kube) Pod(ctx context.Context, namespace, name string) (PodStatus, erro
 	if err != nil {
 		return PodStatus{}, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
+	return status(p), nil
+}
+
+// PodOfClaim implements PodFinder: a GET of the claim (the DRA front end's
+// rules have it), the name its status.reservedFor gives the UID, then Pod.
+func (k *Kube) PodOfClaim(ctx context.Context, namespace, claim, podUID string) (string, PodStatus, error) {
+	c, err := k.cs.ResourceV1().ResourceClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", PodStatus{}, fmt.Errorf("resource claim %s/%s: %w", namespace, claim, ErrPodNotFound)
+	}
+	if err != nil {
+		return "", PodStatus{}, fmt.Errorf("get resource claim %s/%s: %w", namespace, claim, err)
+	}
+	for _, r := range c.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" && string(r.UID) == podUID {
+			st, err := k.Pod(ctx, namespace, r.Name)
+			return r.Name, st, err
+		}
+	}
+	return "", PodStatus{}, fmt.Errorf("pod %s of resource claim %s/%s: not reserved for any more: %w", podUID, namespace, claim, ErrPodNotFound)
+}
+
+func status(p *corev1.Pod) PodStatus {
 	st := PodStatus{UID: string(p.UID), HostNetwork: p.Spec.HostNetwork}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
 			st.SandboxReady = c.LastTransitionTime.Time
 		}
 	}
-	return st, nil
+	return st
 }
 
 // Warn implements EventPoster.

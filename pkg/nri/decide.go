@@ -74,6 +74,12 @@ type Devices struct {
 	// Netdev are the pools whose pods get netdevs through the CNI plugin
 	// (netdevcheck.Pools), for failing closed.
 	Netdev map[string]netdevcheck.Why
+	// Nodes are the node's RDMA devices' uverbs, umad and issm nodes by
+	// RDMA name, pools or not (a DRA claim's devices are in no Pool), and
+	// Names what a claim record calls a device to its RDMA name
+	// (netdevcheck.Names), for failing closed on DRA claims.
+	Nodes map[string][]DeviceNode
+	Names map[string]string
 }
 
 // Decision is what Decide chose for one container.

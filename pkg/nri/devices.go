@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 )
 
 // FromView builds the decision's device view from the daemon's: each pool's
@@ -20,7 +21,14 @@ func FromView(v agent.View, devRoot string) Devices {
 			chars[d.Name] = d.CharDevices
 		}
 	}
-	var out Devices
+	out := Devices{Nodes: map[string][]DeviceNode{}, Names: netdevcheck.Names(v)}
+	for name, cs := range chars {
+		for _, c := range cs {
+			n := node(devRoot, c)
+			n.Device = name
+			out.Nodes[name] = append(out.Nodes[name], n)
+		}
+	}
 	for _, pv := range v.Pools {
 		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices}
 		for _, m := range pv.Members {

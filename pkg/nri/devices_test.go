@@ -16,7 +16,8 @@ import (
 
 // TestFromView: each pool's members' device nodes, with the host's
 // major/minor where a character device is found under devRoot, else 0/0
-// (matched by path); limits and CDI names from the view.
+// (matched by path); limits and CDI names from the view; every device's
+// nodes and claim IDs.
 func TestFromView(t *testing.T) {
 	devRoot := t.TempDir()
 	ib := filepath.Join(devRoot, "infiniband")
@@ -48,7 +49,13 @@ func TestFromView(t *testing.T) {
 		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"},
 			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}}},
 		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}},
-	}}
+	},
+		// Every device's nodes, in a pool or not (a DRA claim's are in none).
+		Nodes: map[string][]DeviceNode{
+			"mlx5_0": {{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}},
+			"mlx5_1": {{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}},
+		},
+		Names: map[string]string{"mlx5_0": "mlx5_0", "mlx5_1": "mlx5_1"}}
 	if diff := cmp.Diff(want, FromView(v, devRoot)); diff != "" {
 		t.Errorf("FromView (-want +got):\n%s", diff)
 	}

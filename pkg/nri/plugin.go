@@ -53,6 +53,12 @@ type Config struct {
 	// Records are the CNI plugin's attachment records; nil with FailClosed
 	// refuses every container holding devices of a netdev pool.
 	Records RecordLister
+	// Claims are the DRA front end's claim records; nil when the daemon
+	// runs no DRA front end. With it, a ChainedPool that is not one of the
+	// view's is the DRA front end's (netdevcheck.WithDRA), and FailClosed
+	// refuses a container of a claim of it whose sandbox has no complete
+	// attachment of the claim's devices.
+	Claims ClaimLister
 	// Backoff and MaxBackoff: 0 means the defaults.
 	Backoff, MaxBackoff time.Duration
 }
@@ -235,6 +241,6 @@ func (p *Plugin) devices() Devices {
 	}
 	v, changed := p.cfg.Source.View()
 	p.devs, p.devsFor = FromView(v, p.cfg.DevRoot), changed
-	p.devs.Netdev = netdevcheck.Pools(v.Pools, p.cfg.ChainedPool)
+	p.devs.Netdev = netdevcheck.WithDRA(netdevcheck.Pools(v.Pools, p.cfg.ChainedPool), v.Pools, p.cfg.ChainedPool, p.cfg.Claims != nil)
 	return p.devs
 }

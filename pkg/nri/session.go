@@ -187,12 +187,12 @@ func (h *handler) stateChange(_ context.Context, req []byte) ([]byte, error) {
 func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
 	devs := p.devices()
 	d := Decide(pod, ctr, devs)
-	if !d.Adjust() {
-		p.decisions.WithLabelValues("untouched").Inc()
-		return nil, nil
-	}
 	if p.cfg.FailClosed {
-		if err := refusal(pod, ctr, devs, p.cfg.Records); err != nil {
+		err := claimRefusal(pod, ctr, devs, p.cfg.Claims, p.cfg.Records)
+		if err == nil && d.Adjust() {
+			err = refusal(pod, ctr, devs, p.cfg.Records)
+		}
+		if err != nil {
 			p.decisions.WithLabelValues("refused").Inc()
 			p.mu.Lock()
 			p.report.Refused++
@@ -201,6 +201,10 @@ func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
 				"container", ctr.Name, "err", err)
 			return nil, err
 		}
+	}
+	if !d.Adjust() {
+		p.decisions.WithLabelValues("untouched").Inc()
+		return nil, nil
 	}
 	p.decisions.WithLabelValues("adjusted").Inc()
 	p.mu.Lock()

@@ -1,14 +1,17 @@
 // Package netdevcheck decides whether a pod that holds devices of a pool
-// whose pods get netdevs through the CNI plugin (the chained pool, every
-// gpuAligned pool) got them: fail closed, loudly (issue 20). A pod
-// created while the kube-rdma entry was missing from the conflist (the
-// daemon's restart window, an uninstall) holds the devices but attached
-// nothing; its containers would start without their netdevs.
+// whose pods get netdevs through the CNI plugin (the chained pool, of the
+// device plugin or of DRA, and every gpuAligned pool) got them: fail
+// closed, loudly (issue 20). A pod created while the kube-rdma entry was
+// missing from the conflist (the daemon's restart window, an uninstall)
+// holds the devices but attached nothing; its containers would start
+// without their netdevs.
 //
-// It is pure: pools, holdings and the CNI plugin's attachment records in,
-// what is missing out. No I/O, no clock, no logging. The NRI plugin
-// (pkg/nri) asks it at CreateContainer; the daemon's detector
-// (pkg/netdevwatch) asks it for every pod the kubelet lists.
+// It is pure: pools, holdings (a device plugin pool's from the kubelet or
+// the container, a DRA pool's from the agent's claim records: dra.go) and
+// the CNI plugin's attachment records in, what is missing out. No I/O, no
+// clock, no logging. The NRI plugin (pkg/nri) asks it at CreateContainer;
+// the daemon's detector (pkg/netdevwatch) asks it for every pod the
+// kubelet lists or a claim record names.
 package netdevcheck
 
 import (
@@ -21,6 +24,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // Why says how a pool's pods get netdevs.
@@ -109,7 +113,7 @@ func Check(pod Pod, held []Holding, netdevPools map[string]Why, recs []attachmen
 	for pool, devs := range byPool {
 		why := netdevPools[pool]
 		var miss []string
-		if why == GPUAligned {
+		if why == GPUAligned { // DRAChained is checked device by device, as Chained
 			if !bound[pool] {
 				miss = devs
 			}
@@ -149,7 +153,11 @@ const Fix = "delete the pod so that it is created again with the CNI entry in pl
 
 // Message says what is missing for the pod and what to do, in one line.
 func Message(pod Pod, m Missing) string {
+	how := string(m.Why)
+	if m.Why == DRAChained {
+		how = "its DRA claims of driver " + claimrecord.DriverName + ", chained CNI"
+	}
 	return fmt.Sprintf("kube-rdma: pod %s holds rdma device(s) %s of pool %s (%s) but the kube-rdma CNI plugin attached nothing for it: "+
 		"the kube-rdma entry was missing from the CNI conflist when the pod sandbox was created (daemon restart window or uninstall); %s",
-		pod, strings.Join(m.Devices, ","), m.Pool, m.Why, Fix)
+		pod, strings.Join(m.Devices, ","), m.Pool, how, Fix)
 }

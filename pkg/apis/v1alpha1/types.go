@@ -115,7 +115,8 @@ type PodWithoutNetdevs struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Pool string `json:"pool"`
-	// Why is how the pool's pods get netdevs: "chained CNI" or "gpuAligned".
+	// Why is how the pool's pods get netdevs: "chained CNI", "DRA chained CNI" or
+	// "gpuAligned".
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[A-Za-z ]*$`
 	Why string `json:"why"`

@@ -51,6 +51,12 @@ type file struct {
 // DriverName is this one).
 const DriverName = "rdma.kube-rdma.io"
 
+// CDIKind is the CDI kind of the devices a prepared claim reaches its
+// containers as ("kube-rdma.io/claim=<claim UID>-<request>"): the runtime
+// resolves them from the spec pkg/dra writes, the NRI plugin recognizes a
+// container of a claim by them.
+const CDIKind = "kube-rdma.io/claim"
+
 // DefaultDir is where the daemon keeps the records with its default
 // --dra-plugin-dir (the kubelet's plugin directory of the driver
 // rdma.kube-rdma.io, then claims/). The CNI runs on the host and the daemon
@@ -108,6 +114,23 @@ func (d Device) ID() string {
 	default:
 		return d.RDMA
 	}
+}
+
+// DRAPool is the DRA pool the driver publishes a configured pool's devices
+// in on a node, the Pool of a record's devices: "<node>/<pool>", the
+// configured name lowered and its "_" turned into "-" (a DRA pool is the
+// driver's, not the node's, so two nodes must not publish the same name).
+func DRAPool(node, pool string) string {
+	return node + "/" + poolPart(pool)
+}
+
+func poolPart(pool string) string { return strings.ReplaceAll(strings.ToLower(pool), "_", "-") }
+
+// OfPool reports whether the device was allocated from the configured
+// pool (its DRAPool on whichever node: a node name has no "/").
+func (d Device) OfPool(pool string) bool {
+	_, p, ok := strings.Cut(d.Pool, "/")
+	return ok && pool != "" && p == poolPart(pool)
 }
 
 // ForPod reports whether the claim was reserved for the pod.

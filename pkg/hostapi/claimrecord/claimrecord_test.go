@@ -136,3 +136,18 @@ func TestDeviceID(t *testing.T) {
 		}
 	}
 }
+
+func TestOfPool(t *testing.T) {
+	d := Device{Pool: DRAPool("node-a", "RDMA_Roce")}
+	if d.Pool != "node-a/rdma-roce" {
+		t.Errorf("DRAPool = %q, want node-a/rdma-roce", d.Pool)
+	}
+	for pool, want := range map[string]bool{"RDMA_Roce": true, "rdma_roce": true, "rdma": false, "": false, "node-a/rdma-roce": false} {
+		if got := d.OfPool(pool); got != want {
+			t.Errorf("OfPool(%q) = %v, want %v", pool, got, want)
+		}
+	}
+	if (Device{Pool: "rdma-roce"}).OfPool("rdma_roce") {
+		t.Error("a pool without a node part matched")
+	}
+}

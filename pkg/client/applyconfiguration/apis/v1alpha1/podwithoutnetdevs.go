@@ -15,7 +15,8 @@ type PodWithoutNetdevsApplyConfiguration struct {
 	Namespace *string `json:"namespace,omitempty"`
 	Pod       *string `json:"pod,omitempty"`
 	Pool      *string `json:"pool,omitempty"`
-	// Why is how the pool's pods get netdevs: "chained CNI" or "gpuAligned".
+	// Why is how the pool's pods get netdevs: "chained CNI", "DRA chained CNI" or
+	// "gpuAligned".
 	Why *string `json:"why,omitempty"`
 	// Devices are the pod's devices of the pool no attachment names (RDMA
 	// names; a gpuAligned pool's slot IDs).
