@@ -9,6 +9,9 @@
 #   port-state DEV PORT up|down set a fixture port ACTIVE/LinkUp or DOWN/Disabled, as the
 #                               kernel rewrites sysfs when a cable is pulled or comes back
 #   restart-kubelet             stop the kubelet (SIGTERM), start it again, wait for /healthz
+#   apiserver stop|start        stop the kube-apiserver (SIGTERM; its command line kept in
+#                               host/kube-apiserver.cmdline), or start it again with that
+#                               command line and wait for /readyz (the faults phase)
 #   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
@@ -68,6 +71,39 @@ restart_kubelet() {
     [[ $(date +%s) -lt $deadline ]] || die "kubelet not healthy 60 s after restart"
     sleep 0.2
   done
+}
+
+# The API server's command line as up.sh started it, kept while it is stopped.
+APISERVER_CMDLINE=$NODE_RUN/host/kube-apiserver.cmdline
+
+apiserver() {
+  local pid deadline
+  local -a cmd
+  case $1 in
+    stop)
+      pid=$(pid_of kube-apiserver)
+      alive "$pid" || die "kube-apiserver is not running (pid '$pid')"
+      tr '\0' '\n' <"/proc/$pid/cmdline" >"$APISERVER_CMDLINE"
+      stop "$pid"
+      # down.sh must not signal a PID the kernel may have reused.
+      awk '$1 != "kube-apiserver"' "$NODE_RUN/host/pids" >"$NODE_RUN/host/pids.new"
+      mv "$NODE_RUN/host/pids.new" "$NODE_RUN/host/pids"
+      ;;
+    start)
+      [[ -s $APISERVER_CMDLINE ]] || die "no $APISERVER_CMDLINE: apiserver stop keeps it"
+      ! alive "$(pid_of kube-apiserver)" || die "kube-apiserver is running"
+      mapfile -t cmd <"$APISERVER_CMDLINE"
+      [[ ${cmd[0]} == */* ]] || cmd[0]=$BIN/${cmd[0]}
+      start kube-apiserver "${cmd[@]}"
+      rm -f "$APISERVER_CMDLINE"
+      deadline=$(($(date +%s) + 90))
+      until "$BIN/kubectl" get --raw /readyz >/dev/null 2>&1; do
+        [[ $(date +%s) -lt $deadline ]] || die "kube-apiserver not ready 90 s after its start"
+        sleep 0.2
+      done
+      ;;
+    *) die "apiserver: want stop or start, not $1" ;;
+  esac
 }
 
 runtime_memlock() {
@@ -152,7 +188,8 @@ case ${1:-} in
   leases) leases ;;
   port-state) [[ $# == 4 ]] || die "usage: hook.sh port-state DEV PORT up|down"; port_state "$2" "$3" "$4" ;;
   restart-kubelet) restart_kubelet ;;
+  apiserver) [[ $# == 2 ]] || die "usage: hook.sh apiserver stop|start"; apiserver "$2" ;;
   runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
-  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|runtime-memlock|node-state" ;;
+  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|apiserver stop|start|runtime-memlock|node-state" ;;
 esac

@@ -157,7 +157,7 @@ func localNode(d map[string]string) (harness, error) {
 	return harness{
 		node:   l.node,
 		setup:  l.setup,
-		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase()},
+		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(), l.faultsPhase()},
 	}, nil
 }
 
@@ -309,6 +309,33 @@ func (l localNodeDesc) upgradePhase() phase {
 			") installed with the device-plugin phase's values, DaemonSet ready: %s s"}}
 	p.tests = []namedTest{{"UpgradeUnderLoad", testUpgradeUnderLoad}}
 	return p
+}
+
+// faultsPhase: the device-plugin phase's values, then one fault after another (issue 20;
+// faultcases_test.go), each followed by the one invariant check (fault.check): a torn
+// attachment record, a record of a previous boot, a 0.3.1 primary conflist, the daemon
+// killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
+// Its tests reach the node's files directly (they run on its host): local-node only.
+func (l localNodeDesc) faultsPhase() phase {
+	v, cfg := l.devicePluginValues()
+	return phase{
+		name: "faults",
+		config: func(c *config) {
+			cfg(c)
+			c.faults = &faultsConfig{cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
+				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist"}
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "faults: chart installed with the device-plugin phase's values, DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"TornRecord", testFaultTornRecord},
+			{"PreviousBoot", testFaultPreviousBoot},
+			{"Conflist031", testFaultConflist031},
+			{"DaemonKilled", testFaultDaemonKilled},
+			{"KubeletRestart", testFaultKubeletRestart},
+			{"APIServerDown", testFaultAPIServerDown},
+		},
+	}
 }
 
 // gpuAlignedPhase: the InfiniBand pool gets binding gpuAligned. Such a pool needs the
@@ -519,7 +546,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "faults"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config
