@@ -19,6 +19,7 @@
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
 #                               sockets and claim records
 #   describe                    "key value" lines: the node, its paths, images and ports;
+#                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
 #                               prev-release, prev-chart and prev-image once prev.sh built
 #                               the previous release and up.sh imported its image
 #
@@ -135,6 +136,10 @@ gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)
 EOF
+  # The CNI plugin built with kuberdma_e2e (images.sh): its fault hook parks an ADD.
+  if [[ -x $E2E_CACHE/images/kube-rdma-cni-e2e ]]; then
+    echo "cni-e2e-binary $E2E_CACHE/images/kube-rdma-cni-e2e"
+  fi
   # The previous release, once prev.sh built it and up.sh imported its image.
   if [[ -f $PREV_CHART/Chart.yaml ]] && "$BIN/ctr" images ls -q 2>/dev/null | grep -qxF "$PREV_IMAGE"; then
     printf 'prev-release %s\nprev-chart %s\nprev-image %s\n' "$PREV_COMMIT" "$PREV_CHART" "$PREV_IMAGE"

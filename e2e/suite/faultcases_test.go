@@ -9,9 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
@@ -211,7 +216,7 @@ func testFaultConflist031(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore := func() error { return writeAtomic(c.conflist, orig) }
+	restore := func() error { return writeAtomic(c.conflist, orig, 0o644) }
 	t.Cleanup(func() {
 		if err := restore(); err != nil {
 			t.Errorf("restore %s: %v", c.conflist, err)
@@ -237,7 +242,7 @@ func testFaultConflist031(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	f := e.beginFault(t, "0.3.1 primary conflist", e.chainedPool)
-	if err := writeAtomic(c.conflist, old); err != nil {
+	if err := writeAtomic(c.conflist, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rewritten := time.Now()
@@ -278,9 +283,9 @@ func testFaultConflist031(t *testing.T, e *env) {
 		chained.Seconds()), out)
 }
 
-// writeAtomic replaces path by b through a temporary file beside its directory (the CNI
-// config dir must not see a partial file, nor a temporary one).
-func writeAtomic(path string, b []byte) error {
+// writeAtomic replaces path by b (mode) through a temporary file beside its directory (the
+// CNI config and bin dirs must not see a partial file, nor a temporary one).
+func writeAtomic(path string, b []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(filepath.Dir(path)), ".e2e-conflist-*")
 	if err != nil {
 		return err
@@ -293,7 +298,7 @@ func writeAtomic(path string, b []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err := os.Chmod(tmp.Name(), mode); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
@@ -377,9 +382,10 @@ func testFaultKubeletRestart(t *testing.T, e *env) {
 const apiDown = 60 * time.Second
 
 // testFaultAPIServerDown: the API server stopped for 60 s with a watched pod of every pool.
-// Meanwhile the daemon keeps serving the kubelet: its device plugin sockets stay and its
-// /state answers (sampled every 5 s); no container of the daemon restarts. After the API
-// server is back the node reports again, every device is allocatable, a new chained pod
+// Meanwhile the daemon keeps serving the kubelet: its device plugin sockets and the CNI
+// files stay (node-state sampled) and its /metrics answers (every 5 s); no container of the
+// daemon restarts. After the API
+// server is back the kubelet renews its node Lease, every device is allocatable, a new chained pod
 // gets its netdev and the watched pods are intact.
 func testFaultAPIServerDown(t *testing.T, e *env) {
 	e.needFaults(t)
@@ -421,14 +427,19 @@ func testFaultAPIServerDown(t *testing.T, e *env) {
 	if answered != asked {
 		t.Errorf("with the API server down, the daemon's /metrics answered %d of %d scrapes", answered, asked)
 	}
-	hb0 := stopped
+	// The kubelet renews its node Lease every 10 s (its node status only on a change or
+	// every 5 min): a renewal after the API server is back is the kubelet reporting again.
+	leases, err := coordinationv1client.NewForConfig(e.rest)
+	if err != nil {
+		t.Fatal(err)
+	}
 	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
-		hb, err := e.heartbeat(ctx)
+		l, err := leases.Leases("kube-node-lease").Get(ctx, e.node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if !hb.After(hb0) {
-			return fmt.Errorf("node %s: no status since the API server came back (heartbeat %s)", e.node, hb)
+		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(f.healed) {
+			return fmt.Errorf("node %s: Lease not renewed since the API server came back (%v)", e.node, l.Spec.RenewTime)
 		}
 		return nil
 	})
@@ -447,6 +458,98 @@ func testFaultAPIServerDown(t *testing.T, e *env) {
 	if r != r0 {
 		t.Errorf("the daemon's containers restarted %d times during the API server's outage", r-r0)
 	}
-	f.report(t, fmt.Sprintf("kube-apiserver stopped %s: device plugin sockets and CNI files unchanged in %d samples, /metrics answered %d of %d, 0 daemon restarts; node status again %.1f s after it was back",
+	f.report(t, fmt.Sprintf("kube-apiserver stopped %s: device plugin sockets and CNI files unchanged in %d samples, /metrics answered %d of %d, 0 daemon restarts; node Lease renewed %.1f s after it was back",
 		apiDown, samples, answered, asked, reported.Seconds()), out)
+}
+
+// parkDir is where the e2e build's fault hook looks for its park file (cni.DefaultParkDir;
+// the suite does not link pkg/cni's e2e build).
+const parkDir = "/run/kube-rdma-e2e-faulthook"
+
+// testFaultCNIKilled: the CNI plugin killed mid-ADD. The plugin built with kuberdma_e2e
+// (hook describe's cni-e2e-binary) replaces the installed one for this test; its fault hook
+// parks the ADD of the pod parked-<pool> at the step "move": the netdev is in the pod, the
+// attachment record does not say the ADD finished. The process is killed there (SIGKILL)
+// and the installed plugin put back at once, so that what follows is the shipped plugin's
+// work: the runtime tears the sandbox down (DEL undoes the half-done ADD from its record),
+// the kubelet creates another, and the pod runs with its netdev.
+func testFaultCNIKilled(t *testing.T, e *env) {
+	c := e.needFaults(t)
+	if c.cniE2EBinary == "" {
+		t.Skip("hook describe names no cni-e2e-binary (e2e/local-node/images.sh keeps the plugin built with kuberdma_e2e)")
+	}
+	orig, err := os.ReadFile(c.cniBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked, err := os.ReadFile(c.cniE2EBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := e.beginFault(t, "CNI plugin killed mid-ADD", e.chainedPool)
+	// In place: cni-chain puts the binary back on its removal or a rename, not on a write.
+	if err := os.WriteFile(c.cniBin, hooked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			if err := writeAtomic(c.cniBin, orig, 0o755); err != nil {
+				t.Errorf("put the installed CNI plugin back: %v", err)
+			}
+			restored = true
+		}
+	}
+	t.Cleanup(restore)
+	if err := os.MkdirAll(parkDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(parkDir) })
+	if err := os.WriteFile(filepath.Join(parkDir, "park"), []byte("move\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := "parked-" + dnsName(e.chainedPool)
+	created := time.Now()
+	if err := f.create(t.Context(), name, e.chainedPool); err != nil {
+		t.Fatal(err)
+	}
+	var parked string
+	err = eventually(t.Context(), time.Minute, func(context.Context) error {
+		m, err := filepath.Glob(filepath.Join(parkDir, "parked.*"))
+		if err != nil || len(m) != 1 {
+			return fmt.Errorf("no ADD parked at move: %v %v", m, err)
+		}
+		parked = m[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parkedIn := time.Since(created)
+	// The ADD's record is there and not complete: it was stopped between two of its steps.
+	recs, err := c.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := 0
+	for _, a := range recs {
+		if a.Pod != nil && a.Pod.Namespace == f.ns && a.Pod.Name == name && !a.Complete {
+			half++
+		}
+	}
+	if half != 1 {
+		t.Errorf("%d incomplete attachment records of pod %s while its ADD is parked, want 1", half, name)
+	}
+	pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Ext(parked), "."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 the parked CNI plugin %d: %v", pid, err)
+	}
+	f.healed = time.Now()
+	restore()
+	out := f.check(t)
+	f.report(t, fmt.Sprintf("the ADD of a chained pod parked at \"move\" (netdev in the pod, record incomplete) %.1f s after its creation and killed (SIGKILL); the installed plugin put back",
+		parkedIn.Seconds()), out)
 }

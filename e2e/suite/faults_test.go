@@ -30,6 +30,10 @@ type faultsConfig struct {
 	cniState string // the CNI plugin's stateDir (attachment records)
 	rdmaIPAM string // host-local's dataDir of the chained entry
 	conflist string // the node's primary conflist, which cni-chain chains kube-rdma into
+	cniBin   string // the installed CNI plugin
+	// cniE2EBinary: the CNI plugin built with kuberdma_e2e, whose fault hook parks an ADD
+	// (pkg/cni/park_e2e.go); "": the harness has none.
+	cniE2EBinary string
 }
 
 // needFaults returns the phase's faults configuration or skips t.

@@ -49,6 +49,7 @@ type localNodeDesc struct {
 	nodeRun, fixture, cniState, rdmaIPAM string
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
+	cniE2EBinary                         string // the CNI plugin built with kuberdma_e2e ("": none)
 	// The previous release (prev-*): "" when the harness did not build it.
 	prevRelease, prevChart, prevImageRepo, prevImageTag string
 	vfs, apiPort, metricsPort                           int
@@ -110,7 +111,8 @@ func fixtureOf(t nodesim.Topology) (fixtureNode, error) {
 func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 	l := localNodeDesc{node: d["node"], testImage: d["test-image"], nodeRun: d["node-run"], fixture: d["fixture"],
 		cniState: d["cni-state-dir"], rdmaIPAM: d["rdma-ipam-dir"], nadCRD: d["nad-crd"], gpuDRADriver: d["gpu-dra-driver"],
-		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes"}
+		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes",
+		cniE2EBinary: d["cni-e2e-binary"]}
 	for k, v := range map[string]string{"node": l.node, "node-run": l.nodeRun, "fixture": l.fixture,
 		"cni-state-dir": l.cniState, "rdma-ipam-dir": l.rdmaIPAM, "nad-crd": l.nadCRD, "image": d["image"],
 		"gpu-dra-driver": l.gpuDRADriver} {
@@ -323,11 +325,13 @@ func (l localNodeDesc) faultsPhase() phase {
 		config: func(c *config) {
 			cfg(c)
 			c.faults = &faultsConfig{cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
-				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist"}
+				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist", cniBin: l.nodeRun + "/cni/bin/kube-rdma",
+				cniE2EBinary: l.cniE2EBinary}
 		},
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
 			report: "faults: chart installed with the device-plugin phase's values, DaemonSet ready: %s s"}},
 		tests: []namedTest{
+			{"CNIKilledMidAdd", testFaultCNIKilled},
 			{"TornRecord", testFaultTornRecord},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},
