@@ -447,9 +447,27 @@ func testFaultAPIServerDown(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	reported := time.Since(f.healed)
-	if err := f.create(t.Context(), "after-api-"+dnsName(e.chainedPool), e.chainedPool); err != nil {
+	name := "after-api-" + dnsName(e.chainedPool)
+	created := time.Now()
+	if err := f.create(t.Context(), name, e.chainedPool); err != nil {
 		t.Fatal(err)
 	}
+	// Its start, apart: the scheduler's and the kubelet's watches come back on their own
+	// schedule after an outage, which is Kubernetes', not the daemon's.
+	err = eventually(t.Context(), podStartup, func(ctx context.Context) error {
+		p, err := e.core.Pods(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !podReady(p) {
+			return fmt.Errorf("pod %s: phase %s, not ready", name, p.Status.Phase)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	startedIn := time.Since(created)
 	out := f.check(t)
 	r, err := e.daemonRestarts(t.Context())
 	if err != nil {
@@ -458,8 +476,8 @@ func testFaultAPIServerDown(t *testing.T, e *env) {
 	if r != r0 {
 		t.Errorf("the daemon's containers restarted %d times during the API server's outage", r-r0)
 	}
-	f.report(t, fmt.Sprintf("kube-apiserver stopped %s: device plugin sockets and CNI files unchanged in %d samples, /metrics answered %d of %d, 0 daemon restarts; node Lease renewed %.1f s after it was back",
-		apiDown, samples, answered, asked, reported.Seconds()), out)
+	f.report(t, fmt.Sprintf("kube-apiserver stopped %s: device plugin sockets and CNI files unchanged in %d samples, /metrics answered %d of %d, 0 daemon restarts; node Lease renewed %.1f s after it was back, a chained pod created then Ready %.1f s after its creation",
+		apiDown, samples, answered, asked, reported.Seconds(), startedIn.Seconds()), out)
 }
 
 // parkDir is where the e2e build's fault hook looks for its park file (cni.DefaultParkDir;

@@ -36,12 +36,15 @@ import (
 //	memlock-hard-kib; prev-release, prev-chart, prev-image (REPO:TAG): the previous release's
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh)
 //
-// Four phases, each with the chart's values and the answers computed here from the fixture:
+// Five phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), upgrade (the previous release with the
 // device-plugin phase's values, upgraded to the working tree, rolled back and upgraded again
-// while pods are created; skipped without prev-*).
+// while pods are created; skipped without prev-*), faults (the device-plugin phase's values,
+// then one fault after another, each followed by one invariant check: faults_test.go).
+// cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
+// kept it.
 
 // localNodeDesc is the local node's hook description, parsed.
 type localNodeDesc struct {
