@@ -171,9 +171,10 @@ krew-dist:
 test-apiserver:
 	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./deploy/helm/
 
-# The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node).
+# The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node);
+# ARGS goes to its go test, e.g. ARGS='-run TestCluster/faults'.
 e2e-local:
-	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh
+	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh $(ARGS)
 
 # Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned), and the
 # typed client with apply configurations in pkg/client (client-gen, applyconfiguration-gen of

@@ -9,6 +9,9 @@
 #   port-state DEV PORT up|down set a fixture port ACTIVE/LinkUp or DOWN/Disabled, as the
 #                               kernel rewrites sysfs when a cable is pulled or comes back
 #   restart-kubelet             stop the kubelet (SIGTERM), start it again, wait for /healthz
+#   apiserver stop|start        stop the kube-apiserver (SIGTERM; its command line kept in
+#                               host/kube-apiserver.cmdline), or start it again with that
+#                               command line and wait for /readyz (the faults phase)
 #   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
@@ -16,6 +19,7 @@
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
 #                               sockets and claim records, the daemon's pools file
 #   describe                    "key value" lines: the node, its paths, images and ports;
+#                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
 #                               prev-release, prev-chart and prev-image once prev.sh built
 #                               the previous release and up.sh imported its image
 #
@@ -70,6 +74,39 @@ restart_kubelet() {
   done
 }
 
+# The API server's command line as up.sh started it, kept while it is stopped.
+APISERVER_CMDLINE=$NODE_RUN/host/kube-apiserver.cmdline
+
+apiserver() {
+  local pid deadline
+  local -a cmd
+  case $1 in
+    stop)
+      pid=$(pid_of kube-apiserver)
+      alive "$pid" || die "kube-apiserver is not running (pid '$pid')"
+      tr '\0' '\n' <"/proc/$pid/cmdline" >"$APISERVER_CMDLINE"
+      stop "$pid"
+      # down.sh must not signal a PID the kernel may have reused.
+      awk '$1 != "kube-apiserver"' "$NODE_RUN/host/pids" >"$NODE_RUN/host/pids.new"
+      mv "$NODE_RUN/host/pids.new" "$NODE_RUN/host/pids"
+      ;;
+    start)
+      [[ -s $APISERVER_CMDLINE ]] || die "no $APISERVER_CMDLINE: apiserver stop keeps it"
+      ! alive "$(pid_of kube-apiserver)" || die "kube-apiserver is running"
+      mapfile -t cmd <"$APISERVER_CMDLINE"
+      [[ ${cmd[0]} == */* ]] || cmd[0]=$BIN/${cmd[0]}
+      start kube-apiserver "${cmd[@]}"
+      rm -f "$APISERVER_CMDLINE"
+      deadline=$(($(date +%s) + 90))
+      until "$BIN/kubectl" get --raw /readyz >/dev/null 2>&1; do
+        [[ $(date +%s) -lt $deadline ]] || die "kube-apiserver not ready 90 s after its start"
+        sleep 0.2
+      done
+      ;;
+    *) die "apiserver: want stop or start, not $1" ;;
+  esac
+}
+
 runtime_memlock() {
   local pid
   pid=$(pid_of containerd)
@@ -99,6 +136,10 @@ gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)
 EOF
+  # The CNI plugin built with kuberdma_e2e (images.sh): its fault hook parks an ADD.
+  if [[ -x $E2E_CACHE/images/kube-rdma-cni-e2e ]]; then
+    echo "cni-e2e-binary $E2E_CACHE/images/kube-rdma-cni-e2e"
+  fi
   # The previous release, once prev.sh built it and up.sh imported its image.
   if [[ -f $PREV_CHART/Chart.yaml ]] && "$BIN/ctr" images ls -q 2>/dev/null | grep -qxF "$PREV_IMAGE"; then
     printf 'prev-release %s\nprev-chart %s\nprev-image %s\n' "$PREV_COMMIT" "$PREV_CHART" "$PREV_IMAGE"
@@ -157,7 +198,8 @@ case ${1:-} in
   leases) leases ;;
   port-state) [[ $# == 4 ]] || die "usage: hook.sh port-state DEV PORT up|down"; port_state "$2" "$3" "$4" ;;
   restart-kubelet) restart_kubelet ;;
+  apiserver) [[ $# == 2 ]] || die "usage: hook.sh apiserver stop|start"; apiserver "$2" ;;
   runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
-  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|runtime-memlock|node-state" ;;
+  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|apiserver stop|start|runtime-memlock|node-state" ;;
 esac

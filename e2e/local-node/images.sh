@@ -6,6 +6,7 @@
 #   localhost/kube-rdma:e2e-fakerdma   the same built with the tag kuberdma_e2e: RDMA netlink
 #                             faked (internal/fakerdma) for the GPU-aligned phase, which needs
 #                             the exclusive RDMA netns mode this kernel cannot give
+#   kube-rdma-cni-e2e         that image's CNI plugin as a file, for the faults phase
 #   localhost/pause:e2e       the sandbox image (e2e/local-node/pause)
 #   localhost/rdma-test:e2e   busybox-static plus rdma-core's ibv_devices/ibv_devinfo, from the
 #                             host's Debian suite (downloaded, unpacked, never installed)
@@ -46,6 +47,9 @@ gobuild -o "$WORK/pause" ./e2e/local-node/pause
 mkdir -p "$WORK/fakerdma"
 gobuild -tags "kuberdma_e2e,$release_tags" -o "$WORK/fakerdma/device-plugin" ./cmd/device-plugin
 gobuild -tags "kuberdma_e2e,$release_tags" -o "$WORK/fakerdma/kube-rdma" ./cmd/cni
+# The same CNI plugin on its own: the faults phase puts it on the node for one test (its fault
+# hook, pkg/cni/park_e2e.go, parks an ADD between two steps); hook.sh describe names it.
+install -m 0755 "$WORK/fakerdma/kube-rdma" "$OUT/kube-rdma-cni-e2e"
 
 # The kube-rdma image: what the Dockerfile's final stage holds (distroless/static without CA
 # certificates and time zones, which the binaries do not use).

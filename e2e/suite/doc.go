@@ -11,7 +11,12 @@
 // real Prometheus (Debian's prometheus binary, when present) scrapes the daemon and
 // finds the CNI plugin's operations there (prometheus_test.go); and an upgrade from
 // the previous release, its rollback and the upgrade again while pods are created
-// (upgrade_test.go): every pod that runs has what it asked for, running pods stay.
+// (upgrade_test.go): every pod that runs has what it asked for, running pods stay; and
+// faults (faults_test.go, faultcases_test.go: the CNI plugin killed mid-ADD, a torn
+// attachment record, a record of a previous boot, a 0.3.1 primary conflist, the daemon
+// killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s),
+// each followed by one invariant check: nothing lost, nothing stuck, running pods intact,
+// a pod that could not get its NIC failed loudly.
 //
 // TestCluster (phases_test.go) runs them in phases, in order: each installs the chart
 // with values built here, runs its tests, uninstalls and checks the node is as before.

@@ -157,7 +157,13 @@ func (e *env) startWatchedPod(t *testing.T, ns string) *watchedPod {
 // pool: a shared pool of one device) and checks what it got.
 func (e *env) startWatchedPodOf(t *testing.T, ns string, p pool) *watchedPod {
 	t.Helper()
-	w := &watchedPod{e: e, ns: ns, name: "watched-" + dnsName(p.name), chained: p.name == e.chainedPool}
+	return e.startWatchedPodNamed(t, ns, "watched-"+dnsName(p.name), p)
+}
+
+// startWatchedPodNamed is startWatchedPodOf for a pod of the given name.
+func (e *env) startWatchedPodNamed(t *testing.T, ns, name string, p pool) *watchedPod {
+	t.Helper()
+	w := &watchedPod{e: e, ns: ns, name: name, chained: p.name == e.chainedPool}
 	e.createPod(t, e.devicePod(ns, w.name, p.name, 1))
 	pod := e.waitRunning(t, ns, w.name)
 	w.containerID = container(pod).ContainerID

@@ -36,12 +36,15 @@ import (
 //	memlock-hard-kib; prev-release, prev-chart, prev-image (REPO:TAG): the previous release's
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh)
 //
-// Four phases, each with the chart's values and the answers computed here from the fixture:
+// Five phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), upgrade (the previous release with the
 // device-plugin phase's values, upgraded to the working tree, rolled back and upgraded again
-// while pods are created; skipped without prev-*).
+// while pods are created; skipped without prev-*), faults (the device-plugin phase's values,
+// then one fault after another, each followed by one invariant check: faults_test.go).
+// cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
+// kept it.
 
 // localNodeDesc is the local node's hook description, parsed.
 type localNodeDesc struct {
@@ -49,6 +52,7 @@ type localNodeDesc struct {
 	nodeRun, fixture, cniState, rdmaIPAM string
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
+	cniE2EBinary                         string // the CNI plugin built with kuberdma_e2e ("": none)
 	// The previous release (prev-*): "" when the harness did not build it.
 	prevRelease, prevChart, prevImageRepo, prevImageTag string
 	vfs, apiPort, metricsPort                           int
@@ -110,7 +114,8 @@ func fixtureOf(t nodesim.Topology) (fixtureNode, error) {
 func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 	l := localNodeDesc{node: d["node"], testImage: d["test-image"], nodeRun: d["node-run"], fixture: d["fixture"],
 		cniState: d["cni-state-dir"], rdmaIPAM: d["rdma-ipam-dir"], nadCRD: d["nad-crd"], gpuDRADriver: d["gpu-dra-driver"],
-		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes"}
+		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes",
+		cniE2EBinary: d["cni-e2e-binary"]}
 	for k, v := range map[string]string{"node": l.node, "node-run": l.nodeRun, "fixture": l.fixture,
 		"cni-state-dir": l.cniState, "rdma-ipam-dir": l.rdmaIPAM, "nad-crd": l.nadCRD, "image": d["image"],
 		"gpu-dra-driver": l.gpuDRADriver} {
@@ -157,7 +162,7 @@ func localNode(d map[string]string) (harness, error) {
 	return harness{
 		node:   l.node,
 		setup:  l.setup,
-		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase()},
+		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(), l.faultsPhase()},
 	}, nil
 }
 
@@ -309,6 +314,35 @@ func (l localNodeDesc) upgradePhase() phase {
 			") installed with the device-plugin phase's values, DaemonSet ready: %s s"}}
 	p.tests = []namedTest{{"UpgradeUnderLoad", testUpgradeUnderLoad}}
 	return p
+}
+
+// faultsPhase: the device-plugin phase's values, then one fault after another (issue 20;
+// faultcases_test.go), each followed by the one invariant check (fault.check): a torn
+// attachment record, a record of a previous boot, a 0.3.1 primary conflist, the daemon
+// killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
+// Its tests reach the node's files directly (they run on its host): local-node only.
+func (l localNodeDesc) faultsPhase() phase {
+	v, cfg := l.devicePluginValues()
+	return phase{
+		name: "faults",
+		config: func(c *config) {
+			cfg(c)
+			c.faults = &faultsConfig{cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
+				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist", cniBin: l.nodeRun + "/cni/bin/kube-rdma",
+				cniE2EBinary: l.cniE2EBinary}
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "faults: chart installed with the device-plugin phase's values, DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"CNIKilledMidAdd", testFaultCNIKilled},
+			{"TornRecord", testFaultTornRecord},
+			{"PreviousBoot", testFaultPreviousBoot},
+			{"Conflist031", testFaultConflist031},
+			{"DaemonKilled", testFaultDaemonKilled},
+			{"KubeletRestart", testFaultKubeletRestart},
+			{"APIServerDown", testFaultAPIServerDown},
+		},
+	}
 }
 
 // gpuAlignedPhase: the InfiniBand pool gets binding gpuAligned. Such a pool needs the
@@ -519,7 +553,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "faults"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config

@@ -75,6 +75,7 @@ type config struct {
 	gpuAligned    *gpuAlignedConfig
 	dra           *draConfig
 	upgradeTo     *upgradeConfig
+	faults        *faultsConfig
 }
 
 // env is what every cluster test gets: the phase's configuration, the clients and the node
