@@ -494,7 +494,7 @@ func (e *env) waitNoDRASlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.appendReport(t, fmt.Sprintf("dra: no ResourceSlice of %s left %d s after the chart's uninstall", draDriver,
+	e.appendReport(t, fmt.Sprintf("%s: no ResourceSlice of %s left %d s after the chart's uninstall", path.Base(t.Name()), draDriver,
 		int(time.Since(start).Seconds())))
 }
 

@@ -338,14 +338,19 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 			stuck = append(stuck, m)
 		}
 	}
-	slowest, warned, warning, err := e.loadPodStarts(t.Context(), ns, created)
+	st, err := e.loadPodStarts(t.Context(), ns, created, end.at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := fmt.Sprintf("%s: upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its deletion at %s); %d of %d pods created during it (one every %s, then every %s from the old pod's stop: %d after it): "+
-		"%d ran without something they asked for (device nodes, env, netdev, claim, aligned NIC) and %d never started nor failed (both must be 0); %d rejected by the kubelet at admission (UnexpectedAdmissionError, loud); slowest Ready %s after its creation; "+
+	slowest, warned, warning := st.slowest, st.warned, st.example
+	slowestIs := fmt.Sprintf("Ready %s after its creation", slowest)
+	if slices.ContainsFunc(created, func(p loadPod) bool { return p.kind.oneShot }) {
+		slowestIs = fmt.Sprintf("container start %s after its scheduling (one-shot pods: each waits for the devices of the one before)", slowest)
+	}
+	line := fmt.Sprintf("%s: upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its deletion at %s); %d of %d pods created during it (one every %s, then every %s from the old pod's stop: %d after it), %d pods' containers started before it ended: "+
+		"%d ran without something they asked for (device nodes, env, netdev, claim, aligned NIC) and %d never started nor failed (both must be 0); %d rejected by the kubelet at admission (UnexpectedAdmissionError, loud); slowest %s; "+
 		"%d with a kubelet warning on the way%s; %d watched pods beside; CNI files unchanged in %d samples",
-		e.upgradeTo.phase, what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), burstPace, afterStop, len(missing), len(stuck), len(rejected), slowest, warned, warning, watched, samples)
+		e.upgradeTo.phase, what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), burstPace, afterStop, st.during, len(missing), len(stuck), len(rejected), slowestIs, warned, warning, watched, samples)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, m := range rejected {
@@ -518,41 +523,70 @@ func leftOver(e *env) string {
 	return s
 }
 
+// podStarts are the start figures of a rollout's pods.
+type podStarts struct {
+	slowest time.Duration // the longest from creation (one-shot: scheduling) to start
+	during  int           // pods whose container started before the rollout ended
+	warned  int           // pods with a Warning event (a container creation retried...)
+	example string        // one such event
+}
+
 // loadPodStarts returns the longest time from a pod's creation to its Ready condition (the
-// API's 1 s resolution), how many pods the kubelet sent a Warning event about (a container
-// creation that failed and was retried), and one such event's message.
-func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod) (time.Duration, int, string, error) {
+// API's 1 s resolution; a one-shot pod, which waits for the devices of the one before it:
+// from its scheduling to its container's start), how many containers started before end,
+// how many pods got a Warning event (a container creation that failed and was retried; a
+// one-shot pod's FailedScheduling, its wait, does not count), and one such event's message.
+func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod, end time.Time) (podStarts, error) {
+	var out podStarts
 	list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("list pods: %w", err)
+		return out, fmt.Errorf("list pods: %w", err)
 	}
-	at := map[string]time.Time{}
+	byName := map[string]loadPod{}
 	for _, p := range created {
-		at[p.name] = p.at
+		byName[p.name] = p
 	}
-	var slowest time.Duration
 	for i := range list.Items {
-		if c := condition(&list.Items[i], corev1.PodReady); c != nil && c.Status == corev1.ConditionTrue {
-			slowest = max(slowest, c.LastTransitionTime.Sub(at[list.Items[i].Name]))
+		pod := &list.Items[i]
+		lp := byName[pod.Name]
+		cs := container(pod)
+		var started time.Time
+		switch {
+		case cs.State.Running != nil:
+			started = cs.State.Running.StartedAt.Time
+		case cs.State.Terminated != nil:
+			started = cs.State.Terminated.StartedAt.Time
+		}
+		if !started.IsZero() && started.Before(end) {
+			out.during++
+		}
+		switch c := condition(pod, corev1.PodReady); {
+		case lp.kind.oneShot:
+			if s := condition(pod, corev1.PodScheduled); s != nil && s.Status == corev1.ConditionTrue && !started.IsZero() {
+				out.slowest = max(out.slowest, started.Sub(s.LastTransitionTime.Time))
+			}
+		case c != nil && c.Status == corev1.ConditionTrue:
+			out.slowest = max(out.slowest, c.LastTransitionTime.Sub(lp.at))
 		}
 	}
 	ev, err := e.core.Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("list events: %w", err)
+		return out, fmt.Errorf("list events: %w", err)
 	}
 	warned := map[string]bool{}
-	var example string
 	for _, v := range ev.Items {
 		// MissingClusterDNS: the node has no cluster DNS, every pod gets it.
-		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" || v.Reason == "MissingClusterDNS" {
+		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" || v.Reason == "MissingClusterDNS" ||
+			(v.Reason == "FailedScheduling" && byName[v.InvolvedObject.Name].kind.oneShot) {
 			continue
 		}
-		if !warned[v.InvolvedObject.Name] && example == "" {
-			example = fmt.Sprintf(" (e.g. %s %s: %.300s)", v.InvolvedObject.Name, v.Reason, v.Message)
+		if !warned[v.InvolvedObject.Name] && out.example == "" {
+			out.example = fmt.Sprintf(" (e.g. %s %s: %.300s)", v.InvolvedObject.Name, v.Reason, v.Message)
 		}
 		warned[v.InvolvedObject.Name] = true
 	}
-	return slowest.Round(100 * time.Millisecond), len(warned), example, nil
+	out.slowest, out.warned = out.slowest.Round(100*time.Millisecond), len(warned)
+	return out, nil
 }
 
 // releaseDaemonSet is the release's only DaemonSet.
