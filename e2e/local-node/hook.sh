@@ -21,7 +21,8 @@
 #   describe                    "key value" lines: the node, its paths, images and ports;
 #                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
 #                               prev-release, prev-chart and prev-image once prev.sh built
-#                               the previous release and up.sh imported its image
+#                               the previous release and up.sh imported its image;
+#                               prev-fakerdma-image once its fakerdma variant is imported too
 #
 # Exit 0 on success; non-zero with a message on stderr.
 set -Eeuo pipefail
@@ -141,12 +142,25 @@ EOF
     echo "cni-e2e-binary $E2E_CACHE/images/kube-rdma-cni-e2e"
   fi
   # The previous release, once prev.sh built it and up.sh imported its image.
-  if [[ -f $PREV_CHART/Chart.yaml ]] && "$BIN/ctr" images ls -q 2>/dev/null | grep -qxF "$PREV_IMAGE"; then
+  local images
+  images=$("$BIN/ctr" images ls -q 2>/dev/null || true)
+  if [[ -f $PREV_CHART/Chart.yaml ]] && grep -qxF "$PREV_IMAGE" <<<"$images"; then
     printf 'prev-release %s\nprev-chart %s\nprev-image %s\n' "$PREV_COMMIT" "$PREV_CHART" "$PREV_IMAGE"
+    if grep -qxF "$PREV_IMAGE-fakerdma" <<<"$images"; then
+      printf 'prev-fakerdma-image %s\n' "$PREV_IMAGE-fakerdma"
+    fi
   fi
 }
 
 start_standin() {
+  # Once per node: a later phase with the same stand-in (upgrade-gpu-aligned, upgrade-dra)
+  # finds it running.
+  local pid
+  pid=$(pid_of "$1")
+  if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$NODE_RUN/$1 "; then
+    log "$1 already running (pid $pid)"
+    return 0
+  fi
   case $1 in
     fakegpu) start fakegpu "$NODE_RUN/fakegpu" -sysfs-root "$FIXTURE/sys" -proc-root "$FIXTURE/proc" ;;
     fakegpudra)

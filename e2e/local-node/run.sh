@@ -61,7 +61,8 @@ echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPOR
 
 # The suite drives the rest (e2e/suite, TestCluster): from `hook.sh describe` it builds each
 # phase's chart values and expected answers, installs the chart, runs the phase's tests,
-# uninstalls it and checks the node is as before: device-plugin, gpu-aligned, dra, upgrade, faults.
+# uninstalls it and checks the node is as before: device-plugin, gpu-aligned, dra, upgrade,
+# upgrade-gpu-aligned, upgrade-dra, faults.
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT
 log "running the e2e suite"
 (cd "$REPO" && go test -count=1 -v -timeout 60m -run '^TestCluster$' ./e2e/suite "$@")

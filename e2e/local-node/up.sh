@@ -274,10 +274,13 @@ wait_for "containerd serving" 30 ctr version
 for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
   ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log" 2>&1
 done
-# The previous release's image (prev.sh), for the suite's upgrade phase.
-if [[ -s $PREV_IMAGES/kube-rdma.tar ]]; then
-  ctr images import --all-platforms "$PREV_IMAGES/kube-rdma.tar" >>"$NODE_RUN/logs/images.log" 2>&1
-fi
+# The previous release's images (prev.sh), for the suite's upgrade phases: kube-rdma, and
+# its fakerdma variant for upgrade-gpu-aligned.
+for i in kube-rdma kube-rdma-fakerdma; do
+  if [[ -s $PREV_IMAGES/$i.tar ]]; then
+    ctr images import --all-platforms "$PREV_IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log" 2>&1
+  fi
+done
 log "images imported: $(ctr images ls -q | grep -c '^localhost/') ($(elapsed)s)"
 
 # --- kubelet -----------------------------------------------------------------------------------

@@ -155,8 +155,17 @@ func (e *env) claimPod(ns, name, template string) *corev1.Pod {
 // extended resources), waiting for it.
 func (e *env) podClaim(t *testing.T, ns, pod string) *resourceapi.ResourceClaim {
 	t.Helper()
+	claim, err := e.podClaimOf(t.Context(), ns, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// podClaimOf is podClaim returning the error.
+func (e *env) podClaimOf(ctx context.Context, ns, pod string) (*resourceapi.ResourceClaim, error) {
 	var claim *resourceapi.ResourceClaim
-	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+	err := eventually(ctx, time.Minute, func(ctx context.Context) error {
 		p, err := e.core.Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -186,10 +195,7 @@ func (e *env) podClaim(t *testing.T, ns, pod string) *resourceapi.ResourceClaim 
 		}
 		return fmt.Errorf("claim %s is not reserved for pod %s: %v", name, pod, claim.Status.ReservedFor)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return claim
+	return claim, err
 }
 
 // allocated maps each request of the claim to the device it got (one per request).
@@ -205,13 +211,23 @@ func allocated(t *testing.T, c *resourceapi.ResourceClaim) map[string]resourceap
 	return out
 }
 
-// checkNICContainer checks what the container of pod got for the one NIC dev of our driver:
-// its device nodes (one uverbs, nothing else of ours) and NCCL_IB_HCA (and, for RoCE,
-// NCCL_IB_GID_INDEX) naming it when its pool sets NCCL's variables (ncclPools), none
-// when it does not; it returns the pod's environment.
+// checkNICContainer checks what the container of pod got for the one NIC dev of our driver
+// (nicProblems) and returns the pod's environment.
 func (e *env) checkNICContainer(t *testing.T, ns, pod string, dev resourceapi.Device) map[string]string {
 	t.Helper()
 	l := e.waitLog(t, ns, pod, 1)
+	for _, s := range e.nicProblems(l, dev) {
+		t.Errorf("pod %s: %s", pod, s)
+	}
+	t.Logf("pod %s: device %s (%s), /dev/infiniband %v", pod, dev.Name, attrString(dev, attrRDMA), l.ticks[0].dev)
+	return l.env
+}
+
+// nicProblems: what a container that logged l lacks of the one NIC dev of our driver: its
+// device nodes (one uverbs, nothing else of ours) and NCCL_IB_HCA (and, for RoCE,
+// NCCL_IB_GID_INDEX) naming it when its pool sets NCCL's variables (ncclPools), none when
+// it does not.
+func (e *env) nicProblems(l podLog, dev resourceapi.Device) []string {
 	rdma := attrString(dev, attrRDMA)
 	problems := deviceProblems(l.ticks[0].dev, 1)
 	if pool := attrString(dev, attrPool); !e.nccl(pool) {
@@ -228,11 +244,7 @@ func (e *env) checkNICContainer(t *testing.T, ns, pod string, dev resourceapi.De
 			problems = append(problems, fmt.Sprintf("NCCL_IB_GID_INDEX=%q, want %d", l.env["NCCL_IB_GID_INDEX"], gid))
 		}
 	}
-	for _, s := range problems {
-		t.Errorf("pod %s: %s", pod, s)
-	}
-	t.Logf("pod %s: device %s (%s), /dev/infiniband %v", pod, dev.Name, rdma, l.ticks[0].dev)
-	return l.env
+	return problems
 }
 
 // waitClaimGone waits until the claim is deleted (a template's claim goes with its pod).

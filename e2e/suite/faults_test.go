@@ -85,8 +85,12 @@ func (e *env) beginFault(t *testing.T, name string, pools ...string) *fault {
 
 // create creates a pod with one device of pool; its outcome is checked by check.
 func (f *fault) create(ctx context.Context, name, pool string) error {
-	p := loadPod{name: name, pool: pool, at: time.Now()}
-	_, p.err = f.e.core.Pods(f.ns).Create(ctx, f.e.devicePod(f.ns, name, pool, 1), metav1.CreateOptions{})
+	pl := f.e.pool(pool)
+	if pl == nil {
+		return fmt.Errorf("no pool %s in the phase", pool)
+	}
+	p := loadPod{name: name, kind: f.e.poolKind(*pl), at: time.Now()}
+	_, p.err = f.e.core.Pods(f.ns).Create(ctx, p.kind.pod(f.ns, name), metav1.CreateOptions{})
 	f.created = append(f.created, p)
 	return p.err
 }
@@ -124,13 +128,13 @@ func (f *fault) check(t *testing.T) faultOutcome {
 			continue
 		}
 		names = append(names, p.name)
-		ran, problems := e.loadPodProblems(t.Context(), f.ns, p.name, p.pool)
+		ran, problems := e.loadPodProblems(t.Context(), f.ns, p.name, p.kind)
 		switch {
 		case problems == nil:
 			out.ran++
 		case ran:
 			e.dumpPod(t, f.ns, p.name)
-			t.Errorf("%s: pod %s (pool %s) ran without something it asked for: %s", f.name, p.name, p.pool, strings.Join(problems, "; "))
+			t.Errorf("%s: pod %s (pool %s) ran without something it asked for: %s", f.name, p.name, p.kind.name, strings.Join(problems, "; "))
 		default:
 			why, err := e.loudly(t.Context(), f.ns, p.name)
 			if err != nil {
@@ -138,11 +142,11 @@ func (f *fault) check(t *testing.T) faultOutcome {
 			}
 			if why == "" {
 				e.dumpPod(t, f.ns, p.name)
-				t.Errorf("%s: pod %s (pool %s) did not run and nothing says why: %s", f.name, p.name, p.pool, strings.Join(problems, "; "))
+				t.Errorf("%s: pod %s (pool %s) did not run and nothing says why: %s", f.name, p.name, p.kind.name, strings.Join(problems, "; "))
 				continue
 			}
 			out.loud++
-			t.Logf("%s: pod %s (pool %s) did not get its devices, loudly: %s", f.name, p.name, p.pool, why)
+			t.Logf("%s: pod %s (pool %s) did not get its devices, loudly: %s", f.name, p.name, p.kind.name, why)
 		}
 	}
 	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {

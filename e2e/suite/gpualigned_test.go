@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -122,17 +121,8 @@ func testGPUAligned(t *testing.T, e *env) {
 		e.deletePod(t, ns, name)
 	}
 	e.waitLinks(t, hostLinks)
-	if f := e.gpuAligned.fakeRDMAState; f != "" {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatalf("fake RDMA state: %v", err)
-		}
-		var s struct {
-			Devices map[string]string `json:"devices"`
-		}
-		if err := json.Unmarshal(data, &s); err != nil || len(s.Devices) != 0 {
-			t.Errorf("RDMA devices still in pods' namespaces after every pod is gone: %s (%v)", data, err)
-		}
+	if err := e.fakeRDMAProblems(); err != nil {
+		t.Errorf("after every pod is gone: %v", err)
 	}
 	e.appendReport(t, fmt.Sprintf("gpuAligned: a pod with 2 GPUs got the NICs on their switches (%s), a 1-GPU pod the NIC on its GPU's (%s), a pod without GPUs the one left (%s)",
 		strings.Join(two.rdma, ","), strings.Join(one.rdma, ","), strings.Join(nogpu.rdma, ",")))

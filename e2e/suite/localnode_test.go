@@ -34,15 +34,18 @@ import (
 //	gpu-dra-driver (the driver name of the stand-in GPU DRA driver, hook start fakegpudra),
 //	memlock-raisable (yes: root may raise RLIMIT_MEMLOCK above containerd's hard limit),
 //	memlock-hard-kib; prev-release, prev-chart, prev-image (REPO:TAG): the previous release's
-//	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh)
+//	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh);
+//	prev-fakerdma-image: its fakerdma variant, once imported too
 //
-// Five phases, each with the chart's values and the answers computed here from the fixture:
+// Seven phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
-// driver beside a stand-in GPU DRA driver), upgrade (the previous release with the
-// device-plugin phase's values, upgraded to the working tree, rolled back and upgraded again
-// while pods are created; skipped without prev-*), faults (the device-plugin phase's values,
-// then one fault after another, each followed by one invariant check: faults_test.go).
+// driver beside a stand-in GPU DRA driver), then upgrade, upgrade-gpu-aligned and upgrade-dra:
+// the previous release with the values of device-plugin, gpu-aligned and dra, upgraded to the
+// working tree, rolled back and upgraded again while pods are created (skipped without
+// prev-*; upgrade-gpu-aligned also without prev-fakerdma-image), and faults (the
+// device-plugin phase's values, then one fault after another, each followed by one invariant
+// check: faults_test.go).
 // cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
 // kept it.
 
@@ -55,6 +58,7 @@ type localNodeDesc struct {
 	cniE2EBinary                         string // the CNI plugin built with kuberdma_e2e ("": none)
 	// The previous release (prev-*): "" when the harness did not build it.
 	prevRelease, prevChart, prevImageRepo, prevImageTag string
+	prevFakeRDMA                                        bool // prev-fakerdma-image: REPO:TAG-fakerdma of prev-image
 	vfs, apiPort, metricsPort                           int
 	memlockRaisable                                     bool
 	fix                                                 fixtureNode
@@ -136,6 +140,12 @@ func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 				l.prevChart, l.prevRelease, d["prev-image"])
 		}
 		l.prevImageRepo, l.prevImageTag = d["prev-image"][:i], d["prev-image"][i+1:]
+		if f := d["prev-fakerdma-image"]; f != "" {
+			if f != d["prev-image"]+"-fakerdma" {
+				return l, fmt.Errorf("hook describe: prev-fakerdma-image %q: want %s-fakerdma", f, d["prev-image"])
+			}
+			l.prevFakeRDMA = true
+		}
 	}
 	for k, p := range map[string]*int{"fixture-vfs": &l.vfs, "api-port": &l.apiPort, "metrics-port": &l.metricsPort} {
 		n, err := strconv.Atoi(d[k])
@@ -160,9 +170,10 @@ func localNode(d map[string]string) (harness, error) {
 			len(l.fix.ib), len(l.fix.pfs), len(l.fix.vfs), len(l.fix.gpuNICs))
 	}
 	return harness{
-		node:   l.node,
-		setup:  l.setup,
-		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(), l.faultsPhase()},
+		node:  l.node,
+		setup: l.setup,
+		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(),
+			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase()},
 	}, nil
 }
 
@@ -293,25 +304,65 @@ func (l localNodeDesc) devicePluginValues() (values, func(c *config)) {
 
 // upgradePhase: the previous release (e2e/previous-release, built by the harness) installed
 // with the device-plugin phase's values and its own image, then upgraded to the working
-// tree's chart and image, rolled back and upgraded again, pods created all along
-// (testUpgradeUnderLoad). The gpuAligned and DRA kinds are not in it: they need the fakerdma
-// image, the exclusive netns mode and the stand-in GPU drivers of their own phases.
+// tree's chart and image, rolled back and upgraded again, pods of every pool created all
+// along (testUpgradeUnderLoad).
 func (l localNodeDesc) upgradePhase() phase {
 	v, cfg := l.devicePluginValues()
-	p := phase{name: "upgrade", config: cfg}
+	return l.upgradeOf(phase{name: "upgrade", config: cfg}, v, "the device-plugin phase's values", 20, "")
+}
+
+// upgradeGPUAlignedPhase: upgradePhase with the gpu-aligned phase's values, the previous
+// release's fakerdma image and fakegpu: a watched pod holds one GPU and the NIC on its
+// switch; the pods created during each rollout ask for the other GPU and a NIC, and exit once
+// they logged what they got (the pool has a NIC per GPU, so they take the free pair in
+// turn): 10 per rollout, not 20, so that each rollout's pods have run within podStartup.
+func (l localNodeDesc) upgradeGPUAlignedPhase() phase {
+	v, cfg, setup := l.gpuAlignedValues()
+	p := phase{name: "upgrade-gpu-aligned", config: cfg, setup: setup}
+	skip := ""
+	if !l.prevFakeRDMA {
+		skip = "hook describe names no prev-fakerdma-image: the previous release's fakerdma image " +
+			"(e2e/local-node/prev.sh keeps it, up.sh imports it) is what a gpuAligned pool needs on this kernel"
+	}
+	return l.upgradeOf(p, v, "the gpu-aligned phase's values (fakerdma image)", 10, skip)
+}
+
+// upgradeDRAPhase: upgradePhase with the dra phase's values beside fakegpudra: watched pods
+// of vf-dp (the device plugin) and a claim of ib-dra and of vf-dra each; the pods created
+// during each rollout: one ib-dra claim, the rest vf-dp pods and vf-dra claims in turn.
+func (l localNodeDesc) upgradeDRAPhase() phase {
+	v, cfg, setup := l.draValues()
+	p := phase{name: "upgrade-dra", config: cfg, setup: setup, after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) }}
+	return l.upgradeOf(p, v, "the dra phase's values", 20, "")
+}
+
+// upgradeOf makes p an upgrade phase: the previous release installed with the phase's values
+// v (beside prevNodeValues; its own image, with -fakerdma when v names the fakerdma tag),
+// testUpgradeUnderLoad upgrading to the working tree's with pods created during each rollout.
+// skip: why it cannot run though the previous release is there.
+func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip string) phase {
 	if l.prevChart == "" {
 		p.skip = "hook describe names no previous release (prev-release, prev-chart, prev-image): " +
 			"e2e/local-node/prev.sh builds the commit e2e/previous-release names, up.sh imports its image"
 		return p
 	}
-	prevImage := values{"image": values{"repository": l.prevImageRepo, "tag": l.prevImageTag}}
+	if skip != "" {
+		p.skip = skip
+		return p
+	}
+	tag := l.prevImageTag
+	if img, ok := v["image"].(values); ok && img["tag"] == l.imageTag+"-fakerdma" {
+		tag += "-fakerdma"
+	}
+	prevImage := values{"image": values{"repository": l.prevImageRepo, "tag": tag}}
+	cfg := p.config
 	p.config = func(c *config) {
 		cfg(c)
-		c.upgradeTo = &upgradeConfig{prevRelease: l.prevRelease, values: []values{l.nodeValues(), v}, pods: 20}
+		c.upgradeTo = &upgradeConfig{phase: p.name, prevRelease: l.prevRelease, values: []values{l.nodeValues(), v}, pods: pods}
 	}
 	p.releases = []release{{name: "kube-rdma", chart: l.prevChart, values: []values{l.prevNodeValues(), v, prevImage},
-		report: "upgrade: previous release " + l.prevRelease[:min(12, len(l.prevRelease))] + " (" + l.prevImageTag +
-			") installed with the device-plugin phase's values, DaemonSet ready: %s s"}}
+		report: p.name + ": previous release " + l.prevRelease[:min(12, len(l.prevRelease))] + " (" + tag +
+			") installed with " + what + ", DaemonSet ready: %s s"}}
 	p.tests = []namedTest{{"UpgradeUnderLoad", testUpgradeUnderLoad}}
 	return p
 }
@@ -353,6 +404,19 @@ func (l localNodeDesc) faultsPhase() phase {
 // fakegpu) stands in for NVIDIA's GPU device plugin: the fixture's GPUs as nvidia.com/gpu,
 // by UUID.
 func (l localNodeDesc) gpuAlignedPhase() phase {
+	v, cfg, setup := l.gpuAlignedValues()
+	return phase{
+		name:     "gpu-aligned",
+		config:   cfg,
+		setup:    setup,
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v}}},
+		tests:    []namedTest{{"GPUAligned", testGPUAligned}},
+	}
+}
+
+// gpuAlignedValues are the gpu-aligned phase's chart values (beside nodeValues), what its
+// tests expect of them and its setup (fakegpu).
+func (l localNodeDesc) gpuAlignedValues() (values, func(c *config), func(t *testing.T, e *env)) {
 	v := values{
 		"image": values{"tag": l.imageTag + "-fakerdma"},
 		"config": values{"pools": []values{{"name": "ib", "mode": "exclusive", "binding": "gpuAligned",
@@ -366,20 +430,16 @@ func (l localNodeDesc) gpuAlignedPhase() phase {
 			"chained": values{"pool": "ib"},
 		},
 	}
-	return phase{
-		name: "gpu-aligned",
-		config: func(c *config) {
-			l.common(c)
-			c.pools, c.ncclPools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}}, []string{"ib"}
-			c.gpuAligned = &gpuAlignedConfig{pool: "ib", nics: l.fix.gpuNICs, resource: "nvidia.com/gpu",
-				fakeRDMAState: fakerdma.DefaultStateFile}
-		},
-		setup: func(t *testing.T, e *env) {
-			e.mustHook(t, 3*time.Minute, "start", "fakegpu")
-		},
-		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v}}},
-		tests:    []namedTest{{"GPUAligned", testGPUAligned}},
+	cfg := func(c *config) {
+		l.common(c)
+		c.pools, c.ncclPools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}}, []string{"ib"}
+		c.gpuAligned = &gpuAlignedConfig{pool: "ib", nics: l.fix.gpuNICs, resource: "nvidia.com/gpu",
+			fakeRDMAState: fakerdma.DefaultStateFile}
 	}
+	setup := func(t *testing.T, e *env) {
+		e.mustHook(t, 3*time.Minute, "start", "fakegpu")
+	}
+	return v, cfg, setup
 }
 
 // draPhase: the pools served as a DRA driver beside fakegpudra, a stand-in GPU DRA driver
@@ -394,6 +454,28 @@ func (l localNodeDesc) gpuAlignedPhase() phase {
 // device plugin, not to a DeviceClass's extendedResourceName. ib-dra is NCCL's fabric: the
 // VF pools set no NCCL_* (a config with two NCCL pools is refused).
 func (l localNodeDesc) draPhase() phase {
+	v, cfg, setup := l.draValues()
+	return phase{
+		name:   "dra",
+		config: cfg,
+		setup:  setup,
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"DRAClaimTemplate", testDRAClaimTemplate},
+			{"DRAAlignPCIeRoot", testDRAAlignPCIeRoot},
+			{"DRAAlignPCIeSwitch", testDRAAlignPCIeSwitch},
+			{"DRAPortDownTaint", testDRAPortDownTaint},
+			{"DRAExtendedResource", testDRAExtendedResource},
+			{"DRAStartLatency", testDRAStartLatency},
+		},
+		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
+	}
+}
+
+// draValues are the dra phase's chart values (beside nodeValues), what its tests expect of
+// them and its setup (fakegpudra and its DeviceClass).
+func (l localNodeDesc) draValues() (values, func(c *config), func(t *testing.T, e *env)) {
 	half := len(l.fix.vfs) / 2
 	vfDRA, vfDP := l.fix.vfs[:half], l.fix.vfs[half:]
 	vfSel := func(devs []string) values {
@@ -407,39 +489,26 @@ func (l localNodeDesc) draPhase() phase {
 		}},
 		"dra": values{"enabled": true},
 	}
-	return phase{
-		name: "dra",
-		config: func(c *config) {
-			l.common(c)
-			c.pools, c.ncclPools = []pool{{"vf-dp", "exclusive", int64(len(vfDP))}}, []string{"ib-dra"}
-			c.dra = &draConfig{pools: map[string]int{"ib-dra": len(l.fix.ib), "vf-dra": len(vfDRA)},
-				alignPool: "ib-dra", latencyPool: "vf-dra", latencyPods: 5,
-				gpuDriver: l.gpuDRADriver, gpuClass: l.gpuDRADriver,
-				// The device a claim for any HCA of ib-dra gets first (device names sort by PCI
-				// address), so a claim that still gets it while it is tainted shows.
-				portDevice: l.fix.ib[0]}
-		},
-		setup: func(t *testing.T, e *env) {
-			e.mustHook(t, 3*time.Minute, "start", "fakegpudra")
-			dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: l.gpuDRADriver},
-				Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-					CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", l.gpuDRADriver)}}}}}
-			if _, err := e.draAPI.DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("create DeviceClass %s: %v", l.gpuDRADriver, err)
-			}
-		},
-		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
-			report: "dra: chart installed with dra.enabled (pools ib-dra and vf-dra frontend dra, vf-dp device plugin), DaemonSet ready: %s s"}},
-		tests: []namedTest{
-			{"DRAClaimTemplate", testDRAClaimTemplate},
-			{"DRAAlignPCIeRoot", testDRAAlignPCIeRoot},
-			{"DRAAlignPCIeSwitch", testDRAAlignPCIeSwitch},
-			{"DRAPortDownTaint", testDRAPortDownTaint},
-			{"DRAExtendedResource", testDRAExtendedResource},
-			{"DRAStartLatency", testDRAStartLatency},
-		},
-		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
+	cfg := func(c *config) {
+		l.common(c)
+		c.pools, c.ncclPools = []pool{{"vf-dp", "exclusive", int64(len(vfDP))}}, []string{"ib-dra"}
+		c.dra = &draConfig{pools: map[string]int{"ib-dra": len(l.fix.ib), "vf-dra": len(vfDRA)},
+			alignPool: "ib-dra", latencyPool: "vf-dra", latencyPods: 5,
+			gpuDriver: l.gpuDRADriver, gpuClass: l.gpuDRADriver,
+			// The device a claim for any HCA of ib-dra gets first (device names sort by PCI
+			// address), so a claim that still gets it while it is tainted shows.
+			portDevice: l.fix.ib[0]}
 	}
+	setup := func(t *testing.T, e *env) {
+		e.mustHook(t, 3*time.Minute, "start", "fakegpudra")
+		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: l.gpuDRADriver},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", l.gpuDRADriver)}}}}}
+		if _, err := e.draAPI.DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create DeviceClass %s: %v", l.gpuDRADriver, err)
+		}
+	}
+	return v, cfg, setup
 }
 
 // waitNoDRASlices waits until no ResourceSlice of the driver is left: the kubelet deletes the
@@ -460,7 +529,7 @@ func (e *env) waitNoDRASlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.appendReport(t, fmt.Sprintf("dra: no ResourceSlice of %s left %d s after the chart's uninstall", draDriver,
+	e.appendReport(t, fmt.Sprintf("%s: no ResourceSlice of %s left %d s after the chart's uninstall", path.Base(t.Name()), draDriver,
 		int(time.Since(start).Seconds())))
 }
 
@@ -526,8 +595,10 @@ func TestFixtureOf(t *testing.T) {
 	}
 }
 
-// TestLocalNodeHarness: hook describe's text gives the three phases in order, the device
-// plugin phase's pools counted from the fixture; a description without a key is refused.
+// TestLocalNodeHarness: hook describe's text gives the six phases in order, the device
+// plugin phase's pools counted from the fixture; the upgrade phases skip without the
+// previous release (upgrade-gpu-aligned also without its fakerdma image) and install its
+// chart with its image otherwise; a description without a key is refused.
 func TestLocalNodeHarness(t *testing.T) {
 	desc := `harness local-node
 node kube-rdma-e2e
@@ -553,7 +624,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "faults"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config
@@ -562,8 +633,10 @@ memlock-hard-kib 8192
 	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
 		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
 	}
-	if h.phases[3].skip == "" || h.phases[3].releases != nil {
-		t.Errorf("upgrade phase without prev-*: skip %q, %d releases; want a reason and none", h.phases[3].skip, len(h.phases[3].releases))
+	for _, p := range h.phases[3:6] { // the upgrade phases
+		if p.skip == "" || p.releases != nil {
+			t.Errorf("phase %s without prev-*: skip %q, %d releases; want a reason and none", p.name, p.skip, len(p.releases))
+		}
 	}
 	withPrev := desc + "prev-release 7593f5d529e96b70546fc3d98e09c4606edda510\nprev-chart /c/prev/chart\nprev-image localhost/kube-rdma:prev-7593f5d529e9\n"
 	h, err = localNode(parseDescription(withPrev))
@@ -581,6 +654,37 @@ memlock-hard-kib 8192
 	up.config(&c)
 	if c.upgradeTo == nil || len(c.upgradeTo.values) != 2 || c.chainedPool != "vf" {
 		t.Errorf("upgrade phase config: upgradeTo %+v, chained pool %q; want the working tree's values and vf", c.upgradeTo, c.chainedPool)
+	}
+	if ga := h.phases[4]; ga.skip == "" || ga.releases != nil {
+		t.Errorf("upgrade-gpu-aligned without prev-fakerdma-image: skip %q, %d releases; want a reason and none", ga.skip, len(ga.releases))
+	}
+	dra := h.phases[5]
+	if dra.skip != "" || len(dra.releases) != 1 || dra.releases[0].values[2]["image"].(values)["tag"] != "prev-7593f5d529e9" {
+		t.Errorf("upgrade-dra with prev-*: skip %q, releases %+v; want the previous chart with its image", dra.skip, dra.releases)
+	}
+	c = config{}
+	dra.config(&c)
+	if c.upgradeTo == nil || c.upgradeTo.phase != "upgrade-dra" || c.upgradeTo.pods != 20 || c.dra == nil || len(c.upgradeTo.values) != 2 {
+		t.Errorf("upgrade-dra config: upgradeTo %+v, dra %+v; want 20 pods, the working tree's values and the DRA pools", c.upgradeTo, c.dra)
+	}
+	h, err = localNode(parseDescription(withPrev + "prev-fakerdma-image localhost/kube-rdma:prev-7593f5d529e9-fakerdma\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga := h.phases[4]
+	if ga.skip != "" || len(ga.releases) != 1 {
+		t.Fatalf("upgrade-gpu-aligned with prev-fakerdma-image: skip %q, releases %+v; want the previous chart installed", ga.skip, ga.releases)
+	}
+	if got := ga.releases[0].values[2]["image"]; !cmp.Equal(got, values{"repository": "localhost/kube-rdma", "tag": "prev-7593f5d529e9-fakerdma"}) {
+		t.Errorf("upgrade-gpu-aligned: the previous release's image values %v; want its fakerdma image", got)
+	}
+	c = config{}
+	ga.config(&c)
+	if c.upgradeTo == nil || c.gpuAligned == nil || c.upgradeTo.values[1]["image"].(values)["tag"] != "e2e-fakerdma" {
+		t.Errorf("upgrade-gpu-aligned config: upgradeTo %+v, gpuAligned %+v; want the working tree's fakerdma image", c.upgradeTo, c.gpuAligned)
+	}
+	if _, err := localNode(parseDescription(withPrev + "prev-fakerdma-image localhost/kube-rdma:other\n")); err == nil {
+		t.Error("prev-fakerdma-image not prev-image's -fakerdma: no error")
 	}
 	if _, err := localNode(parseDescription(desc + "prev-chart /c/prev/chart\n")); err == nil {
 		t.Error("prev-chart without prev-release and prev-image: no error")

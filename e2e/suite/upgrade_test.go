@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 // upgradeConfig is what the upgrade phase upgrades to: the installed release is the previous
 // one (the phase's release chart and image), these are the working tree's values.
 type upgradeConfig struct {
+	phase       string   // the phase, naming its report lines
 	prevRelease string   // the previous release's commit
 	values      []values // helm upgrade's values files, in order
 	pods        int      // pods created during each rollout
@@ -29,13 +31,14 @@ type upgradeConfig struct {
 // local node); when the old pod is deleted sooner, the second half starts then.
 const firstStopGuess = 3 * time.Second
 
-// testUpgradeUnderLoad: with a watched pod of each pool running (the chained pool's with its
-// netdev), helm upgrade from the previous release to the working tree, helm rollback to the
-// previous release, and helm upgrade again, each while pods asking for one device of a pool
-// are created, spread over the rollout. Every pod runs with its device nodes, environment
-// and, in the chained pool, its netdev, checked inside the pod; the watched pods keep their
-// container (no restart) and what they had; the CNI entry stays all along. After all pods
-// are deleted, no attachment record, link or IPAM lease is left and every device is
+// testUpgradeUnderLoad: with a watched pod of each kind running (e.loadKinds: a device plugin
+// pool's, the chained pool's with its netdev, a gpuAligned pool's with a GPU, a DRA pool's
+// claim), helm upgrade from the previous release to the working tree, helm rollback to the
+// previous release, and helm upgrade again, each while pods asking for one device of a kind
+// are created, spread over the rollout. Every pod runs with what it asked for (its kind's
+// problems, checked inside the pod); the watched pods keep their container (no restart) and
+// what they had; the CNI entry stays all along. After all pods are deleted, no attachment
+// record, link, IPAM lease, claim or fake RDMA netns record is left and every device is
 // allocatable again.
 func testUpgradeUnderLoad(t *testing.T, e *env) {
 	e.needHelm(t)
@@ -55,17 +58,33 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	ns := e.namespace(t)
+	kinds, bulk := e.loadKinds()
 	var watched []*watchedPod
 	var names []string
-	for _, p := range e.pools {
-		if p.count > 0 {
-			w := e.startWatchedPodOf(t, ns, p)
-			watched, names = append(watched, w), append(names, w.name)
-		}
+	for _, k := range kinds {
+		w := e.startWatchedKind(t, ns, k)
+		watched, names = append(watched, w), append(names, w.name)
 	}
-	load, err := loadPools(e.pools, e.chainedPool, u.pods)
+	// A one-shot kind's devices come back as each pod exits: room for every pod.
+	var pools []pool
+	byName := map[string]loadKind{}
+	for _, k := range kinds {
+		p := pool{name: k.name, mode: "exclusive", count: int64(k.count)}
+		if k.shared {
+			p.mode = "shared"
+		}
+		if k.oneShot {
+			p.count = int64(u.pods + 1)
+		}
+		pools, byName[k.name] = append(pools, p), k
+	}
+	names0, err := loadPools(pools, bulk, u.pods)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var load []loadKind
+	for _, n := range names0 {
+		load = append(load, byName[n])
 	}
 	prev := u.prevRelease[:min(12, len(u.prevRelease))]
 	upgrade := func(ctx context.Context) error {
@@ -109,6 +128,12 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 		if diffs != nil {
 			return errors.New("after every pod is gone, the node's " + strings.Join(diffs, "; "))
 		}
+		if err := e.claimsLeft(ctx); err != nil {
+			return fmt.Errorf("after every pod is gone: %w", err)
+		}
+		if err := e.fakeRDMAProblems(); err != nil {
+			return fmt.Errorf("after every pod is gone: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -117,26 +142,29 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
 		t.Fatalf("after every pod is gone: %v", err)
 	}
-	line := fmt.Sprintf("upgrade: after deleting all %d pods (%d watched, %d per rollout x %d): no attachment record, link or IPAM lease left, every device allocatable again",
-		len(watched)+len(load)*len(steps), len(watched), len(load), len(steps))
+	line := fmt.Sprintf("%s: after deleting all %d pods (%d watched, %d per rollout x %d; kinds %s): no attachment record, link, IPAM lease%s left, every device allocatable again",
+		u.phase, len(watched)+len(load)*len(steps), len(watched), len(load), len(steps), kindCounts(load), leftOver(e))
 	t.Log(line)
 	e.appendReport(t, line)
 }
 
 // loadPools picks the pool of each of n pods with one device, within what the pools have
-// beside one watched pod each: the chained pool's devices (netdevs checked too) for most,
-// a quarter slots of a shared pool, one spare device of each other exclusive pool, each
-// pool's pods spread evenly over the n (so that each kind is created all through a rollout).
-func loadPools(pools []pool, chained string, n int) ([]string, error) {
+// beside one watched pod each: the bulk pools' devices (the chained pool's, netdevs checked
+// too) for most, taken in turn, a quarter slots of a shared pool, one spare device of each
+// other exclusive pool, each pool's pods spread evenly over the n (so that each kind is
+// created all through a rollout).
+func loadPools(pools []pool, bulk []string, n int) ([]string, error) {
 	quota := map[string]int{}
 	var order []string
 	rest := n
-	if p := poolOf(pools, chained); p != nil {
-		order = append(order, chained)
+	for _, b := range bulk {
+		if poolOf(pools, b) != nil {
+			order = append(order, b)
+		}
 	}
 	for _, p := range pools {
 		free := int(p.count) - 1
-		if p.name == chained || free < 1 {
+		if slices.Contains(bulk, p.name) || free < 1 {
 			continue
 		}
 		q := min(free, 1)
@@ -147,8 +175,15 @@ func loadPools(pools []pool, chained string, n int) ([]string, error) {
 		quota[p.name], rest = q, rest-q
 		order = append(order, p.name)
 	}
-	if p := poolOf(pools, chained); p != nil {
-		quota[chained], rest = min(int(p.count)-1, rest), rest-min(int(p.count)-1, rest)
+	for more := true; more && rest > 0; {
+		more = false
+		for _, b := range bulk {
+			if p := poolOf(pools, b); p != nil && rest > 0 && quota[b] < int(p.count)-1 {
+				quota[b]++
+				rest--
+				more = true
+			}
+		}
 	}
 	if rest > 0 {
 		return nil, fmt.Errorf("pools %v: room for %d pods with one device beside the watched ones, want %d", pools, n-rest, n)
@@ -174,9 +209,10 @@ func loadPools(pools []pool, chained string, n int) ([]string, error) {
 
 // loadPod is a pod created during a rollout.
 type loadPod struct {
-	name, pool string
-	at         time.Time // when its creation began
-	err        error
+	name string
+	kind loadKind
+	at   time.Time // when its creation began
+	err  error
 }
 
 // burstPace spaces the pods created once the old pod is told to stop: the kubelet's window
@@ -184,19 +220,26 @@ type loadPod struct {
 const burstPace = 100 * time.Millisecond
 
 // rolloutUnderLoad runs change (helm upgrade or rollback of the release) and creates one pod
-// per entry of pools while it rolls out (paceLoad): up to the first half one every pace from
+// per entry of kinds while it rolls out (paceLoad): up to the first half one every pace from
 // the change (the new pod's start, both pods running), the rest one every burstPace from the
 // moment the old pod is deleted (seen by a watch), where the kubelet drops the pools until
 // the new pod registers again. It waits until the DaemonSet has rolled out a new generation
 // and its old pod is gone, checks every pod inside it, reports the figures and deletes the
 // pods. watched: the running pods beside, for the report.
-func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, pools []string, pace time.Duration, watched int) {
+func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Context) error, kinds []loadKind, pace time.Duration, watched int) {
 	t.Helper()
 	ds0, err := e.releaseDaemonSet(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := e.namespace(t)
+	prepared := map[string]bool{}
+	for _, k := range kinds {
+		if k.prepare != nil && !prepared[k.name] {
+			k.prepare(t, ns)
+			prepared[k.name] = true
+		}
+	}
 	before := e.mustHook(t, 30*time.Second, "node-state")
 	// The CNI entry and node file stay; the binary stays, its content is the new release's.
 	stopSampling := e.sampleNodeState(t.Context(), before, func(line string) string {
@@ -223,10 +266,14 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 	var wg sync.WaitGroup
 	changed := make(chan struct{}) // helm returned: the burst does not wait for a stop it missed
 	wg.Go(func() {
-		paceLoad(ctx, len(pools), pace, burstPace, stopping.done, changed, func(i int) {
-			pool := pools[i]
-			p := loadPod{name: fmt.Sprintf("load-%02d-%s", i, dnsName(pool)), pool: pool, at: time.Now()}
-			_, p.err = e.core.Pods(ns).Create(ctx, e.devicePod(ns, p.name, pool, 1), metav1.CreateOptions{})
+		paceLoad(ctx, len(kinds), pace, burstPace, stopping.done, changed, func(i int) {
+			k := kinds[i]
+			p := loadPod{name: fmt.Sprintf("load-%02d-%s", i, dnsName(k.name)), kind: k, at: time.Now()}
+			pod := k.pod(ns, p.name)
+			if k.oneShot {
+				pod = oneShot(pod)
+			}
+			_, p.err = e.core.Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 			mu.Lock()
 			created = append(created, p)
 			mu.Unlock()
@@ -270,13 +317,13 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 		oldStop = fmt.Sprintf("%.1f s", stopAt.Sub(start).Seconds())
 	}
 	for _, p := range created {
-		ran, problems := e.loadPodProblems(t.Context(), ns, p.name, p.pool)
+		ran, problems := e.loadPodProblems(t.Context(), ns, p.name, p.kind)
 		if problems == nil {
 			continue
 		}
 		e.dumpPod(t, ns, p.name)
 		m := fmt.Sprintf("pod %s (pool %s, created %.1f s into the rollout of %.1f s; the old pod deleted at %s): %s",
-			p.name, p.pool, p.at.Sub(start).Seconds(), took.Seconds(), oldStop, strings.Join(problems, "; "))
+			p.name, p.kind.name, p.at.Sub(start).Seconds(), took.Seconds(), oldStop, strings.Join(problems, "; "))
 		switch {
 		case ran:
 			missing = append(missing, m)
@@ -291,14 +338,19 @@ func (e *env) rolloutUnderLoad(t *testing.T, what string, change func(context.Co
 			stuck = append(stuck, m)
 		}
 	}
-	slowest, warned, warning, err := e.loadPodStarts(t.Context(), ns, created)
+	st, err := e.loadPodStarts(t.Context(), ns, created, end.at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := fmt.Sprintf("upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its deletion at %s); %d of %d pods created during it (one every %s, then every %s from the old pod's stop: %d after it): "+
-		"%d ran without something they asked for (device nodes, env, netdev) and %d never started nor failed (both must be 0); %d rejected by the kubelet at admission (UnexpectedAdmissionError, loud); slowest Ready %s after its creation; "+
+	slowest, warned, warning := st.slowest, st.warned, st.example
+	slowestIs := fmt.Sprintf("Ready %s after its creation", slowest)
+	if slices.ContainsFunc(created, func(p loadPod) bool { return p.kind.oneShot }) {
+		slowestIs = fmt.Sprintf("container start %s after its scheduling (one-shot pods: each waits for the devices of the one before)", slowest)
+	}
+	line := fmt.Sprintf("%s: upgrade under load, %s: rollout %.1f s (from the change to the old pod gone; its deletion at %s); %d of %d pods created during it (one every %s, then every %s from the old pod's stop: %d after it), %d pods' containers started before it ended: "+
+		"%d ran without something they asked for (device nodes, env, netdev, claim, aligned NIC) and %d never started nor failed (both must be 0); %d rejected by the kubelet at admission (UnexpectedAdmissionError, loud); slowest %s; "+
 		"%d with a kubelet warning on the way%s; %d watched pods beside; CNI files unchanged in %d samples",
-		what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), burstPace, afterStop, len(missing), len(stuck), len(rejected), slowest, warned, warning, watched, samples)
+		e.upgradeTo.phase, what, took.Seconds(), oldStop, during, len(created), pace.Round(time.Millisecond), burstPace, afterStop, st.during, len(missing), len(stuck), len(rejected), slowestIs, warned, warning, watched, samples)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, m := range rejected {
@@ -371,10 +423,11 @@ func admissionRejected(problems []string) bool {
 	return len(problems) == 1 && strings.HasPrefix(problems[0], "ended: phase Failed, reason \"UnexpectedAdmissionError\"")
 }
 
-// loadPodProblems waits for a pod given one device of pool to run and log what it got, and
-// returns whether it ran and what it lacks (nil: nothing): not running (rejected by the
-// kubelet, not started), device nodes, environment, the chained pool's netdev.
-func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) (ran bool, problems []string) {
+// loadPodProblems waits for a pod of kind k to run (a one-shot pod: to run or have ended
+// well) and log what it got, and returns whether it ran and what it lacks (nil: nothing):
+// not running (rejected by the kubelet, not started), a container restart, the kind's
+// problems.
+func (e *env) loadPodProblems(ctx context.Context, ns, name string, k loadKind) (ran bool, problems []string) {
 	var pod *corev1.Pod
 	err := eventually(ctx, podStartup, func(ctx context.Context) error {
 		p, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -393,6 +446,7 @@ func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) (ran b
 	switch {
 	case err != nil:
 		return false, []string{fmt.Sprintf("not running: %v", err)}
+	case pod.Status.Phase == corev1.PodSucceeded && k.oneShot:
 	case pod.Status.Phase != corev1.PodRunning:
 		return false, []string{fmt.Sprintf("ended: phase %s, reason %q, message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)}
 	}
@@ -413,54 +467,126 @@ func (e *env) loadPodProblems(ctx context.Context, ns, name, pool string) (ran b
 	if err != nil {
 		return true, []string{fmt.Sprintf("no log of what it got: %v", err)}
 	}
-	n := 1
-	if p := e.pool(pool); p != nil && p.mode == "shared" {
-		// A slot of a shared pool is every device of the pool.
-		n = max(strings.Count(strings.Join(l.ticks[0].dev, ","), "uverbs"), 1)
+	return true, k.problems(ctx, ns, name, l)
+}
+
+// startWatchedKind runs a pod watched-<kind> of k and checks what it got (its kind's
+// problems); checkIntact compares its links too (they do not change in a pod without
+// netdevs).
+func (e *env) startWatchedKind(t *testing.T, ns string, k loadKind) *watchedPod {
+	t.Helper()
+	if k.prepare != nil {
+		k.prepare(t, ns)
 	}
-	problems = deviceProblems(l.ticks[0].dev, n)
-	problems = append(problems, envProblems(l.env, pool, n, e.nccl(pool))...)
-	if pool == e.chainedPool {
-		problems = append(problems, netdevProblems(l.ticks[0].links, 1)...)
+	w := &watchedPod{e: e, ns: ns, name: "watched-" + dnsName(k.name), chained: true}
+	e.createPod(t, k.pod(ns, w.name))
+	pod := e.waitRunning(t, ns, w.name)
+	w.containerID = container(pod).ContainerID
+	l := e.waitLog(t, ns, w.name, 1)
+	w.first = l.ticks[0]
+	for _, s := range k.problems(t.Context(), ns, w.name, l) {
+		t.Errorf("pod %s: %s", w.name, s)
 	}
-	return true, problems
+	if t.Failed() {
+		t.FailNow()
+	}
+	return w
+}
+
+// kindCounts says how many of the pods are of each kind, in the order of their first pod.
+func kindCounts(pods []loadKind) string {
+	n := map[string]int{}
+	var order []string
+	for _, k := range pods {
+		if n[k.name] == 0 {
+			order = append(order, k.name)
+		}
+		n[k.name]++
+	}
+	var out []string
+	for _, name := range order {
+		out = append(out, fmt.Sprintf("%s %d", name, n[name]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// leftOver names what else the phase checks is left after the pods: claims, fake RDMA
+// netns records.
+func leftOver(e *env) string {
+	var s string
+	if e.dra != nil {
+		s += ", resource claim"
+	}
+	if e.gpuAligned != nil && e.gpuAligned.fakeRDMAState != "" {
+		s += ", fake RDMA netns record"
+	}
+	return s
+}
+
+// podStarts are the start figures of a rollout's pods.
+type podStarts struct {
+	slowest time.Duration // the longest from creation (one-shot: scheduling) to start
+	during  int           // pods whose container started before the rollout ended
+	warned  int           // pods with a Warning event (a container creation retried...)
+	example string        // one such event
 }
 
 // loadPodStarts returns the longest time from a pod's creation to its Ready condition (the
-// API's 1 s resolution), how many pods the kubelet sent a Warning event about (a container
-// creation that failed and was retried), and one such event's message.
-func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod) (time.Duration, int, string, error) {
+// API's 1 s resolution; a one-shot pod, which waits for the devices of the one before it:
+// from its scheduling to its container's start), how many containers started before end,
+// how many pods got a Warning event (a container creation that failed and was retried; a
+// one-shot pod's FailedScheduling, its wait, does not count), and one such event's message.
+func (e *env) loadPodStarts(ctx context.Context, ns string, created []loadPod, end time.Time) (podStarts, error) {
+	var out podStarts
 	list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("list pods: %w", err)
+		return out, fmt.Errorf("list pods: %w", err)
 	}
-	at := map[string]time.Time{}
+	byName := map[string]loadPod{}
 	for _, p := range created {
-		at[p.name] = p.at
+		byName[p.name] = p
 	}
-	var slowest time.Duration
 	for i := range list.Items {
-		if c := condition(&list.Items[i], corev1.PodReady); c != nil && c.Status == corev1.ConditionTrue {
-			slowest = max(slowest, c.LastTransitionTime.Sub(at[list.Items[i].Name]))
+		pod := &list.Items[i]
+		lp := byName[pod.Name]
+		cs := container(pod)
+		var started time.Time
+		switch {
+		case cs.State.Running != nil:
+			started = cs.State.Running.StartedAt.Time
+		case cs.State.Terminated != nil:
+			started = cs.State.Terminated.StartedAt.Time
+		}
+		if !started.IsZero() && started.Before(end) {
+			out.during++
+		}
+		switch c := condition(pod, corev1.PodReady); {
+		case lp.kind.oneShot:
+			if s := condition(pod, corev1.PodScheduled); s != nil && s.Status == corev1.ConditionTrue && !started.IsZero() {
+				out.slowest = max(out.slowest, started.Sub(s.LastTransitionTime.Time))
+			}
+		case c != nil && c.Status == corev1.ConditionTrue:
+			out.slowest = max(out.slowest, c.LastTransitionTime.Sub(lp.at))
 		}
 	}
 	ev, err := e.core.Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("list events: %w", err)
+		return out, fmt.Errorf("list events: %w", err)
 	}
 	warned := map[string]bool{}
-	var example string
 	for _, v := range ev.Items {
 		// MissingClusterDNS: the node has no cluster DNS, every pod gets it.
-		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" || v.Reason == "MissingClusterDNS" {
+		if v.Type != corev1.EventTypeWarning || v.InvolvedObject.Kind != "Pod" || v.Reason == "MissingClusterDNS" ||
+			(v.Reason == "FailedScheduling" && byName[v.InvolvedObject.Name].kind.oneShot) {
 			continue
 		}
-		if !warned[v.InvolvedObject.Name] && example == "" {
-			example = fmt.Sprintf(" (e.g. %s %s: %.300s)", v.InvolvedObject.Name, v.Reason, v.Message)
+		if !warned[v.InvolvedObject.Name] && out.example == "" {
+			out.example = fmt.Sprintf(" (e.g. %s %s: %.300s)", v.InvolvedObject.Name, v.Reason, v.Message)
 		}
 		warned[v.InvolvedObject.Name] = true
 	}
-	return slowest.Round(100 * time.Millisecond), len(warned), example, nil
+	out.slowest, out.warned = out.slowest.Round(100*time.Millisecond), len(warned)
+	return out, nil
 }
 
 // releaseDaemonSet is the release's only DaemonSet.
@@ -600,25 +726,34 @@ func TestPaceLoad(t *testing.T) {
 
 func TestLoadPools(t *testing.T) {
 	pools := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 24}, {"roce-shared", "shared", 8}}
+	vf := []string{"vf"}
 	tests := []struct {
 		name    string
 		pools   []pool
+		bulk    []string
 		n       int
 		want    []string
 		wantErr bool
 	}{
-		{name: "every kind", pools: pools, n: 8,
+		{name: "every kind", pools: pools, bulk: vf, n: 8,
 			want: []string{"vf", "roce-shared", "vf", "vf", "ib", "vf", "roce-shared", "vf"}},
-		{name: "twenty", pools: pools, n: 20, want: []string{
+		{name: "twenty", pools: pools, bulk: vf, n: 20, want: []string{
 			"vf", "roce-shared", "vf", "vf", "vf", "roce-shared", "vf", "vf", "vf", "ib",
 			"roce-shared", "vf", "vf", "vf", "roce-shared", "vf", "vf", "vf", "roce-shared", "vf"}},
-		{name: "no chained pool", pools: []pool{{"ib", "exclusive", 2}, {"roce-shared", "shared", 8}}, n: 2,
+		{name: "no chained pool", pools: []pool{{"ib", "exclusive", 2}, {"roce-shared", "shared", 8}}, bulk: vf, n: 2,
 			want: []string{"ib", "roce-shared"}},
-		{name: "too few devices", pools: []pool{{"vf", "exclusive", 4}}, n: 4, wantErr: true},
+		{name: "too few devices", pools: []pool{{"vf", "exclusive", 4}}, bulk: vf, n: 4, wantErr: true},
+		// The DRA phase: two bulk pools taken in turn, 11 spare devices each, one HCA.
+		{name: "two bulk pools", pools: []pool{{"vf-dp", "exclusive", 12}, {"ib-dra", "exclusive", 2}, {"vf-dra", "exclusive", 12}},
+			bulk: []string{"vf-dp", "vf-dra"}, n: 20, want: []string{
+				"vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra",
+				"ib-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp", "vf-dra", "vf-dp"}},
+		{name: "two bulk pools, too few devices", pools: []pool{{"vf-dp", "exclusive", 6}, {"vf-dra", "exclusive", 6}},
+			bulk: []string{"vf-dp", "vf-dra"}, n: 11, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := loadPools(tc.pools, "vf", tc.n)
+			got, err := loadPools(tc.pools, tc.bulk, tc.n)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("loadPools: %v, want error %v", err, tc.wantErr)
 			}
