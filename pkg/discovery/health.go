@@ -94,7 +94,7 @@ func OpenPortStates(sysRoot string, ports map[string][]int) *PortStates {
 		p.nport = append(p.nport, len(ports[dev]))
 		for _, n := range ports[dev] {
 			path := filepath.Join(sysRoot, "class/infiniband", dev, "ports", strconv.Itoa(n), "state")
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			fd, err := openNoATime(path)
 			if err != nil {
 				fd = -1
 			}
@@ -202,7 +202,7 @@ func (p *PortStates) Read(health map[string]bool) (gone bool) {
 			if n := p.res[i]; n > 0 {
 				state = p.buf[i*stateBuf : i*stateBuf+int(n)]
 			}
-		} else if n, err := unix.Pread(f.fd, buf[:], 0); err == nil && n > 0 {
+		} else if n, err := rawPread(f.fd, buf[:]); err == nil && n > 0 {
 			state = buf[:n]
 		}
 		if state == nil {

@@ -38,12 +38,12 @@ func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 		}
 		l.fd = fd
 	}
-	if _, err := unix.Seek(l.fd, 0, 0); err != nil {
+	if err := rawRewind(l.fd); err != nil {
 		l.Close() // the directory was removed: open it again next time
 		return 0, 0, nil
 	}
 	for {
-		m, err := unix.Getdents(l.fd, l.buf)
+		m, err := rawGetdents(l.fd, l.buf)
 		if err == unix.EINTR {
 			continue
 		}

@@ -17,13 +17,20 @@ const DefaultInterval = 500 * time.Millisecond
 
 // GID tables change when addresses change; address and link events about a
 // device's netdev re-read its ports at once. As a safety net for a missed
-// event (a subscription that failed, a netdev in another namespace) every
-// tick also re-reads the ports of one device, in turn, so a full sweep takes
-// one Interval per device (8.5 minutes on a 1,024-device node, 4 s on an
-// 8-NIC node). Re-reading every device's ports costs about 60 health ticks
-// on the 1,024-device fixture (BenchmarkRereadGIDs against BenchmarkTick):
-// doing that every 10 s tripled the idle daemon's CPU; one device per tick
-// adds about 1/1000 of a tick.
+// event (a subscription that failed, a netdev in another namespace) the
+// ticks also re-read the ports of the devices in turn, one device per tick
+// on average, so a full sweep takes one Interval per device (8.5 minutes on
+// a 1,024-device node, 4 s on an 8-NIC node). Re-reading every device's
+// ports costs about 60 health ticks on the 1,024-device fixture
+// (BenchmarkRereadGIDs against BenchmarkTick): doing that every 10 s tripled
+// the idle daemon's CPU; one device per tick adds about 1/1000 of a tick.
+// They are read sweepBatch at a time every sweepBatch-th tick: the other
+// ticks make only raw system calls (pkg/discovery/raw_linux.go), which do
+// not wake the Go runtime's monitor thread; a re-read's ordinary calls do.
+
+// sweepBatch is how many devices' ports one sweeping tick re-reads, every
+// sweepBatch-th tick.
+const sweepBatch = 8
 
 // minEventGap bounds how often events cause a re-read: a storm of events
 // causes at most one re-read per gap. Events about netdevs that belong to
@@ -71,7 +78,8 @@ type Watcher struct {
 	gone    *retry            // a state read failed with unchanged names
 	states  *discovery.PortStates
 	scratch map[string]bool
-	sweep   int              // the device whose ports the next tick re-reads
+	sweep   int              // the device whose ports the sweep re-reads next
+	ticks   int              // ticks so far
 	netdevs map[string][]int // netdev -> indexes in the snapshot's RDMADevices
 	last    time.Time        // of the last re-read
 
@@ -137,9 +145,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			ticked = true
-			if cur, _ := w.Latest(); len(cur.Node.RDMADevices) > 0 {
-				req.add(w.sweep % len(cur.Node.RDMADevices))
-				w.sweep++
+			w.ticks++
+			if cur, _ := w.Latest(); len(cur.Node.RDMADevices) > 0 && w.ticks%sweepBatch == 0 {
+				for range min(sweepBatch, len(cur.Node.RDMADevices)) {
+					req.add(w.sweep % len(cur.Node.RDMADevices))
+					w.sweep++
+				}
 			}
 		case <-w.evSignal:
 			if !w.takeEvents(&req) {

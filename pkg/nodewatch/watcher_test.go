@@ -134,7 +134,7 @@ func TestIdleTickDoesNotAllocate(t *testing.T) {
 }
 
 // TestSweepRereadsPortsWithoutEvents: with no event source, a GID change is
-// still picked up by the per-tick sweep.
+// still picked up by the sweep of the ticks.
 func TestSweepRereadsPortsWithoutEvents(t *testing.T) {
 	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
 	if err != nil {
@@ -160,7 +160,7 @@ func TestSweepRereadsPortsWithoutEvents(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	// 13 devices at 10 ms a tick: one sweep is 130 ms.
+	// 13 devices at 10 ms a tick, 8 every 8th tick: one sweep is about 160 ms.
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
