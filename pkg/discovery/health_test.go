@@ -58,7 +58,13 @@ func testPortStates(t *testing.T, batched bool) {
 	if err := tree.SetPortState("mlx5_0", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
-	ps.Read(health)
+	if changed, gone := ps.Poll(); !changed || gone {
+		t.Errorf("Poll after mlx5_0 down and mlx5_1 up: changed %v, gone %v; want changed", changed, gone)
+	}
+	if changed, _ := ps.Poll(); changed {
+		t.Error("Poll with nothing changed since the last one: changed")
+	}
+	ps.Health(health)
 	if health["mlx5_0"] || !health["mlx5_1"] {
 		t.Errorf("after mlx5_0 down and mlx5_1 up: %v", health)
 	}

@@ -97,6 +97,7 @@ func (w *Watcher) rescan(now time.Time) error {
 	w.states = discovery.OpenPortStates(w.cfg.Scanner.SysRoot, ports)
 	w.scratch = make(map[string]bool, len(ports))
 	w.states.Read(w.scratch)
+	w.healthDirty = false
 	w.publish(node, maps.Clone(w.scratch), true)
 	return nil
 }

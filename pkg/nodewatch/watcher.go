@@ -78,10 +78,12 @@ type Watcher struct {
 	gone    *retry            // a state read failed with unchanged names
 	states  *discovery.PortStates
 	scratch map[string]bool
-	sweep   int              // the device whose ports the sweep re-reads next
-	ticks   int              // ticks so far
-	netdevs map[string][]int // netdev -> indexes in the snapshot's RDMADevices
-	last    time.Time        // of the last re-read
+	// healthDirty: a Poll saw a health change not published yet.
+	healthDirty bool
+	sweep       int              // the device whose ports the sweep re-reads next
+	ticks       int              // ticks so far
+	netdevs     map[string][]int // netdev -> indexes in the snapshot's RDMADevices
+	last        time.Time        // of the last re-read
 
 	evMu     sync.Mutex
 	evAll    bool            // an event about an unknown netdev is pending
@@ -232,7 +234,10 @@ func (w *Watcher) refresh(now time.Time, req gidRequest) {
 		}
 		return
 	}
-	gone := w.states.Read(w.scratch)
+	healthChanged, gone := w.states.Poll()
+	// A change this refresh does not publish (it rescans instead, and the
+	// rescan may fail) is published by a later one.
+	w.healthDirty = w.healthDirty || healthChanged
 	// A failed read is a device removed and re-added between two ticks (a
 	// fast driver reload) or a broken one: scan again, with backoff.
 	if gone {
@@ -255,9 +260,11 @@ func (w *Watcher) refresh(now time.Time, req gidRequest) {
 	if req.all || len(req.devs) > 0 {
 		node, devicesChanged = w.rereadPorts(cur.Node, req)
 	}
-	if !devicesChanged && maps.Equal(w.scratch, cur.Healthy) {
+	if !devicesChanged && !w.healthDirty {
 		return
 	}
+	w.healthDirty = false
+	w.states.Health(w.scratch)
 	for name, ok := range w.scratch {
 		if cur.Healthy[name] != ok {
 			w.log.Info("device health changed", "device", name, "healthy", ok)
