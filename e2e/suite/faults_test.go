@@ -34,6 +34,9 @@ type faultsConfig struct {
 	// cniE2EBinary: the CNI plugin built with kuberdma_e2e, whose fault hook parks an ADD
 	// (pkg/cni/park_e2e.go); "": the harness has none.
 	cniE2EBinary string
+	// claims: the DRA front end's claim records (--dra-plugin-dir, then claims/); "": the
+	// phase serves no DRA pool. claimPool: the dra pool whose claims its DRA faults use.
+	claims, claimPool string
 }
 
 // needFaults returns the phase's faults configuration or skips t.
@@ -54,6 +57,8 @@ type fault struct {
 	watched []*watchedPod
 	created []loadPod // pods created around the fault, checked and deleted by check
 	healed  time.Time // when the fault was over (the process back, the file written)
+	// baseClaims: the claim records dir's entries before the fault (DRA phases).
+	baseClaims []string
 }
 
 // beginFault waits until every device is allocatable, takes the node's links, records and
@@ -67,7 +72,7 @@ func (e *env) beginFault(t *testing.T, name string, pools ...string) *fault {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fault{e: e, name: name, ns: e.namespace(t), base: base}
+	f := e.newFault(t, name, base)
 	if len(pools) == 0 {
 		for _, p := range e.pools {
 			pools = append(pools, p.name)
@@ -83,14 +88,52 @@ func (e *env) beginFault(t *testing.T, name string, pools ...string) *fault {
 	return f
 }
 
+// newFault is a fault in a new namespace, with the node's listing base and its claim
+// records taken.
+func (e *env) newFault(t *testing.T, name string, base nodeListing) *fault {
+	t.Helper()
+	f := &fault{e: e, name: name, ns: e.namespace(t), base: base}
+	if e.faults.claims != "" {
+		var err error
+		if f.baseClaims, err = e.faults.claimFiles(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// beginFaultOf is beginFault for pods of load kinds (a DRA pool's claim): it makes what
+// their pods need in the fault's namespace and starts a watched pod of each kind.
+func (e *env) beginFaultOf(t *testing.T, name string, kinds ...loadKind) *fault {
+	t.Helper()
+	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	base, err := e.listing(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := e.newFault(t, name, base)
+	for _, k := range kinds {
+		f.watched = append(f.watched, e.startWatchedKind(t, f.ns, k))
+	}
+	return f
+}
+
 // create creates a pod with one device of pool; its outcome is checked by check.
 func (f *fault) create(ctx context.Context, name, pool string) error {
 	pl := f.e.pool(pool)
 	if pl == nil {
 		return fmt.Errorf("no pool %s in the phase", pool)
 	}
-	p := loadPod{name: name, kind: f.e.poolKind(*pl), at: time.Now()}
-	_, p.err = f.e.core.Pods(f.ns).Create(ctx, p.kind.pod(f.ns, name), metav1.CreateOptions{})
+	return f.createKind(ctx, name, f.e.poolKind(*pl))
+}
+
+// createKind creates a pod of kind k (what it needs made in the namespace already: a
+// watched pod of k, beginFaultOf); its outcome is checked by check.
+func (f *fault) createKind(ctx context.Context, name string, k loadKind) error {
+	p := loadPod{name: name, kind: k, at: time.Now()}
+	_, p.err = f.e.core.Pods(f.ns).Create(ctx, k.pod(f.ns, name), metav1.CreateOptions{})
 	f.created = append(f.created, p)
 	return p.err
 }
@@ -106,8 +149,10 @@ type faultOutcome struct {
 // everything it asked for (device nodes, env, the chained pool's netdev) or failed loudly:
 // not running, with a Warning Event or a Failed phase naming why; none ran without
 // something, none is stuck without a word. Every attachment record belongs to a live pod
-// (its namespace, name and UID). Then every pod is deleted, after which the node's links,
-// records and leases are as before the fault and every device is allocatable again.
+// (its namespace, name and UID), every claim record a claim that exists with its UID. Then
+// every pod is deleted, after which the node's links, records and leases, its claim records
+// and the cluster's ResourceClaims are as before the fault and every device is allocatable
+// again.
 func (f *fault) check(t *testing.T) faultOutcome {
 	t.Helper()
 	e := f.e
@@ -156,6 +201,11 @@ func (f *fault) check(t *testing.T) faultOutcome {
 	if err := eventually(t.Context(), 30*time.Second, func(ctx context.Context) error { return e.recordsOfLivePods(ctx) }); err != nil {
 		t.Errorf("%s: %v", f.name, err)
 	}
+	if e.faults.claims != "" {
+		if err := eventually(t.Context(), 30*time.Second, func(ctx context.Context) error { return e.claimRecordsOfLiveClaims(ctx) }); err != nil {
+			t.Errorf("%s: %v", f.name, err)
+		}
+	}
 	e.deleteParallel(t, f.ns, names)
 	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
 		now, err := e.listing(ctx)
@@ -168,10 +218,19 @@ func (f *fault) check(t *testing.T) faultOutcome {
 				diffs = append(diffs, fmt.Sprintf("%s: left %v, missing %v", verb, minus(now[verb], f.base[verb]), minus(f.base[verb], now[verb])))
 			}
 		}
+		if e.faults.claims != "" {
+			files, err := e.faults.claimFiles()
+			if err != nil {
+				return err
+			}
+			if d := cmp.Diff(f.baseClaims, files); d != "" {
+				diffs = append(diffs, fmt.Sprintf("claim records: left %v, missing %v", minus(files, f.baseClaims), minus(f.baseClaims, files)))
+			}
+		}
 		if diffs != nil {
 			return errors.New("after every pod is gone, the node's " + strings.Join(diffs, "; "))
 		}
-		return nil
+		return e.claimsLeft(ctx)
 	})
 	if err != nil {
 		t.Errorf("%s: %v", f.name, err)
@@ -189,8 +248,12 @@ func (f *fault) report(t *testing.T, what string, out faultOutcome) {
 	if t.Failed() {
 		status = "INVARIANT BROKEN"
 	}
-	line := fmt.Sprintf("faults, %s: %s; %d watched pods intact, %d pods created around it: %d ran with everything, %d failed loudly; settled %.1f s after the fault ended; %s: no record, link or lease left, every device allocatable",
-		f.name, what, len(f.watched), len(f.created), out.ran, out.loud, out.converged.Seconds(), status)
+	phase, claims := "faults", ""
+	if f.e.faults.claims != "" {
+		phase, claims = "faults-dra", ", no claim record or ResourceClaim left"
+	}
+	line := fmt.Sprintf("%s, %s: %s; %d watched pods intact, %d pods created around it: %d ran with everything, %d failed loudly; settled %.1f s after the fault ended; %s: no record, link or lease left%s, every device allocatable",
+		phase, f.name, what, len(f.watched), len(f.created), out.ran, out.loud, out.converged.Seconds(), status, claims)
 	t.Log(line)
 	f.e.appendReport(t, line)
 }
@@ -217,8 +280,12 @@ func (e *env) loudly(ctx context.Context, ns, name string) (string, error) {
 	return "", nil
 }
 
-// records reads the attachment records of the CNI plugin's state dir, by file name.
+// records reads the attachment records of the CNI plugin's state dir, by file name (none
+// when the phase names no state dir: no CNI).
 func (c *faultsConfig) records() (map[string]attachment.Attachment, error) {
+	if c.cniState == "" {
+		return nil, nil
+	}
 	ents, err := os.ReadDir(c.cniState)
 	if err != nil {
 		return nil, fmt.Errorf("read the CNI state dir: %w", err)

@@ -37,7 +37,7 @@ import (
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh);
 //	prev-fakerdma-image: its fakerdma variant, once imported too
 //
-// Seven phases, each with the chart's values and the answers computed here from the fixture:
+// Eight phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), then upgrade, upgrade-gpu-aligned and upgrade-dra:
@@ -45,7 +45,8 @@ import (
 // working tree, rolled back and upgraded again while pods are created (skipped without
 // prev-*; upgrade-gpu-aligned also without prev-fakerdma-image), and faults (the
 // device-plugin phase's values, then one fault after another, each followed by one invariant
-// check: faults_test.go).
+// check: faults_test.go), and faults-dra (the dra phase's values, the DRA front end's faults:
+// drafaults_test.go).
 // cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
 // kept it.
 
@@ -173,7 +174,7 @@ func localNode(d map[string]string) (harness, error) {
 		node:  l.node,
 		setup: l.setup,
 		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(),
-			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase()},
+			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase()},
 	}, nil
 }
 
@@ -393,6 +394,30 @@ func (l localNodeDesc) faultsPhase() phase {
 			{"KubeletRestart", testFaultKubeletRestart},
 			{"APIServerDown", testFaultAPIServerDown},
 		},
+	}
+}
+
+// faultsDRAPhase: the dra phase's values beside fakegpudra, then the DRA front end's faults
+// (drafaults_test.go), each followed by fault.check: the daemon killed during Prepares, a
+// torn claim record. Its claim pods ask for one NIC of vf-dra; the claim records are in the
+// chart's DRA plugin dir (hostPaths.kubeletDir/plugins/rdma.kube-rdma.io), then claims/.
+func (l localNodeDesc) faultsDRAPhase() phase {
+	v, cfg, setup := l.draValues()
+	return phase{
+		name: "faults-dra",
+		config: func(c *config) {
+			cfg(c)
+			c.faults = &faultsConfig{rdmaIPAM: l.rdmaIPAM,
+				claims: l.nodeRun + "/kubelet/plugins/" + draDriver + "/claims", claimPool: "vf-dra"}
+		},
+		setup: setup,
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "faults-dra: chart installed with the dra phase's values, DaemonSet ready: %s s"}},
+		tests: []namedTest{
+			{"DaemonKilledDuringPrepare", testFaultDaemonKilledDuringPrepare},
+			{"TornClaimRecord", testFaultTornClaimRecord},
+		},
+		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
 	}
 }
 
@@ -624,7 +649,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config

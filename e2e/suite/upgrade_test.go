@@ -478,7 +478,14 @@ func (e *env) startWatchedKind(t *testing.T, ns string, k loadKind) *watchedPod 
 	if k.prepare != nil {
 		k.prepare(t, ns)
 	}
-	w := &watchedPod{e: e, ns: ns, name: "watched-" + dnsName(k.name), chained: true}
+	return e.startWatchedKindNamed(t, ns, "watched-"+dnsName(k.name), k)
+}
+
+// startWatchedKindNamed is startWatchedKind for a pod of the given name, in a namespace
+// where what k's pods need is made already.
+func (e *env) startWatchedKindNamed(t *testing.T, ns, name string, k loadKind) *watchedPod {
+	t.Helper()
+	w := &watchedPod{e: e, ns: ns, name: name, chained: true}
 	e.createPod(t, k.pod(ns, w.name))
 	pod := e.waitRunning(t, ns, w.name)
 	w.containerID = container(pod).ContainerID

@@ -1,0 +1,261 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+)
+
+// The faults-dra phase's tests (issue 20): the faults of the DRA front end, with claim pods
+// (a ResourceClaimTemplate of one NIC of a dra pool), each ended by fault.check like the
+// faults phase's.
+
+const quarantinedClaims = `kube_rdma_device_plugin_quarantined_files{kind="claim"}`
+
+// needDRAFaults returns the kind of claim pod the phase's DRA faults use (a claim of one NIC
+// of faultsConfig.claimPool) or skips t.
+func (e *env) needDRAFaults(t *testing.T) loadKind {
+	t.Helper()
+	if e.faults == nil || e.faults.claims == "" || e.dra == nil || e.dra.pools[e.faults.claimPool] == 0 {
+		t.Skip("the phase names no claim records dir or no DRA pool for its faults")
+	}
+	return e.claimKind(e.faults.claimPool, e.dra.pools[e.faults.claimPool])
+}
+
+// claimFiles lists the claim records dir: its files and those of quarantine/
+// ("quarantine/<name>"), sorted; nil when there is none.
+func (c *faultsConfig) claimFiles() ([]string, error) {
+	var out []string
+	for _, sub := range []string{"", claimrecord.QuarantineDir} {
+		ents, err := os.ReadDir(filepath.Join(c.claims, sub))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the claim records dir: %w", err)
+		}
+		for _, d := range ents {
+			if !d.IsDir() {
+				out = append(out, filepath.Join(sub, d.Name()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// claimRecordsOfLiveClaims checks that every claim record names a ResourceClaim that exists
+// with its UID. It reads the files itself (claimrecord.ReadAll would move a torn one aside):
+// one that does not decode is an error.
+func (e *env) claimRecordsOfLiveClaims(ctx context.Context) error {
+	ents, err := os.ReadDir(e.faults.claims)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the claim records dir: %w", err)
+	}
+	var bad []string
+	for _, d := range ents {
+		if d.IsDir() || !strings.HasSuffix(d.Name(), ".json") || strings.HasPrefix(d.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(e.faults.claims, d.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // unprepared meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		var r claimrecord.Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("claim record %s: %w", d.Name(), err)
+		}
+		c, err := e.draAPI.ResourceClaims(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			bad = append(bad, fmt.Sprintf("%s (claim %s/%s gone)", d.Name(), r.Namespace, r.Name))
+		case err != nil:
+			return err
+		case string(c.UID) != r.UID:
+			bad = append(bad, fmt.Sprintf("%s (claim %s/%s re-created)", d.Name(), r.Namespace, r.Name))
+		}
+	}
+	if bad != nil {
+		return fmt.Errorf("claim records without their claim: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// prepareRetries counts the Warning Events of the namespace that say a pod's claims could not
+// be prepared (the kubelet retries NodePrepareResources).
+func (e *env) prepareRetries(ctx context.Context, ns string) (int, error) {
+	ev, err := e.core.Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list events: %w", err)
+	}
+	n := 0
+	for _, v := range ev.Items {
+		if v.Type == corev1.EventTypeWarning && strings.Contains(v.Reason, "Prepare") {
+			n += max(int(v.Count), 1)
+		}
+	}
+	return n, nil
+}
+
+// testFaultDaemonKilledDuringPrepare: claim pods created one every 200 ms; right after the
+// first, the node agent's process is killed (SIGKILL), so the kubelet's NodePrepareResources
+// of the first ones meets a daemon that is gone or in the middle of a Prepare, and those of
+// the next ones a daemon that is restarting. The kubelet retries Prepare until the DRA
+// driver is registered again: every claim pod must run with its claim's device, or fail
+// loudly. Afterwards no claim record, ResourceClaim, link or lease is left.
+func testFaultDaemonKilledDuringPrepare(t *testing.T, e *env) {
+	k := e.needDRAFaults(t)
+	f := e.beginFaultOf(t, "daemon killed during DRA Prepares", k)
+	r0, err := e.daemonRestarts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pods = 6
+	var killed time.Time
+	for i := range pods {
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := f.createKind(t.Context(), fmt.Sprintf("prep-%02d", i), k); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			time.Sleep(200 * time.Millisecond) // the scheduler allocates, the kubelet prepares
+			if _, err := killDaemon(); err != nil {
+				t.Fatal(err)
+			}
+			killed = time.Now()
+		}
+	}
+	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		r, err := e.daemonRestarts(ctx)
+		if err != nil {
+			return err
+		}
+		if r <= r0 {
+			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
+		}
+		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
+	})
+	if err != nil {
+		t.Fatalf("after the kill: %v", err)
+	}
+	back := time.Since(killed)
+	f.healed = killed
+	out := f.check(t)
+	retries, err := e.prepareRetries(t.Context(), f.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.report(t, fmt.Sprintf("kill -9 of the daemon's process 0.2 s after the 1st of %d claim pods of %s (one every 200 ms): daemon restarted and its device plugin pool allocatable %.1f s after the kill, %d Prepare failures reported as Warning Events (retried by the kubelet)",
+		pods, k.name, back.Seconds(), retries), out)
+}
+
+// testFaultTornClaimRecord: the claim record of a running claim pod (torn-<pool>) is cut in
+// half on disk, then a new claim pod is created. Its Prepare (or another reader of the
+// records: the daemon's node state, its netdev check) moves the torn record to
+// claims/quarantine/ with its bytes and goes on: the new pod gets its device, the torn pod
+// keeps running with its own, the daemon's gauge counts the file. What the torn claim loses
+// is its record (docs/upgrades.md, "On-disk contracts": it costs its own claim): its device
+// is no longer held on the node's side, only in the API's allocation, and the kubelet does
+// not prepare a claim of a running pod again; its Unprepare, when the pod is deleted,
+// removes its CDI spec and finds no record, which is not an error. The quarantined copy
+// stays until an operator removes it, which the test does after looking at it.
+func testFaultTornClaimRecord(t *testing.T, e *env) {
+	k := e.needDRAFaults(t)
+	c := e.faults
+	f := e.beginFaultOf(t, "torn claim record", k)
+	torn := e.startWatchedKindNamed(t, f.ns, "torn-"+dnsName(k.name), k)
+	claim, err := e.podClaimOf(t.Context(), f.ns, torn.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := claimrecord.Path(c.claims, string(claim.UID))
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the claim record of pod %s: %v", torn.name, err)
+	}
+	cut := orig[:len(orig)/2]
+	if err := os.WriteFile(path, cut, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tornAt := time.Now()
+	if err := f.createKind(t.Context(), "after-torn-"+dnsName(k.name), k); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Base(path)
+	var moved string
+	err = eventually(t.Context(), time.Minute, func(context.Context) error {
+		if _, err := os.Stat(path); err == nil {
+			return fmt.Errorf("torn claim record %s still in place", file)
+		}
+		qs, err := filepath.Glob(filepath.Join(c.claims, claimrecord.QuarantineDir, file+".*"))
+		if err != nil || len(qs) != 1 {
+			return fmt.Errorf("quarantine/%s.*: %v %v", file, qs, err)
+		}
+		b, err := os.ReadFile(qs[0])
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(b, cut) {
+			return fmt.Errorf("%s does not hold the torn bytes", qs[0])
+		}
+		moved = qs[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	movedIn := time.Since(tornAt)
+	var gauge float64
+	err = eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
+		v, found, err := e.metric(ctx, quarantinedClaims)
+		if err != nil || !found || v < 1 {
+			return fmt.Errorf("%s = %v (found %v): %v", quarantinedClaims, v, found, err)
+		}
+		gauge = v
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	torn.checkIntact(t)
+	// The record is not written again while the pod runs: the kubelet prepared the claim
+	// once and does not ask again for a running pod.
+	_, err = os.Stat(path)
+	rewritten := err == nil
+	// The operator's part, once the quarantined copy was looked at.
+	if err := os.Remove(moved); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Dir(moved)) // the quarantine dir, when empty: the listing is as before
+	f.healed = tornAt
+	f.watched = append(f.watched, torn)
+	out := f.check(t)
+	again := "not written again while its pod ran"
+	if rewritten {
+		again = "written again while its pod ran"
+	}
+	f.report(t, fmt.Sprintf("a running claim pod's record cut in half: moved to claims/quarantine/ %.1f s after (by the next Prepare or a reader of the records), %s = %v, its pod kept its device, its record %s; its Unprepare found no record and left nothing",
+		movedIn.Seconds(), quarantinedClaims, gauge, again), out)
+}
