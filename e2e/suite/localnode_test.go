@@ -620,7 +620,7 @@ func TestFixtureOf(t *testing.T) {
 	}
 }
 
-// TestLocalNodeHarness: hook describe's text gives the six phases in order, the device
+// TestLocalNodeHarness: hook describe's text gives the eight phases in order, the device
 // plugin phase's pools counted from the fixture; the upgrade phases skip without the
 // previous release (upgrade-gpu-aligned also without its fakerdma image) and install its
 // chart with its image otherwise; a description without a key is refused.
@@ -657,6 +657,16 @@ memlock-hard-kib 8192
 	want := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 6}, {"roce-shared", "shared", 8}}
 	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
 		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
+	}
+	// faults-dra: its claim records where the chart's --dra-plugin-dir puts them (kubeletDir
+	// /plugins/<driver>/claims), its claim pool one of the phase's dra pools.
+	c = config{}
+	h.phases[7].config(&c)
+	if c.faults == nil || c.faults.claims != "/n/kubelet/plugins/rdma.kube-rdma.io/claims" || c.dra == nil || c.dra.pools[c.faults.claimPool] == 0 {
+		t.Errorf("faults-dra config: faults %+v, dra %+v; want the claims dir under /n/kubelet and a dra pool", c.faults, c.dra)
+	}
+	if kd := h.phases[7].releases[0].values[0]["hostPaths"].(values)["kubeletDir"]; kd != "/n/kubelet" {
+		t.Errorf("faults-dra: hostPaths.kubeletDir %v, want /n/kubelet", kd)
 	}
 	for _, p := range h.phases[3:6] { // the upgrade phases
 		if p.skip == "" || p.releases != nil {
