@@ -73,11 +73,13 @@ func TestReclaimWired(t *testing.T) {
 		_, err := store.Load(key)
 		return err != nil
 	})
+	// The pass removes the record before it counts and logs it: wait for
+	// both rather than read them the moment the file is gone.
 	const series = `kube_rdma_device_plugin_cni_attachments_reclaimed_total{result="success"} 1`
-	if m := get(t, "http://"+d.MetricsAddr()+"/metrics"); !strings.Contains(m, series) {
-		t.Errorf("/metrics lacks %s", series)
-	}
-	if !strings.Contains(logs.String(), "reclaimed a CNI attachment") {
-		t.Errorf("log does not say the attachment was reclaimed:\n%s", logs)
-	}
+	waitUntil(t, "/metrics to count the reclaim ("+series+")", func() bool {
+		return strings.Contains(get(t, "http://"+d.MetricsAddr()+"/metrics"), series)
+	})
+	waitUntil(t, "the log to say the attachment was reclaimed", func() bool {
+		return strings.Contains(logs.String(), "reclaimed a CNI attachment")
+	})
 }
