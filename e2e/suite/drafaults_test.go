@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,12 +174,12 @@ func testFaultDaemonKilledDuringPrepare(t *testing.T, e *env) {
 // half on disk, then a new claim pod is created. Its Prepare (or another reader of the
 // records: the daemon's node state, its netdev check) moves the torn record to
 // claims/quarantine/ with its bytes and goes on: the new pod gets its device, the torn pod
-// keeps running with its own, the daemon's gauge counts the file. What the torn claim loses
-// is its record (docs/upgrades.md, "On-disk contracts": it costs its own claim): its device
-// is no longer held on the node's side, only in the API's allocation, and the kubelet does
-// not prepare a claim of a running pod again; its Unprepare, when the pod is deleted,
-// removes its CDI spec and finds no record, which is not an error. The quarantined copy
-// stays until an operator removes it, which the test does after looking at it.
+// keeps running with its own, the daemon's gauge counts the file. The DRA front end, which
+// prepared the claim, writes its record again from memory within the agent's files interval
+// (10 s; pkg/dra Preparer.Restore): the kubelet does not prepare a running pod's claim
+// again, so without that the claim's device would stay out of the node's in-use check (and
+// out of the CNI plugin's reach) for the pod's lifetime. The quarantined copy stays until an
+// operator removes it, which the test does after looking at it.
 func testFaultTornClaimRecord(t *testing.T, e *env) {
 	k := e.needDRAFaults(t)
 	c := e.faults
@@ -203,59 +202,116 @@ func testFaultTornClaimRecord(t *testing.T, e *env) {
 	if err := f.createKind(t.Context(), "after-torn-"+dnsName(k.name), k); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Base(path)
-	var moved string
-	err = eventually(t.Context(), time.Minute, func(context.Context) error {
-		if _, err := os.Stat(path); err == nil {
-			return fmt.Errorf("torn claim record %s still in place", file)
-		}
-		qs, err := filepath.Glob(filepath.Join(c.claims, claimrecord.QuarantineDir, file+".*"))
-		if err != nil || len(qs) != 1 {
-			return fmt.Errorf("quarantine/%s.*: %v %v", file, qs, err)
-		}
-		b, err := os.ReadFile(qs[0])
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(b, cut) {
-			return fmt.Errorf("%s does not hold the torn bytes", qs[0])
-		}
-		moved = qs[0]
-		return nil
-	})
+	moved, err := waitQuarantined(t.Context(), filepath.Join(c.claims, claimrecord.QuarantineDir, filepath.Base(path)+".*"), cut)
 	if err != nil {
 		t.Fatal(err)
 	}
 	movedIn := time.Since(tornAt)
-	var gauge float64
-	err = eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
-		v, found, err := e.metric(ctx, quarantinedClaims)
-		if err != nil || !found || v < 1 {
-			return fmt.Errorf("%s = %v (found %v): %v", quarantinedClaims, v, found, err)
-		}
-		gauge = v
-		return nil
-	})
+	gauge, err := e.waitGauge(t.Context(), quarantinedClaims)
 	if err != nil {
 		t.Error(err)
 	}
-	torn.checkIntact(t)
-	// The record is not written again while the pod runs: the kubelet prepared the claim
-	// once and does not ask again for a running pod.
-	_, err = os.Stat(path)
-	rewritten := err == nil
-	// The operator's part, once the quarantined copy was looked at.
-	if err := os.Remove(moved); err != nil {
-		t.Fatal(err)
+	// The front end writes the record again, as it was, while the pod runs.
+	if err := waitWrittenAgain(t.Context(), path, orig); err != nil {
+		t.Error(err)
 	}
-	_ = os.Remove(filepath.Dir(moved)) // the quarantine dir, when empty: the listing is as before
+	restoredIn := time.Since(tornAt)
+	torn.checkIntact(t)
+	removeQuarantined(t, moved)
 	f.healed = tornAt
 	f.watched = append(f.watched, torn)
 	out := f.check(t)
-	again := "not written again while its pod ran"
-	if rewritten {
-		again = "written again while its pod ran"
+	f.report(t, fmt.Sprintf("a running claim pod's record cut in half: moved to claims/quarantine/ %.1f s after (by the next Prepare or a reader of the records), %s = %v, written again as it was %.1f s after the tear (the DRA front end, from memory), its pod kept its device; its Unprepare left nothing",
+		movedIn.Seconds(), quarantinedClaims, gauge, restoredIn.Seconds()), out)
+}
+
+// testFaultDaemonKilledDuringUnprepare: claim pods run, then all of them are deleted at once;
+// as soon as the first of their claim records is gone (the kubelet's first
+// NodeUnprepareResources done), the node agent's process is killed (SIGKILL), so the other
+// Unprepares meet a daemon that is gone or restarting. The kubelet retries them, and what it
+// gives up on the daemon's reconciler unprepares once the claim is gone from the API server
+// (pkg/dra, every 30 s): every record of the deleted pods must go, with its CDI spec, and
+// their devices be allocatable again; the watched claim pod is untouched. Then fault.check.
+func testFaultDaemonKilledDuringUnprepare(t *testing.T, e *env) {
+	k := e.needDRAFaults(t)
+	c := e.faults
+	f := e.beginFaultOf(t, "daemon killed during DRA Unprepares", k)
+	pods := min(k.count-1, 4)
+	if pods < 2 {
+		t.Skipf("pool %s has %d devices: the fault needs a watched pod and at least 2 more", k.name, k.count)
 	}
-	f.report(t, fmt.Sprintf("a running claim pod's record cut in half: moved to claims/quarantine/ %.1f s after (by the next Prepare or a reader of the records), %s = %v, its pod kept its device, its record %s; its Unprepare found no record and left nothing",
-		movedIn.Seconds(), quarantinedClaims, gauge, again), out)
+	var names []string
+	records := map[string]string{} // pod name -> its claim record's path
+	for i := range pods {
+		name := fmt.Sprintf("unprep-%02d", i)
+		e.createPod(t, k.pod(f.ns, name))
+		names = append(names, name)
+	}
+	for _, name := range names {
+		if ran, problems := e.loadPodProblems(t.Context(), f.ns, name, k); !ran || problems != nil {
+			t.Fatalf("pod %s before the fault: ran %v, %s", name, ran, strings.Join(problems, "; "))
+		}
+		claim, err := e.podClaimOf(t.Context(), f.ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		records[name] = claimrecord.Path(c.claims, string(claim.UID))
+		if _, err := os.Stat(records[name]); err != nil {
+			t.Fatalf("the claim record of pod %s: %v", name, err)
+		}
+	}
+	r0, err := e.daemonRestarts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func() int {
+		n := 0
+		for _, p := range records {
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				n++
+			}
+		}
+		return n
+	}
+	deleted := time.Now()
+	for _, name := range names {
+		if err := e.core.Pods(f.ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = eventually(t.Context(), time.Minute, func(context.Context) error {
+		if gone() == 0 {
+			return errors.New("no claim record of the deleted pods removed yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := killDaemon(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	before := gone()
+	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+		r, err := e.daemonRestarts(ctx)
+		if err != nil {
+			return err
+		}
+		if r <= r0 {
+			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
+		}
+		if n := gone(); n < len(records) {
+			return fmt.Errorf("%d of %d claim records of the deleted pods removed", n, len(records))
+		}
+		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
+	})
+	if err != nil {
+		t.Fatalf("after the kill: %v", err)
+	}
+	back := time.Since(killed)
+	f.healed = killed
+	out := f.check(t)
+	f.report(t, fmt.Sprintf("%d claim pods of %s deleted at once, kill -9 of the daemon's process %.1f s after (once the first of their records was removed: %d of %d were then), every record of them removed and every device allocatable %.1f s after the kill",
+		pods, k.name, killed.Sub(deleted).Seconds(), before, len(records), back.Seconds()), out)
 }

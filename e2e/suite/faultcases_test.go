@@ -55,38 +55,12 @@ func testFaultTornRecord(t *testing.T, e *env) {
 	if err := f.create(t.Context(), "after-torn-"+dnsName(e.chainedPool), e.chainedPool); err != nil {
 		t.Fatal(err)
 	}
-	var moved string
-	err = eventually(t.Context(), time.Minute, func(context.Context) error {
-		if _, err := os.Stat(path); err == nil {
-			return fmt.Errorf("torn record %s still in place", file)
-		}
-		qs, err := filepath.Glob(filepath.Join(c.cniState, "quarantine", file+".*"))
-		if err != nil || len(qs) != 1 {
-			return fmt.Errorf("quarantine/%s.*: %v %v", file, qs, err)
-		}
-		b, err := os.ReadFile(qs[0])
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(b, cut) {
-			return fmt.Errorf("%s does not hold the torn bytes", qs[0])
-		}
-		moved = qs[0]
-		return nil
-	})
+	moved, err := waitQuarantined(t.Context(), filepath.Join(c.cniState, "quarantine", file+".*"), cut)
 	if err != nil {
 		t.Fatal(err)
 	}
 	movedIn := time.Since(tornAt)
-	var gauge float64
-	err = eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
-		v, found, err := e.metric(ctx, quarantinedAttachments)
-		if err != nil || !found || v < 1 {
-			return fmt.Errorf("%s = %v (found %v): %v", quarantinedAttachments, v, found, err)
-		}
-		gauge = v
-		return nil
-	})
+	gauge, err := e.waitGauge(t.Context(), quarantinedAttachments)
 	if err != nil {
 		t.Error(err)
 	}
@@ -95,10 +69,7 @@ func testFaultTornRecord(t *testing.T, e *env) {
 	if err := os.WriteFile(path, orig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(moved); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Remove(filepath.Dir(moved)) // the quarantine dir, when empty: the listing is as before
+	removeQuarantined(t, moved)
 	f.healed = tornAt
 	f.watched = append(f.watched, torn)
 	out := f.check(t)

@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,10 @@ type faultsConfig struct {
 	// claims: the DRA front end's claim records (--dra-plugin-dir, then claims/); "": the
 	// phase serves no DRA pool. claimPool: the dra pool whose claims its DRA faults use.
 	claims, claimPool string
+	// allocDir: the device plugin's alloc dir (pool files); "": the phase has no gpuAligned pool.
+	allocDir string
+	// phase names the phase in the report's lines.
+	phase string
 }
 
 // needFaults returns the phase's faults configuration or skips t.
@@ -248,9 +253,9 @@ func (f *fault) report(t *testing.T, what string, out faultOutcome) {
 	if t.Failed() {
 		status = "INVARIANT BROKEN"
 	}
-	phase, claims := "faults", ""
+	phase, claims := f.e.faults.phase, ""
 	if f.e.faults.claims != "" {
-		phase, claims = "faults-dra", ", no claim record or ResourceClaim left"
+		claims = ", no claim record or ResourceClaim left"
 	}
 	line := fmt.Sprintf("%s, %s: %s; %d watched pods intact, %d pods created around it: %d ran with everything, %d failed loudly; settled %.1f s after the fault ended; %s: no record, link or lease left%s, every device allocatable",
 		phase, f.name, what, len(f.watched), len(f.created), out.ran, out.loud, out.converged.Seconds(), status, claims)
@@ -438,4 +443,64 @@ func (e *env) daemonRestarts(ctx context.Context) (int32, error) {
 		}
 	}
 	return n, nil
+}
+
+// waitQuarantined waits until exactly one file matches glob (a quarantine dir's copies of one
+// file) and holds want, the torn bytes, and returns its path.
+func waitQuarantined(ctx context.Context, glob string, want []byte) (string, error) {
+	var moved string
+	err := eventually(ctx, time.Minute, func(context.Context) error {
+		qs, err := filepath.Glob(glob)
+		if err != nil || len(qs) != 1 {
+			return fmt.Errorf("%s: %v %v", glob, qs, err)
+		}
+		b, err := os.ReadFile(qs[0])
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(b, want) {
+			return fmt.Errorf("%s does not hold the torn bytes", qs[0])
+		}
+		moved = qs[0]
+		return nil
+	})
+	return moved, err
+}
+
+// waitWrittenAgain waits until the file at path holds want again.
+func waitWrittenAgain(ctx context.Context, path string, want []byte) error {
+	return eventually(ctx, time.Minute, func(context.Context) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s is not back: %w", path, err)
+		}
+		if !bytes.Equal(b, want) {
+			return fmt.Errorf("%s is back but not as it was:\n%s\nwant\n%s", path, b, want)
+		}
+		return nil
+	})
+}
+
+// waitGauge waits until the daemon's /metrics has sample at 1 or more and returns its value.
+func (e *env) waitGauge(ctx context.Context, sample string) (float64, error) {
+	var v float64
+	err := eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+		got, found, err := e.metric(ctx, sample)
+		if err != nil || !found || got < 1 {
+			return fmt.Errorf("%s = %v (found %v): %v", sample, got, found, err)
+		}
+		v = got
+		return nil
+	})
+	return v, err
+}
+
+// removeQuarantined is the operator's part once a quarantined copy was looked at: it goes,
+// and its quarantine dir when empty, so the node's listing is as before the fault.
+func removeQuarantined(t *testing.T, moved string) {
+	t.Helper()
+	if err := os.Remove(moved); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Dir(moved))
 }

@@ -379,7 +379,7 @@ func (l localNodeDesc) faultsPhase() phase {
 		name: "faults",
 		config: func(c *config) {
 			cfg(c)
-			c.faults = &faultsConfig{cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
+			c.faults = &faultsConfig{phase: "faults", cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
 				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist", cniBin: l.nodeRun + "/cni/bin/kube-rdma",
 				cniE2EBinary: l.cniE2EBinary}
 		},
@@ -407,7 +407,7 @@ func (l localNodeDesc) faultsDRAPhase() phase {
 		name: "faults-dra",
 		config: func(c *config) {
 			cfg(c)
-			c.faults = &faultsConfig{rdmaIPAM: l.rdmaIPAM,
+			c.faults = &faultsConfig{phase: "faults-dra", rdmaIPAM: l.rdmaIPAM,
 				claims: l.nodeRun + "/kubelet/plugins/" + draDriver + "/claims", claimPool: "vf-dra"}
 		},
 		setup: setup,
@@ -416,6 +416,7 @@ func (l localNodeDesc) faultsDRAPhase() phase {
 		tests: []namedTest{
 			{"DaemonKilledDuringPrepare", testFaultDaemonKilledDuringPrepare},
 			{"TornClaimRecord", testFaultTornClaimRecord},
+			{"DaemonKilledDuringUnprepare", testFaultDaemonKilledDuringUnprepare},
 		},
 		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
 	}
@@ -431,11 +432,16 @@ func (l localNodeDesc) faultsDRAPhase() phase {
 func (l localNodeDesc) gpuAlignedPhase() phase {
 	v, cfg, setup := l.gpuAlignedValues()
 	return phase{
-		name:     "gpu-aligned",
-		config:   cfg,
+		name: "gpu-aligned",
+		config: func(c *config) {
+			cfg(c)
+			// The torn pool file's fault (testFaultTornPoolFile) ends with fault.check.
+			c.faults = &faultsConfig{phase: "gpu-aligned", cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
+				allocDir: l.nodeRun + "/alloc"}
+		},
 		setup:    setup,
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v}}},
-		tests:    []namedTest{{"GPUAligned", testGPUAligned}},
+		tests:    []namedTest{{"GPUAligned", testGPUAligned}, {"TornPoolFile", testFaultTornPoolFile}},
 	}
 }
 

@@ -37,3 +37,10 @@ func (d *Driver) Update(u agent.Update) error {
 // ResourceSlices; the agent reports the dra pools' members and health on
 // /state itself.
 func (d *Driver) Status() []agent.PoolStatus { return nil }
+
+var _ agent.FileKeeper = (*Driver)(nil)
+
+// RestoreFiles implements agent.FileKeeper: the record of a prepared claim
+// that a reader moved aside (torn) is written again from the driver's
+// memory (Preparer.Restore).
+func (d *Driver) RestoreFiles() { d.prep.Restore() }

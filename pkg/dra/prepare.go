@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -87,10 +88,19 @@ type Preparer struct {
 	DevRoot string
 	Devices Lookup
 	// Log gets the records that did not decode and were moved aside
-	// (claimrecord.Damaged), once each; nil discards.
+	// (claimrecord.Damaged), once each, and the records written again from
+	// memory; nil discards.
 	Log *slog.Logger
 
 	mu sync.Mutex
+	// known is every record this process wrote or read, by claim UID, until
+	// its Unprepare: what records writes again when the file is gone while
+	// the claim's CDI spec is there (a torn record moved aside by whichever
+	// reader met it first). The kubelet prepares a claim once, so without
+	// this a running pod's claim would stay without its record, its devices
+	// out of the in-use check and out of reach of the CNI plugin, for the
+	// pod's lifetime.
+	known map[string]claimrecord.Record
 }
 
 // Prepare writes the claim's CDI spec (one CDI device per request, with
@@ -163,6 +173,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	if err := claimrecord.Write(p.StateDir, rec); err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
+	p.remember(rec)
 	if err := containeredits.WriteSpec(p.specPath(c.UID), spec); err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
@@ -193,7 +204,27 @@ func (p *Preparer) Unprepare(uid string) error {
 	if err := claimrecord.Remove(p.StateDir, uid); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", uid, err)
 	}
+	delete(p.known, uid)
 	return nil
+}
+
+// Restore writes again, from memory, the records of prepared claims whose
+// file is gone (records). The agent calls it every FilesInterval
+// (agent.FileKeeper, through the Driver), so a record the CNI plugin moved
+// aside is back within that interval.
+func (p *Preparer) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := p.records(); err != nil && p.Log != nil {
+		p.Log.Warn("check the claim records", "err", err)
+	}
+}
+
+func (p *Preparer) remember(rec claimrecord.Record) {
+	if p.known == nil {
+		p.known = map[string]claimrecord.Record{}
+	}
+	p.known[rec.UID] = rec
 }
 
 // Prepared returns the records of the prepared claims, sorted by UID.
@@ -247,15 +278,61 @@ func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
 func (p *Preparer) records() ([]claimrecord.Record, error) {
 	recs, damaged, err := claimrecord.ReadAll(p.StateDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		recs, err = nil, nil
 	}
 	if p.Log != nil {
 		for _, d := range damaged {
-			p.Log.Error("claim record does not decode; moved aside, its claim is prepared again when the kubelet asks",
+			p.Log.Error("claim record does not decode; moved aside, written again from memory when this process prepared or read it before, else when the kubelet prepares its claim again",
 				"path", d.Path, "movedTo", d.Moved, "err", d.Err)
 		}
 	}
-	return recs, err
+	if err != nil {
+		return recs, err
+	}
+	return p.restoreGone(recs), nil
+}
+
+// restoreGone writes again the known records missing from recs (what is on
+// disk) whose claim's CDI spec is still there: prepared, not unprepared
+// (Unprepare removes the spec first), so the file was moved aside (torn) or
+// removed by hand. A known record whose spec is gone too is forgotten. It
+// returns recs with the records written again, sorted by UID, and makes
+// known what is on disk: a record read is one this process can restore.
+func (p *Preparer) restoreGone(recs []claimrecord.Record) []claimrecord.Record {
+	on := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		on[r.UID] = true
+	}
+	added := false
+	for _, uid := range slices.Sorted(maps.Keys(p.known)) {
+		if on[uid] {
+			continue
+		}
+		rec := p.known[uid]
+		if _, err := os.Stat(p.specPath(uid)); err != nil {
+			delete(p.known, uid)
+			continue
+		}
+		if err := claimrecord.Write(p.StateDir, rec); err != nil {
+			if p.Log != nil {
+				p.Log.Warn("write a missing claim record again", "claim", rec.Namespace+"/"+rec.Name, "uid", uid, "err", err)
+			}
+			continue
+		}
+		if p.Log != nil {
+			p.Log.Warn("claim record was missing while its claim is prepared (moved aside as torn?); written again from memory",
+				"claim", rec.Namespace+"/"+rec.Name, "uid", uid, "devices", len(rec.Devices))
+		}
+		recs = append(recs, rec)
+		added = true
+	}
+	if added {
+		slices.SortFunc(recs, func(a, b claimrecord.Record) int { return strings.Compare(a.UID, b.UID) })
+	}
+	for _, r := range recs {
+		p.remember(r)
+	}
+	return recs
 }
 
 // podUIDs is the pods' UIDs sorted, without repeats or empty ones.

@@ -1,9 +1,12 @@
 package dra_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +19,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 const pool = "node-a/hca"
@@ -404,5 +408,66 @@ func TestPrepareTornRecord(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"uid-1", "uid-2", "uid-torn"}, got); diff != "" {
 		t.Errorf("prepared claims (-want +got):\n%s", diff)
+	}
+}
+
+// TestRestoreMovedAsideRecord: the record of a prepared claim that a reader
+// moved aside (torn; the CNI plugin or another process read it first) is
+// written again from memory by the process that prepared or read it, while
+// the claim's CDI spec is there: its device is in use again (another claim
+// is refused it) and the CNI plugin finds it. Before, the kubelet does not
+// prepare a running pod's claim again, so the record stayed gone for the
+// pod's lifetime. A record whose claim was unprepared is not written again,
+// nor one this process never knew (a restarted daemon meeting a torn file).
+func TestRestoreMovedAsideRecord(t *testing.T) {
+	f := newFixture(t)
+	var logs bytes.Buffer
+	p := f.preparer()
+	p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	if _, err := p.Prepare(f.claim("uid-torn", "ib:mlx5_1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Prepare(f.claim("uid-gone", "roce:mlx5_3")); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(f.stateDir, "uid-torn.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another reader (claimrecord.ReadAll, as the CNI plugin does) meets it torn.
+	if err := os.WriteFile(filepath.Join(f.stateDir, "uid-torn.json"), []byte(`{"version":2,"uid":"uid-to`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, damaged, err := claimrecord.ReadAll(f.stateDir); err != nil || len(damaged) != 1 {
+		t.Fatalf("ReadAll: damaged %v, err %v; want the torn record moved aside", damaged, err)
+	}
+	if err := p.Unprepare("uid-gone"); err != nil {
+		t.Fatal(err)
+	}
+	p.Restore()
+	got, err := os.ReadFile(filepath.Join(f.stateDir, "uid-torn.json"))
+	if err != nil {
+		t.Fatalf("the record was not written again: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("record written again:\n%s\nwant what Prepare wrote:\n%s", got, want)
+	}
+	if !strings.Contains(logs.String(), "written again from memory") {
+		t.Errorf("log does not say the record was written again:\n%s", logs.String())
+	}
+	if _, err := p.Prepare(f.claim("uid-other", "ib:mlx5_1")); !errors.Is(err, dra.ErrInUse) {
+		t.Errorf("Prepare of the restored record's device for another claim: %v, want ErrInUse", err)
+	}
+	if ids, err := p.PreparedClaims(); err != nil || !slices.Equal(ids, []string{"uid-torn"}) {
+		t.Errorf("prepared claims %v, %v; want uid-torn only (uid-gone was unprepared)", ids, err)
+	}
+	// A restarted daemon never read the record before it was torn: nothing to write it from.
+	if err := os.WriteFile(filepath.Join(f.stateDir, "uid-torn.json"), []byte(`{"version":2,"uid":"uid-to`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p2 := f.preparer()
+	p2.Restore()
+	if _, err := os.Stat(filepath.Join(f.stateDir, "uid-torn.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a process that never knew the record wrote something: %v", err)
 	}
 }
