@@ -315,3 +315,27 @@ func testFaultDaemonKilledDuringUnprepare(t *testing.T, e *env) {
 	f.report(t, fmt.Sprintf("%d claim pods of %s deleted at once, kill -9 of the daemon's process %.1f s after (once the first of their records was removed: %d of %d were then), every record of them removed and every device allocatable %.1f s after the kill",
 		pods, k.name, killed.Sub(deleted).Seconds(), before, len(records), back.Seconds()), out)
 }
+
+// testDRAMemlock: with the chart's nri.enabled and a memlock on the claim pool, a non-root
+// container of a claim pod gets the pool's RLIMIT_MEMLOCK from the daemon's NRI plugin,
+// which finds the container by the device nodes the claim's CDI spec gave it (containerd
+// applies CDI before it asks NRI plugins). Before, DRA pools were not in the NRI plugin's
+// view and a memlock on a dra pool was refused at load: a claim's container kept the
+// runtime's 8 MiB.
+func testDRAMemlock(t *testing.T, e *env) {
+	k := e.needDRAFaults(t)
+	if e.faults.draMemlock == "" {
+		t.Skip("the phase sets no memlock on its claim pool")
+	}
+	ns := e.namespace(t)
+	k.prepare(t, ns)
+	pod := k.pod(ns, "memlock-claim")
+	uid := int64(1000)
+	nonRoot := true
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &nonRoot}
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", memlockScript}
+	e.createPod(t, pod)
+	e.waitRunning(t, ns, pod.Name)
+	e.checkMemlock(t, ns, pod.Name, e.faults.draMemlock)
+	e.deletePod(t, ns, pod.Name)
+}

@@ -40,6 +40,11 @@ type faultsConfig struct {
 	claims, claimPool string
 	// allocDir: the device plugin's alloc dir (pool files); "": the phase has no gpuAligned pool.
 	allocDir string
+	// poolsFile: the node's pools file the daemon writes and the CNI plugin reads; "": none.
+	poolsFile string
+	// draMemlock: the claim pool's memlock in bytes, which the NRI plugin sets on its claims'
+	// containers; "": the phase has no NRI or sets none.
+	draMemlock string
 	// phase names the phase in the report's lines.
 	phase string
 }

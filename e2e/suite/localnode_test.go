@@ -370,8 +370,8 @@ func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip 
 
 // faultsPhase: the device-plugin phase's values, then one fault after another (issue 20;
 // faultcases_test.go), each followed by the one invariant check (fault.check): a torn
-// attachment record, a record of a previous boot, a 0.3.1 primary conflist, the daemon
-// killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
+// attachment record, a torn node pools file (poolsfault_test.go), a record of a previous
+// boot, a 0.3.1 primary conflist, the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
 // Its tests reach the node's files directly (they run on its host): local-node only.
 func (l localNodeDesc) faultsPhase() phase {
 	v, cfg := l.devicePluginValues()
@@ -381,13 +381,16 @@ func (l localNodeDesc) faultsPhase() phase {
 			cfg(c)
 			c.faults = &faultsConfig{phase: "faults", cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
 				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist", cniBin: l.nodeRun + "/cni/bin/kube-rdma",
-				cniE2EBinary: l.cniE2EBinary}
+				cniE2EBinary: l.cniE2EBinary,
+				// The chart's devicePlugin.allocDir default (the phase's values keep it).
+				poolsFile: "/var/run/kube-rdma/alloc/_pools.json"}
 		},
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
 			report: "faults: chart installed with the device-plugin phase's values, DaemonSet ready: %s s"}},
 		tests: []namedTest{
 			{"CNIKilledMidAdd", testFaultCNIKilled},
 			{"TornRecord", testFaultTornRecord},
+			{"TornPoolsFile", testFaultTornPoolsFile},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},
 			{"DaemonKilled", testFaultDaemonKilled},
@@ -399,16 +402,25 @@ func (l localNodeDesc) faultsPhase() phase {
 
 // faultsDRAPhase: the dra phase's values beside fakegpudra, then the DRA front end's faults
 // (drafaults_test.go), each followed by fault.check: the daemon killed during Prepares, a
-// torn claim record. Its claim pods ask for one NIC of vf-dra; the claim records are in the
-// chart's DRA plugin dir (hostPaths.kubeletDir/plugins/rdma.kube-rdma.io), then claims/.
+// torn claim record, the daemon killed during Unprepares. Its claim pods ask for one NIC of
+// vf-dra; the claim records are in the chart's DRA plugin dir
+// (hostPaths.kubeletDir/plugins/rdma.kube-rdma.io), then claims/.
 func (l localNodeDesc) faultsDRAPhase() phase {
 	v, cfg, setup := l.draValues()
+	// The NRI plugin on, and a memlock on the claim pool (testDRAMemlock).
+	v["nri"] = values{"enabled": true, "socket": l.nodeRun + "/nri/nri.sock"}
+	for _, p := range v["config"].(values)["pools"].([]values) {
+		if p["name"] == "vf-dra" {
+			p["memlock"] = "256Mi"
+		}
+	}
 	return phase{
 		name: "faults-dra",
 		config: func(c *config) {
 			cfg(c)
 			c.faults = &faultsConfig{phase: "faults-dra", rdmaIPAM: l.rdmaIPAM,
-				claims: l.nodeRun + "/kubelet/plugins/" + draDriver + "/claims", claimPool: "vf-dra"}
+				claims: l.nodeRun + "/kubelet/plugins/" + draDriver + "/claims", claimPool: "vf-dra",
+				draMemlock: "268435456"}
 		},
 		setup: setup,
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
@@ -417,6 +429,7 @@ func (l localNodeDesc) faultsDRAPhase() phase {
 			{"DaemonKilledDuringPrepare", testFaultDaemonKilledDuringPrepare},
 			{"TornClaimRecord", testFaultTornClaimRecord},
 			{"DaemonKilledDuringUnprepare", testFaultDaemonKilledDuringUnprepare},
+			{"DRAMemlock", testDRAMemlock},
 		},
 		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
 	}

@@ -108,6 +108,13 @@ func TestDRAPoolsGoToTheDRAFrontend(t *testing.T) {
 		}
 		return cmp.Equal(down, []string{"mlx5_3"})
 	})
+	// The view the NRI plugin reads has the dra pool apart, with its members and memlock
+	// limit: a claim's container gets the pool's limit (before, DRA pools were not in it).
+	v, _ := e.Agent.View()
+	if len(v.DRAPools) != 1 || v.DRAPools[0].Name != "ib" || !cmp.Equal(v.DRAPools[0].Members, ib) ||
+		v.DRAPools[0].Memlock == 0 || slices.ContainsFunc(v.Pools, func(p agent.PoolView) bool { return p.Name == "ib" }) {
+		t.Errorf("view: DRAPools %+v, Pools %+v; want the ib pool in DRAPools only, its 8 members, a memlock limit", v.DRAPools, v.Pools)
+	}
 	if err := e.Tree.SetPortState("mlx5_3", 1, nodesim.StateActive, nodesim.PhysLinkUp); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,12 @@ type View struct {
 	// running config.
 	ConfigErrors []string
 	Pools        []PoolView
+	// DRAPools are the pools served through DRA (frontend dra), sorted by
+	// name: Name, Mode, NoNCCL, Members and Memlock only, their devices
+	// reach the kubelet as ResourceSlices. The NRI plugin sets their
+	// containers' memlock limit (a claim's CDI spec gives the container the
+	// members' device nodes).
+	DRAPools []PoolView
 }
 
 // PoolView is one pool a front end advertises devices of (the device
@@ -97,9 +103,21 @@ func (d *Agent) publishView(snap *nodewatch.Snapshot) {
 		}
 	}
 	slices.SortFunc(pools, func(a, b PoolView) int { return strings.Compare(a.Name, b.Name) })
+	var draPools []PoolView
+	for _, a := range d.pools[config.DRA] {
+		if a.Refused != "" {
+			continue
+		}
+		pv := PoolView{Name: a.Pool.Name, Mode: a.Pool.Mode, NoNCCL: !a.Pool.SetsNCCL(), Memlock: a.Pool.MemlockLimit()}
+		for _, m := range a.Members {
+			pv.Members = append(pv.Members, m.Name)
+		}
+		draPools = append(draPools, pv)
+	}
+	slices.SortFunc(draPools, func(a, b PoolView) int { return strings.Compare(a.Name, b.Name) })
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
-	d.view = View{NodeName: d.cfg.NodeName, NUMANodes: d.numa, Snapshot: snap, Pools: pools}
+	d.view = View{NodeName: d.cfg.NodeName, NUMANodes: d.numa, Snapshot: snap, Pools: pools, DRAPools: draPools}
 	if d.viewChanged != nil {
 		close(d.viewChanged)
 	}

@@ -71,6 +71,11 @@ type Pool struct {
 // Devices is the daemon's device view as the decision sees it.
 type Devices struct {
 	Pools []Pool
+	// DRAPools are the pools served through DRA, for the memlock limit
+	// only: a claim's container has its devices' nodes (the claim's CDI
+	// spec), and failing closed finds a claim's devices through its record
+	// (claimRefusal), not through these.
+	DRAPools []Pool
 	// Netdev are the pools whose pods get netdevs through the CNI plugin
 	// (netdevcheck.Pools), for failing closed.
 	Netdev map[string]netdevcheck.Why
@@ -111,14 +116,14 @@ func (d Decision) Rlimits() []Rlimit {
 }
 
 // Decide chooses the memlock limit of a container being created. The
-// container has a pool's device when its Linux device list holds one of the
-// pool's nodes (same path; same major/minor where both are known), or when
+// container has a pool's device (of Pools or DRAPools) when its Linux device
+// list holds one of the pool's nodes (same path; same major/minor where both are known), or when
 // its CDI devices or its cdi.k8s.io/ annotations name one of the pool's CDI
 // devices. With devices of several pools, the highest pool limit wins. The
 // pod annotation AnnotationKey may lower the limit, never raise it.
 func Decide(pod Pod, ctr Container, devs Devices) Decision {
 	var d Decision
-	for _, p := range devs.Pools {
+	for _, p := range slices.Concat(devs.Pools, devs.DRAPools) {
 		if hasNode(ctr, p.Nodes) || hasCDI(ctr, p.CDIDevices) {
 			d.Pools = append(d.Pools, p.Name)
 			d.PoolLimit = max(d.PoolLimit, p.Limit)

@@ -86,7 +86,10 @@ func testDevices() Devices {
 			CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}},
 		{Name: "small", Limit: gi,
 			Nodes: []DeviceNode{{"/dev/infiniband/uverbs3", 0, 0, "mlx5_3"}}}, // major/minor unknown
-	}}
+	},
+		// A DRA pool: a claim's CDI spec gives the container its devices' nodes.
+		DRAPools: []Pool{{Name: "vf-dra", Limit: 2 * gi, Nodes: []DeviceNode{{"/dev/infiniband/uverbs4", 231, 196, "mlx5_4"}}}},
+	}
 }
 
 var rdmaCM = charDev("/dev/infiniband/rdma_cm", 10, 58)
@@ -143,6 +146,11 @@ func TestDecide(t *testing.T) {
 		{name: "several pools, annotation lowers below both", pod: map[string]string{AnnotationKey: "512Mi"}, ctr: recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs3", 231, 195)}, nil, "rdma.kube-rdma.io/roce=all"),
 			want: Decision{Pools: []string{"roce", "small"}, PoolLimit: 64 * gi, Limit: 512 << 20}},
 		{name: "nil linux section", ctr: &api.Container{Id: "x", Name: "x"}},
+		// Before, DRA pools were not in the view: a claim's container got no limit.
+		{name: "a DRA claim's device nodes", ctr: recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs4", 231, 196), rdmaCM}, nil, "kube-rdma.io/claim=5b1c0000-0000-4000-8000-000000000001-nic"),
+			want: Decision{Pools: []string{"vf-dra"}, PoolLimit: 2 * gi, Limit: 2 * gi}},
+		{name: "a DRA pool and a device plugin pool", ctr: recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs4", 231, 196)}, nil, "rdma.kube-rdma.io/roce=all"),
+			want: Decision{Pools: []string{"roce", "vf-dra"}, PoolLimit: 64 * gi, Limit: 64 * gi}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,8 @@ import (
 )
 
 // FromView builds the decision's device view from the daemon's: each pool's
-// limit, CDI names and the /dev/infiniband nodes of its members, with the
+// (the device plugin's and, apart, DRA's) limit, CDI names and the
+// /dev/infiniband nodes of its members, with the
 // host's major/minor read under devRoot (where the daemon sees the host's
 // /dev) when the node is there.
 func FromView(v agent.View, devRoot string) Devices {
@@ -29,7 +30,7 @@ func FromView(v agent.View, devRoot string) Devices {
 			out.Nodes[name] = append(out.Nodes[name], n)
 		}
 	}
-	for _, pv := range v.Pools {
+	pool := func(pv agent.PoolView) Pool {
 		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices}
 		for _, m := range pv.Members {
 			for _, c := range chars[m] {
@@ -38,7 +39,13 @@ func FromView(v agent.View, devRoot string) Devices {
 				p.Nodes = append(p.Nodes, n)
 			}
 		}
-		out.Pools = append(out.Pools, p)
+		return p
+	}
+	for _, pv := range v.Pools {
+		out.Pools = append(out.Pools, pool(pv))
+	}
+	for _, pv := range v.DRAPools {
+		out.DRAPools = append(out.DRAPools, pool(pv))
 	}
 	return out
 }

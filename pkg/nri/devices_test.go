@@ -44,12 +44,14 @@ func TestFromView(t *testing.T) {
 			{Name: "a", Members: []string{"mlx5_0"}, Memlock: 1 << 30, CDIDevices: []string{"r/a=x"}},
 			{Name: "b", Members: []string{"mlx5_1", "gone"}, Memlock: ^uint64(0)},
 		},
+		DRAPools: []agent.PoolView{{Name: "d", Members: []string{"mlx5_1"}, Memlock: 1 << 31}},
 	}
 	want := Devices{Pools: []Pool{
 		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"},
 			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}}},
 		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}},
 	},
+		DRAPools: []Pool{{Name: "d", Limit: 1 << 31, Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}}},
 		// Every device's nodes, in a pool or not (a DRA claim's are in none).
 		Nodes: map[string][]DeviceNode{
 			"mlx5_0": {{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}},

@@ -144,8 +144,6 @@ func TestParseBad(t *testing.T) {
 			"pools[0].frontend: dra serves exclusive pools only: sharing a NIC between claims needs consumable capacity, which the DRA front end does not publish yet"},
 		{"dra with gpuAligned", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  binding: gpuAligned\n  selectors: {vendors: [15b3]}\n",
 			"pools[0].frontend: dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)"},
-		{"dra with memlock", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  memlock: 1Gi\n  selectors: {vendors: [15b3]}\n",
-			"pools[0].memlock: is not applied to a dra pool's containers: the NRI plugin finds containers by their device plugin allocations"},
 		{"dra pool overlapping a shared pool", head + noNCCL("roce", "shared", "{linkLayers: [Ethernet]}") + dra("nics", "{vendors: [15b3]}", true),
 			`pools[1].selectors: pool "nics" may select the same devices as pool "roce" (pools[0]), and one of them has frontend dra: a device is served by exactly one front end; give both a selector field with no value in common`},
 		{"two device plugin pools set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + pool("vf", "exclusive", "{kinds: [VF], linkLayers: [Ethernet]}"),

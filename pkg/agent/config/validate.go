@@ -100,9 +100,6 @@ func (c Config) Validate() error {
 			if p.GPUAligned() {
 				add(f+".frontend", "dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)")
 			}
-			if p.Memlock != "" {
-				add(f+".memlock", "is not applied to a dra pool's containers: the NRI plugin finds containers by their device plugin allocations")
-			}
 		default:
 			add(f+".frontend", "%q is not devicePlugin or dra: a pool is served by exactly one front end", p.Frontend)
 		}
