@@ -407,11 +407,16 @@ func (l localNodeDesc) faultsPhase() phase {
 // (hostPaths.kubeletDir/plugins/rdma.kube-rdma.io), then claims/.
 func (l localNodeDesc) faultsDRAPhase() phase {
 	v, cfg, setup := l.draValues()
-	// The NRI plugin on, and a memlock on the claim pool (testDRAMemlock).
+	// The NRI plugin on, and a memlock on every dra pool (testDRAMemlock): below the runtime's
+	// hard limit where it cannot raise one (memlockLimits), or every claim pod would fail.
 	v["nri"] = values{"enabled": true, "socket": l.nodeRun + "/nri/nri.sock"}
+	memlock, bytes := "256Mi", "268435456"
+	if !l.memlockRaisable {
+		memlock, bytes = "5Mi", "5242880"
+	}
 	for _, p := range v["config"].(values)["pools"].([]values) {
-		if p["name"] == "vf-dra" {
-			p["memlock"] = "256Mi"
+		if p["frontend"] == "dra" {
+			p["memlock"] = memlock
 		}
 	}
 	return phase{
@@ -420,7 +425,7 @@ func (l localNodeDesc) faultsDRAPhase() phase {
 			cfg(c)
 			c.faults = &faultsConfig{phase: "faults-dra", rdmaIPAM: l.rdmaIPAM,
 				claims: l.nodeRun + "/kubelet/plugins/" + draDriver + "/claims", claimPool: "vf-dra",
-				draMemlock: "268435456"}
+				draMemlock: bytes}
 		},
 		setup: setup,
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
