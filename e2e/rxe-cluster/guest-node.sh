@@ -1,7 +1,7 @@
 #!/bin/sh
 # e2e/rxe-cluster/guest-node.sh: run by the e2e/rxe guest init (/share/guest-run.sh) in each
 # qemu guest of the rxe cluster. It makes the guest a Kubernetes node: its NICs (eth0 on the
-# control network, eth1 the soft-RoCE link with rxe0 on it), cgroup v2, containerd with the
+# control network, eth1 the soft-RoCE link with rxe0 on it, no address), cgroup v2, containerd with the
 # images of the run imported, a kubelet registered with the API server on the host side of the
 # control network. Then it serves commands from the host (hook.sh, lib.sh guest_exec): each
 # /share/cmd/<id>.sh is run with its output in <id>.out and exit status in <id>.rc. It returns
@@ -25,8 +25,17 @@ echo "nameserver $CTL_GW" >/etc/resolv.conf
 ip link set eth0 up
 ip addr add "$NODE_IP/24" dev eth0
 ip route add default via "$CTL_GW"
+# The other nodes' pod networks, through their control NICs (cross-node pod traffic: the
+# out-of-band TCP exchange of perftest and rping runs over the pods' eth0).
+j=1
+while [ $j -le "$NODES" ]; do
+  [ $j = "$NODE_INDEX" ] || ip route add "10.244.$j.0/24" via "$CTL_PREFIX.1$j"
+  j=$((j + 1))
+done
+# eth1 has no address of the node's: a pod's NIC comes back without the addresses it had
+# (docs/cni.md, DEL restores name, MTU, MAC and up state). hook.sh host-bw adds RDMA_IP for
+# its run and takes it away after.
 ip link set eth1 up
-ip addr add "$RDMA_IP/24" dev eth1
 rdma link add rxe0 type rxe netdev eth1 || echo "rxec-guest: rdma link add rxe0 failed"
 [ "$RDMA_NETNS_MODE" = exclusive ] && rdma system set netns exclusive
 
@@ -43,10 +52,16 @@ mkdir -p /var/lib/cni/networks /var/lib/kubelet /var/lib/containerd
 for p in bridge host-local loopback static; do cp "/opt/rxec/cni/$p" /opt/cni/bin/; done
 cat >/etc/cni/net.d/10-rxec.conflist <<CNI
 {"cniVersion": "1.0.0", "name": "rxec",
- "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": false, "ipMasq": false,
+ "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]]}}]}
 CNI
 sysctl -qw net.ipv4.ip_forward=1 || true
+# The chart's chained IPAM is one host-local range for every node: each node after the first
+# starts 32 addresses further (host-local allocates after last_reserved_ip).
+if [ "$NODE_INDEX" -gt 1 ]; then
+  mkdir -p /var/lib/cni/networks/rxec
+  echo "$RDMA_PREFIX.$((64 + 32 * (NODE_INDEX - 1) - 1))" >/var/lib/cni/networks/rxec/last_reserved_ip.0
+fi
 
 # --- containerd ----------------------------------------------------------------------------------
 mkdir -p /etc/containerd
@@ -126,9 +141,14 @@ syncFrequency: 10s
 registerNode: true
 featureGates: {$FEATURE_GATES_YAML}
 YAML
-kubelet --config /var/lib/kubelet/config.yaml --kubeconfig /var/lib/kubelet/kubeconfig \
-  --root-dir /var/lib/kubelet --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
-  >/share/out/kubelet.log 2>&1 &
+# The kubelet's start, also for hook.sh restart-kubelet.
+cat >/run/rxec-kubelet.sh <<KS
+/opt/rxec/bin/kubelet --config /var/lib/kubelet/config.yaml --kubeconfig /var/lib/kubelet/kubeconfig \\
+  --root-dir /var/lib/kubelet --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \\
+  >>/share/out/kubelet.log 2>&1 &
+echo \$! >/run/kubelet.pid
+KS
+sh /run/rxec-kubelet.sh
 mark kubelet
 
 # --- the host's commands -------------------------------------------------------------------------

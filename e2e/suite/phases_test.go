@@ -78,8 +78,10 @@ func TestCluster(t *testing.T) {
 		h, err = localNode(d)
 	case "kind-rxe":
 		h, err = kindRXE(d)
+	case "rxe-cluster":
+		h, err = rxeCluster(d)
 	default:
-		err = fmt.Errorf("hook describe: harness %q: want local-node or kind-rxe", d["harness"])
+		err = fmt.Errorf("hook describe: harness %q: want local-node, kind-rxe or rxe-cluster", d["harness"])
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,240 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
+)
+
+// The rxe cluster's own tests (rxecluster_test.go): real soft-RoCE ports and traffic.
+
+// portDetectLimit is how soon after its link goes down the daemon must report a device
+// Unhealthy (its health interval is 500 ms).
+const portDetectLimit = time.Second
+
+// testPortDownDetection takes the link of the first node's RDMA NIC down in the guest (hook
+// port-wait: the link change and the daemon's /state, polled in the guest, timed there): the
+// device must be Unhealthy within portDetectLimit, the RDMANodeState and `kubectl rdma nodes`
+// must show it, and it must be Healthy again after the link comes back.
+func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := runHook(ctx, e.hook, "port-state", c.device, "1", "up"); err != nil {
+				t.Errorf("restore the port: %v", err)
+			}
+		}
+	})
+	wait := func(state string) time.Duration {
+		t.Helper()
+		out := e.mustHook(t, time.Minute, "port-wait", c.device, state)
+		secs, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+		if err != nil {
+			t.Fatalf("hook port-wait %s %s: %q: %v", c.device, state, out, err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	down := wait("down")
+	if down > portDetectLimit {
+		t.Errorf("%s Unhealthy %s after its link went down, want within %s", c.device, down, portDetectLimit)
+	}
+	start := time.Now()
+	e.waitNodeState(t, "the device unhealthy", func(s *v1alpha1.RDMANodeState) error {
+		if s.Status.Summary.Unhealthy != 1 {
+			return fmt.Errorf("summary.unhealthy %d, want 1", s.Status.Summary.Unhealthy)
+		}
+		return nil
+	})
+	inState := time.Since(start)
+	out, code := e.kubectlRDMA(t, "nodes")
+	t.Logf("kubectl rdma nodes (port down):\n%s", out)
+	if code != 0 || !nodesLineUnhealthy(out, e.node) {
+		t.Errorf("kubectl rdma nodes (exit %d) does not show %s with an unhealthy device", code, e.node)
+	}
+	up := wait("up")
+	restored = true
+	e.waitNodeState(t, "the device healthy again", func(s *v1alpha1.RDMANodeState) error {
+		if s.Status.Summary.Unhealthy != 0 {
+			return fmt.Errorf("summary.unhealthy %d, want 0", s.Status.Summary.Unhealthy)
+		}
+		return nil
+	})
+	line := fmt.Sprintf("port down: %s Unhealthy after %.2f s (daemon /state), in the RDMANodeState %.1f s later; Healthy %.2f s after the link came back",
+		c.device, down.Seconds(), inState.Seconds(), up.Seconds())
+	t.Log(line)
+	e.appendReport(t, line)
+}
+
+// nodesLineUnhealthy: `kubectl rdma nodes` has a line for node whose UNHEALTHY column is not 0.
+func nodesLineUnhealthy(out, node string) bool {
+	col := -1
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if col < 0 {
+			for i, h := range f {
+				if h == "UNHEALTHY" {
+					col = i
+				}
+			}
+			continue
+		}
+		if len(f) > col && f[0] == node {
+			n, err := strconv.Atoi(f[col])
+			return err == nil && n > 0
+		}
+	}
+	return false
+}
+
+// testCrossNode: ib_write_bw between the first two guests' root network namespaces, then a pod
+// with the pool's device on each of the two nodes: `kubectl rdma bw` between them (server on
+// the first), its ratio to the host-to-host figure, rping (rdma_cm) between the same pods over
+// their RDMA netdevs, and `kubectl rdma doctor` on both, every check passing.
+func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
+	if len(c.nodes) < 2 {
+		t.Skipf("one node (%s): the cross-node checks need two", c.nodes[0])
+	}
+	secs := strconv.Itoa(c.bwSeconds)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	out, err := runHook(ctx, e.hook, "host-bw", c.nodes[0], c.nodes[1], secs)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := perftestGbps(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ib_write_bw host-to-host %s -> %s: %.2f Gb/sec", c.nodes[1], c.nodes[0], host)
+
+	ns := e.namespace(t)
+	names := []string{"rdma-a", "rdma-b"}
+	for i, n := range names {
+		p := e.devicePod(ns, n, rxePool, 1)
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: c.nodes[i]}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}}
+		e.createPod(t, p)
+	}
+	var starts []time.Duration
+	for _, n := range names {
+		p := e.waitRunning(t, ns, n)
+		if r := container(p).State.Running; r != nil {
+			starts = append(starts, r.StartedAt.Sub(p.CreationTimestamp.Time))
+		}
+	}
+	med, worst := medianWorst(starts)
+
+	var pod float64
+	for attempt, port := 1, 18515; ; attempt, port = attempt+1, port+1 {
+		out, code := e.kubectlRDMA(t, "bw", "-n", ns, names[0], names[1], "--duration", secs, "--port", strconv.Itoa(port), "--qp-timeout", "18")
+		t.Logf("kubectl rdma bw -n %s %s %s (attempt %d): exit %d\n%s", ns, names[0], names[1], attempt, code, out)
+		if code == 0 {
+			m := bwLine.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no bandwidth line in kubectl rdma bw's output:\n%s", out)
+			}
+			if pod, err = strconv.ParseFloat(m[1], 64); err != nil || pod <= 0 {
+				t.Fatalf("kubectl rdma bw reported %q Gb/sec, want > 0", m[1])
+			}
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("kubectl rdma bw failed %d times", attempt)
+		}
+	}
+
+	ex, err := kubectlrdma.NewExecer(kubeconfigFlags())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings := e.rping(t, ex, ns, names[0], names[1])
+
+	checks := []int{}
+	for _, n := range names {
+		out, code := e.kubectlRDMA(t, "doctor", "-n", ns, n)
+		t.Logf("kubectl rdma doctor -n %s %s: exit %d\n%s", ns, n, code, out)
+		lines := doctorLines(out)
+		for check, got := range lines {
+			if !strings.HasPrefix(got, "PASS") {
+				t.Errorf("doctor on %s: %q: %s", n, check, got)
+			}
+		}
+		if code != 0 || len(lines) == 0 {
+			t.Errorf("doctor on %s: exit %d, %d checks", n, code, len(lines))
+		}
+		checks = append(checks, len(lines))
+	}
+	line := fmt.Sprintf("cross-node: pod start median %.1f s worst %.1f s (%d pods); kubectl rdma bw %s -> %s %.2f Gb/sec, host-to-host %.2f Gb/sec, ratio %.2f; rping (rdma_cm) %d/%d; doctor %v checks, failed: %v",
+		med.Seconds(), worst.Seconds(), len(starts), c.nodes[1], c.nodes[0], pod, host, pod/host, pings, rpingCountWant, checks, t.Failed())
+	t.Log(line)
+	e.appendReport(t, line)
+	for _, n := range names {
+		e.deletePod(t, ns, n)
+	}
+}
+
+const rpingCountWant = 10
+
+// rping runs rping's server in pod a and its client in pod b, over a's RDMA netdev (net1)
+// address: connection set up through rdma_cm, as communication libraries do. It returns the
+// pings the client printed and fails t unless all rpingCountWant came back.
+func (e *env) rping(t *testing.T, ex kubectlrdma.Execer, ns, a, b string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	out, err := ex.Exec(ctx, ns, a, "test", []string{"ip", "-f", "inet", "addr", "show", "dev", "net1"})
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", a, err)
+	}
+	ip, err := inetAddr(out)
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", a, err)
+	}
+	count := strconv.Itoa(rpingCountWant)
+	served := make(chan error, 1)
+	go func() {
+		_, err := ex.Exec(ctx, ns, a, "test", []string{"rping", "-s", "-a", ip, "-p", "7174", "-C", count, "-v"})
+		served <- err
+	}()
+	var got string
+	for try := 1; ; try++ {
+		time.Sleep(time.Second) // the server binds first
+		got, err = ex.Exec(ctx, ns, b, "test", []string{"rping", "-c", "-a", ip, "-p", "7174", "-C", count, "-v"})
+		if err == nil || try == 5 {
+			break
+		}
+		t.Logf("rping client in %s (try %d): %v\n%s", b, try, err, got)
+	}
+	if err != nil {
+		t.Fatalf("rping client in %s to %s: %v\n%s", b, ip, err, got)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("rping server in %s: %v", a, err)
+	}
+	n := rpingCount(got)
+	t.Logf("rping %s -> %s (%s, rdma_cm): %d pings\n%s", b, a, ip, n, got)
+	if n != rpingCountWant {
+		t.Errorf("rping: %d pings, want %d", n, rpingCountWant)
+	}
+	return n
+}
+
+// kubeconfigFlags points client options at the suite's cluster (E2E_KUBECONFIG).
+func kubeconfigFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(false)
+	kc := os.Getenv("E2E_KUBECONFIG")
+	f.KubeConfig = &kc
+	return f
+}
