@@ -60,8 +60,8 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	inState := time.Since(start)
 	out, code := e.kubectlRDMA(t, "nodes")
 	t.Logf("kubectl rdma nodes (port down):\n%s", out)
-	if code != 0 || !nodesLineUnhealthy(out, e.node) {
-		t.Errorf("kubectl rdma nodes (exit %d) does not show %s with an unhealthy device", code, e.node)
+	if got, ok := nodesCell(out, e.node, "UNHEALTHY"); code != 0 || got != c.device {
+		t.Errorf("kubectl rdma nodes (exit %d): %s's UNHEALTHY %q (row found: %v), want %s", code, e.node, got, ok, c.device)
 	}
 	up := wait("up")
 	restored = true
@@ -77,25 +77,31 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	e.appendReport(t, line)
 }
 
-// nodesLineUnhealthy: `kubectl rdma nodes` has a line for node whose UNHEALTHY column is not 0.
-func nodesLineUnhealthy(out, node string) bool {
-	col := -1
+// nodesCell is the cell of column in node's row of `kubectl rdma nodes` (a table aligned
+// with spaces, whose cells may hold spaces: the header gives where each column starts).
+func nodesCell(out, node, column string) (string, bool) {
+	start, end := -1, -1
 	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if col < 0 {
-			for i, h := range f {
-				if h == "UNHEALTHY" {
-					col = i
-				}
+		line = strings.TrimRight(line, "\n")
+		if start < 0 {
+			if start = strings.Index(line, column); start < 0 {
+				continue
+			}
+			rest := line[start+len(column):]
+			if i := strings.IndexFunc(rest, func(r rune) bool { return r != ' ' }); i >= 0 {
+				end = start + len(column) + i
 			}
 			continue
 		}
-		if len(f) > col && f[0] == node {
-			n, err := strconv.Atoi(f[col])
-			return err == nil && n > 0
+		if f := strings.Fields(line); len(f) == 0 || f[0] != node || len(line) <= start {
+			continue
 		}
+		if end < 0 || end > len(line) {
+			end = len(line)
+		}
+		return strings.TrimSpace(line[start:end]), true
 	}
-	return false
+	return "", false
 }
 
 // testCrossNode: ib_write_bw between the first two guests' root network namespaces, then a pod
