@@ -9,13 +9,14 @@
 #
 # /share (9p, read-write) is this guest's: node.env, cmd/, out/. /opt/rxec (9p, read-only) is the
 # run's: the binaries, CNI plugins, images, PKI and libseccomp for runc.
+# shellcheck disable=SC1091  # written by up.sh into the guest's share
 . /share/node.env
 up() { cut -d' ' -f1 /proc/uptime; }
 mark() { echo "rxec-guest: $* (uptime $(up) s)"; echo "$1 $(up)" >>/share/out/times; }
 mark boot
 mkdir -p /opt/rxec
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro rxec /opt/rxec || { echo "rxec-guest: no rxec share"; exit 1; }
-export PATH=/opt/rxec/bin:$PATH
+export PATH="/opt/rxec/bin:$PATH"
 cp /opt/rxec/lib/* /usr/lib/x86_64-linux-gnu/
 hostname "$NODE_NAME"
 echo "127.0.0.1 localhost $NODE_NAME" >/etc/hosts

@@ -14,6 +14,9 @@
 # namespaces (rxe0 on eth1, the pods' flags: -s 65536 -F --report_gbits -u 18) and prints its
 # "ib_write_bw ...: N Gb/sec average" line.
 #
+# The guest scripts in single quotes expand in the guest.
+# shellcheck disable=SC2016
+#
 # NODE picks the guest by node name (rxec-<i>); default the first. Exit 0 on success, else
 # non-zero with a line on stderr.
 set -Eeuo pipefail
@@ -37,8 +40,8 @@ index() {
 gx() { guest_exec "$I" "${GX_TIMEOUT:-30}" "$1"; }
 
 verb_describe() {
-  local names=() i
-  for ((i = 1; i <= $(ls -d "$RXEC_RUN"/node*/ 2>/dev/null | wc -l); i++)); do names+=("$(node_name "$i")"); done
+  local names=() i=1
+  while [[ -d $RXEC_RUN/node$i ]]; do names+=("$(node_name "$i")"); i=$((i + 1)); done
   [[ ${#names[@]} -gt 0 ]] || die "describe: no guests in $RXEC_RUN"
   printf '%s\n' "harness rxe-cluster" "image $IMAGE" "test-image localhost/rdma-perf:e2e" \
     "nodes ${names[*]}" "rdma-subnet-prefix $RDMA_NET" "rdma-device rxe0" \
@@ -153,8 +156,8 @@ done'
   local tmp
   tmp=$(mktemp)
   guest_exec "$s" $((secs + 60)) "ib_write_bw $args -x \$( ($gid) )" >"$tmp" 2>&1 &
-  local spid=$! out try
-  for try in 1 2 3 4 5 6 7 8 9 10; do
+  local spid=$! out
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     sleep 1
     if out=$(guest_exec "$c" $((secs + 60)) "ib_write_bw $args -x \$( ($gid) ) $(node_ip "$s")" 2>&1); then break; fi
     grep -q "Couldn't connect" <<<"$out" || break
