@@ -96,7 +96,7 @@ func rxeCluster(d map[string]string) (harness, error) {
 			cf.pools = []pool{{rxePool, "exclusive", 1}}
 			cf.chainedPool, cf.portDevice = rxePool, c.device
 		},
-		releases: []release{{name: "kube-rdma", values: []values{c.values()},
+		releases: []release{{name: "kube-rdma", moreNodes: c.nodes[1:], values: []values{c.values()},
 			report: fmt.Sprintf("helm install on %d node(s): DaemonSet ready %%s s after", len(c.nodes))}},
 		installed: func(t *testing.T, e *env) {
 			for _, n := range c.nodes {
