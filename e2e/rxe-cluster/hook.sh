@@ -8,7 +8,9 @@
 #   hook.sh host-bw SERVER_NODE CLIENT_NODE SECONDS
 #
 # The verbs and their output are e2e/kind-rxe/hook.sh's (e2e/suite reads both), except:
-# describe says "harness rxe-cluster"; node-state also lists the guest's links (name and UP or
+# describe says "harness rxe-cluster" and names the pods' image with perftest and rping
+# (perf-image; test-image has neither, as the suite's NodeState test wants); node-state's CNI
+# configs are canonical JSON digests (as e2e/local-node's), and it also lists the guest's links (name and UP or
 # DOWN), its RDMA links and the RDMA NIC's IPv4 addresses, so that the uninstall check covers
 # the NIC the chained CNI moved; host-bw runs ib_write_bw between two guests' root network
 # namespaces (rxe0 on eth1, the pods' flags: -s 65536 -F --report_gbits -u 18) and prints its
@@ -20,6 +22,7 @@
 # NODE picks the guest by node name (rxec-<i>); default the first. Exit 0 on success, else
 # non-zero with a line on stderr.
 set -Eeuo pipefail
+command -v jq >/dev/null || { echo "rxe-cluster hook: jq is needed (apt-get install jq)" >&2; exit 1; }
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$HERE/lib.sh"
@@ -43,12 +46,14 @@ verb_describe() {
   local names=() i=1
   while [[ -d $RXEC_RUN/node$i ]]; do names+=("$(node_name "$i")"); i=$((i + 1)); done
   [[ ${#names[@]} -gt 0 ]] || die "describe: no guests in $RXEC_RUN"
-  printf '%s\n' "harness rxe-cluster" "image $IMAGE" "test-image localhost/rdma-perf:e2e" \
-    "nodes ${names[*]}" "rdma-subnet-prefix $RDMA_NET" "rdma-device rxe0" \
+  printf '%s\n' "harness rxe-cluster" "image $IMAGE" "test-image $TEST_IMAGE" \
+    "perf-image localhost/rdma-perf:e2e" "nodes ${names[*]}" "rdma-subnet-prefix $RDMA_NET" "rdma-device rxe0" \
     "api-server $CTL_NET.1:$API_PORT" "bw-seconds ${RXEC_BW_SECONDS:-5}"
 }
 
-verb_links() { gx "$IP -o link show" | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | LC_ALL=C sort; }
+# links: the guest's links but cni0, the pods' bridge, which the first pod's sandbox creates
+# (e2e/local-node/hook.sh leaves its bridge out the same way).
+verb_links() { gx "$IP -o link show" | awk -F': ' '{sub(/@.*/, "", $2); if ($2 != "cni0") print $2}' | LC_ALL=C sort; }
 
 verb_records() {
   gx 'cd /var/lib/cni/kube-rdma 2>/dev/null || exit 0
@@ -121,9 +126,6 @@ echo "$f"'
 verb_node_state() {
   gx "bin=/opt/cni/bin/kube-rdma
 if [ -f \$bin ]; then echo \"cni-bin \$bin sha256:\$(sha256sum \$bin | cut -d' ' -f1)\"; else echo \"cni-bin \$bin absent\"; fi
-for f in /etc/cni/net.d/*.conflist /etc/cni/net.d/*.conf /etc/cni/net.d/*.json; do
-  [ -f \"\$f\" ] && echo \"conflist \$f sha256:\$(sha256sum \"\$f\" | cut -d' ' -f1)\"
-done
 for d in /var/run/cdi /etc/cdi; do for f in \"\$d\"/kube-rdma-*; do [ -e \"\$f\" ] && echo \"cdi \$f\"; done; done
 for f in /var/lib/kubelet/device-plugins/kube-rdma-*; do [ -e \"\$f\" ] && echo \"device-plugin \$f\"; done
 [ -e /var/run/kube-rdma/alloc/_pools.json ] && echo 'pools-file /var/run/kube-rdma/alloc/_pools.json'
@@ -131,6 +133,12 @@ $IP -o link show | awk -F': ' '{n = \$2; sub(/@.*/, \"\", n); if (n !~ /^(veth|c
 $RDMA link show | sed 's/^/rdma-/'
 $IP -o -4 addr show dev eth1 2>/dev/null | awk '{print \"addr eth1 \" \$4}'
 :" | LC_ALL=C sort
+  # Every CNI config as canonical JSON (jq -cS, here): the installer rewrites the primary
+  # conflist with other whitespace and key order, which is the same config.
+  local f
+  for f in $(gx 'for f in /etc/cni/net.d/*.conflist /etc/cni/net.d/*.conf /etc/cni/net.d/*.json; do [ -f "$f" ] && echo "$f"; done; :'); do
+    echo "cni-conf $f $(gx "cat $f" | jq -cS . | sha256sum | cut -c1-16)"
+  done
 }
 
 # host-bw SERVER CLIENT SECONDS: ib_write_bw between the root netns of two guests.

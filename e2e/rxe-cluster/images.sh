@@ -20,7 +20,7 @@ if ! apt-cache show --no-all-versions "${PKGS[@]}" >/dev/null 2>&1; then
 fi
 closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
   --no-replaces --no-enhances "${PKGS[@]}" | grep -v '^ ' | grep -v '^<' | sort -u)
-want=$( { printf '%s\n' "${PKGS[@]}"; grep -E '^lib' <<<"$closure"; } | sort -u)
+want=$( { printf '%s\n' "${PKGS[@]}"; grep -E '^(lib|zlib)' <<<"$closure"; } | sort -u)
 # shellcheck disable=SC2086
 list=$(apt-cache show --no-all-versions $want | awk '
   /^Package: /{p=$2} /^Version: /{v=$2} /^Architecture: /{a=$2}

@@ -22,7 +22,7 @@ ETCD_PORT=2379
 KUBELET_PORT=10250
 METRICS_PORT=9478
 # Guests: count, memory (MiB; the root file system is RAM), vCPUs, qemu accelerator.
-RXEC_NODES=${RXEC_NODES:-1}
+RXEC_NODES=${RXEC_NODES:-2}
 RXEC_MEM=${RXEC_MEM:-3072}
 RXEC_SMP=${RXEC_SMP:-1}
 RXEC_ACCEL=${RXEC_ACCEL:-tcg,thread=single}

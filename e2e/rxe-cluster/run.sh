@@ -14,7 +14,6 @@ HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-export RXEC_NODES=${RXEC_NODES:-2}
 PATH=$BIN:$PATH:/usr/local/go/bin
 T0=$(date +%s)
 

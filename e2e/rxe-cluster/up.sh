@@ -26,7 +26,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
   containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback cni/static; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
 done
-for i in pause kube-rdma; do
+for i in pause kube-rdma rdma-test; do
   [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
 done
 [[ -s $RXEC_CACHE/images/rdma-perf.tar ]] || die "$RXEC_CACHE/images/rdma-perf.tar missing: run e2e/rxe-cluster/images.sh"
@@ -57,7 +57,7 @@ log "guest kernel $KVER ($(elapsed)s)"
 cp -L "$BIN"/{kubelet,containerd,containerd-shim-runc-v2,ctr,runc} "$RXEC_RUN/common/bin/"
 cp -L "$BIN"/cni/{bridge,host-local,loopback,static} "$RXEC_RUN/common/cni/"
 cp -L /usr/lib/x86_64-linux-gnu/libseccomp.so.2 "$RXEC_RUN/common/lib/"
-cp "$IMAGES"/{pause,kube-rdma}.tar "$RXEC_CACHE/images/rdma-perf.tar" "$RXEC_RUN/common/images/"
+cp "$IMAGES"/{pause,kube-rdma,rdma-test}.tar "$RXEC_CACHE/images/rdma-perf.tar" "$RXEC_RUN/common/images/"
 
 # --- PKI: one CA, the API server's serving cert, one admin client cert for every component ------
 pki() {
@@ -161,7 +161,7 @@ NODES=$RXEC_NODES
 API_PORT=$API_PORT
 KUBELET_PORT=$KUBELET_PORT
 POD_SUBNET=10.244.$i.0/24
-RDMA_NETNS_MODE=${RXEC_RDMA_NETNS_MODE:-shared}
+RDMA_NETNS_MODE=${RXEC_RDMA_NETNS_MODE:-exclusive}
 FEATURE_GATES_YAML="$(sed 's/=/: /g; s/,/, /g' <<<"$FEATURE_GATES")"
 ENV
   qemu=(qemu-system-x86_64 -accel "$RXEC_ACCEL" -smp "$RXEC_SMP" -m "$RXEC_MEM"

@@ -39,13 +39,13 @@ type phase struct {
 
 // release is one helm release of a phase, and the node whose state it must leave as it was.
 type release struct {
-	name   string
-	node   string // "": the node under test
+	name string
+	node string // "": the node under test
 	// moreNodes: other nodes the release runs on whose state it must also leave as it was
 	// (rxe-cluster: one release for every node).
 	moreNodes []string
-	chart  string // "": the working tree's chart (E2E chart); else the chart to install
-	values []values
+	chart     string // "": the working tree's chart (E2E chart); else the chart to install
+	values    []values
 	// report: the line to append to E2E_REPORT once the release's DaemonSet is ready ("":
 	// none); its %s is the seconds from helm install to then.
 	report string

@@ -10,18 +10,18 @@ import (
 // The rxe-cluster harness's parsers, on outputs as the tools print them; no cluster needed.
 
 func TestParseRXECluster(t *testing.T) {
-	good := map[string]string{"harness": "rxe-cluster", "image": "localhost/kube-rdma:e2e", "test-image": "localhost/rdma-perf:e2e",
+	good := map[string]string{"harness": "rxe-cluster", "image": "localhost/kube-rdma:e2e", "test-image": "localhost/rdma-test:e2e", "perf-image": "localhost/rdma-perf:e2e",
 		"nodes": "rxec-1 rxec-2", "rdma-subnet-prefix": "10.78.0", "rdma-device": "rxe0", "api-server": "10.77.0.1:6443", "bw-seconds": "3"}
 	c, err := parseRXECluster(good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := rxeClusterDesc{nodes: []string{"rxec-1", "rxec-2"}, imageRepo: "localhost/kube-rdma", imageTag: "e2e",
+	want := rxeClusterDesc{nodes: []string{"rxec-1", "rxec-2"}, imageRepo: "localhost/kube-rdma", imageTag: "e2e", perfImage: "localhost/rdma-perf:e2e",
 		subnet: "10.78.0", device: "rxe0", apiHost: "10.77.0.1", apiPort: "6443", bwSeconds: 3}
 	if diff := cmp.Diff(want, c, cmp.AllowUnexported(rxeClusterDesc{})); diff != "" {
 		t.Errorf("parseRXECluster (-want +got):\n%s", diff)
 	}
-	for key, bad := range map[string]string{"nodes": "", "image": "localhost/kube-rdma", "rdma-subnet-prefix": "10.78.0.0/24",
+	for key, bad := range map[string]string{"nodes": "", "perf-image": "", "image": "localhost/kube-rdma", "rdma-subnet-prefix": "10.78.0.0/24",
 		"rdma-device": "", "api-server": "10.77.0.1", "bw-seconds": "0"} {
 		d := map[string]string{}
 		for k, v := range good {

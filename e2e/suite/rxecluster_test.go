@@ -16,8 +16,9 @@ import (
 // a kubelet, joined to a control plane in a network namespace made for the run. Each guest has
 // one soft-RoCE device, rxe0, on eth1; the guests' eth1 share one link. Its hook describes it:
 //
-//	harness rxe-cluster, test-image (busybox, perftest, rdmacm-utils), image (the kube-rdma
-//	image, REPO:TAG), nodes (the node names, in order), rdma-subnet-prefix (the RDMA link's
+//	harness rxe-cluster, test-image (busybox and rdma-core's ibv_devices, no perftest: the
+//	NodeState test's image), perf-image (busybox, perftest and rdmacm-utils: the cross-node
+//	pods'), image (the kube-rdma image, REPO:TAG), nodes (the node names, in order), rdma-subnet-prefix (the RDMA link's
 //	/24, as "A.B.C"), rdma-device (every guest's RDMA device), api-server (HOST:PORT where a
 //	hostNetwork pod reaches the API server: the cluster has no kube-proxy), bw-seconds
 //	(ib_write_bw's duration)
@@ -33,15 +34,19 @@ import (
 type rxeClusterDesc struct {
 	nodes               []string
 	imageRepo, imageTag string
+	perfImage           string
 	subnet, device      string
 	apiHost, apiPort    string
 	bwSeconds           int
 }
 
 func parseRXECluster(d map[string]string) (rxeClusterDesc, error) {
-	c := rxeClusterDesc{nodes: strings.Fields(d["nodes"]), subnet: d["rdma-subnet-prefix"], device: d["rdma-device"]}
+	c := rxeClusterDesc{nodes: strings.Fields(d["nodes"]), subnet: d["rdma-subnet-prefix"], device: d["rdma-device"], perfImage: d["perf-image"]}
 	if len(c.nodes) == 0 {
 		return c, fmt.Errorf("hook describe (rxe-cluster): no nodes")
+	}
+	if c.perfImage == "" {
+		return c, fmt.Errorf("hook describe (rxe-cluster): no perf-image")
 	}
 	i := strings.LastIndex(d["image"], ":")
 	if i <= 0 || i == len(d["image"])-1 {
@@ -68,7 +73,8 @@ func parseRXECluster(d map[string]string) (rxeClusterDesc, error) {
 
 // values are the release's: a pool of every node's soft-RoCE device, the CNI chained on it
 // with one host-local range (the harness starts each node after the first 32 addresses
-// further), the node state, and the API server's address for the daemon (no kube-proxy).
+// further), the node state, NRI (the containers' RLIMIT_MEMLOCK: doctor warns at the
+// runtime's 8 MiB), and the API server's address for the daemon (no kube-proxy).
 func (c rxeClusterDesc) values() values {
 	return values{
 		"image": values{"repository": c.imageRepo, "tag": c.imageTag, "pullPolicy": "Never"},
@@ -82,6 +88,7 @@ func (c rxeClusterDesc) values() values {
 			{"name": "KUBERNETES_SERVICE_HOST", "value": c.apiHost},
 			{"name": "KUBERNETES_SERVICE_PORT", "value": c.apiPort}}},
 		"nodeState": values{"enabled": true},
+		"nri":       values{"enabled": true},
 	}
 }
 
