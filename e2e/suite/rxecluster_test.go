@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
@@ -119,7 +120,56 @@ func rxeCluster(d map[string]string) (harness, error) {
 			{"NodeState", testNodeState},
 			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
 		},
-	}}}, nil
+	}, c.draPhase()}}, nil
+}
+
+// rxeDRAPool is the dra phase's pool of the first node's device, served as a DRA driver.
+const rxeDRAPool = "rxe-dra"
+
+// draPhase: the first node's device served by the DRA front end, with the CNI chained in DRA
+// mode (its claims' netdevs), the second node's by the device plugin (the chained CNI on its
+// pool): two releases, each pinned to its node. A claim pod on the first node and a device
+// plugin pod on the second move RDMA traffic to each other. Skipped with one node.
+func (c rxeClusterDesc) draPhase() phase {
+	p := phase{name: "rxe-cluster-dra"}
+	if len(c.nodes) < 2 {
+		p.skip = fmt.Sprintf("one node (%s): a claim pod and a device plugin pod on two nodes need two", c.nodes[0])
+		return p
+	}
+	pin := func(node string, v values) values {
+		v["nodeSelector"] = values{hostnameLabel: node}
+		return v
+	}
+	dra := c.values()
+	dra["config"] = values{"resourcePrefix": "rdma.kube-rdma.io", "pools": []values{{
+		"name": rxeDRAPool, "mode": "exclusive", "frontend": "dra",
+		"selectors": values{"kinds": []string{"virtual"}, "rdmaDevices": []string{c.device}}}}}
+	dra["cni"].(values)["chained"].(values)["pool"] = rxeDRAPool
+	dra["dra"] = values{"enabled": true}
+	p.config = func(cf *config) {
+		cf.pools = []pool{{rxePool, "exclusive", 1}}
+		cf.chainedPool = rxePool
+		cf.dra = &draConfig{pools: map[string]int{rxeDRAPool: 1}}
+	}
+	p.releases = []release{
+		{name: "kube-rdma", node: c.nodes[0], values: []values{pin(c.nodes[0], dra)},
+			report: "rxe-cluster-dra: release with the DRA front end on " + c.nodes[0] + ", DaemonSet ready %s s after helm install"},
+		{name: "kube-rdma-dp", node: c.nodes[1], values: []values{pin(c.nodes[1], c.values())},
+			report: "rxe-cluster-dra: release with the device plugin on " + c.nodes[1] + ", DaemonSet ready %s s after helm install"},
+	}
+	p.installed = func(t *testing.T, e *env) {
+		e.waitChained(t, c.nodes[1])
+		err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+			_, err := runHookOn(ctx, e.hook, c.nodes[0], "cni-chained")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.tests = []namedTest{{"ClaimToDevicePluginPod", func(t *testing.T, e *env) { testDRAToDevicePluginPod(t, e, c) }}}
+	p.after = func(t *testing.T, e *env) { e.waitNoDRASlices(t) }
+	return p
 }
 
 // perftestGbps reads the average of ib_write_bw's result line (--report_gbits), under its

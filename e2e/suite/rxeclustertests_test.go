@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
@@ -196,48 +198,111 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 
 const rpingCountWant = 10
 
+// testDRAToDevicePluginPod: a pod with a claim of the first node's device (DRA front end, the
+// CNI in DRA mode) and a pod with the second node's device (device plugin, the CNI on its
+// pool): rping, and ib_write_bw -R (perftest connecting through rdma_cm), between them.
+func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
+	e.needDRA(t)
+	ns := e.namespace(t)
+	tmpl := "one-" + rxeDRAPool
+	e.createTemplate(t, ns, tmpl, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{request("nic", draClass(rxeDRAPool))}})
+	lock := &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}}
+	a := e.claimPod(ns, "dra-a", tmpl)
+	b := e.devicePod(ns, "dp-b", rxePool, 1)
+	for i, p := range []*corev1.Pod{a, b} {
+		p.Spec.Containers[0].Image, p.Spec.Containers[0].SecurityContext = c.perfImage, lock
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: c.nodes[i]}
+		e.createPod(t, p)
+	}
+	for _, p := range []*corev1.Pod{a, b} {
+		e.waitRunning(t, ns, p.Name)
+	}
+	claim := e.podClaim(t, ns, a.Name)
+	ex, err := kubectlrdma.NewExecer(kubeconfigFlags())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings := e.rping(t, ex, ns, a.Name, b.Name)
+	ip := e.net1Addr(t, ex, ns, a.Name)
+	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
+	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
+	gbps, err := perftestGbps(out)
+	if err != nil || gbps <= 0 {
+		t.Fatalf("ib_write_bw -R %s -> %s: %v Gb/sec (%v)\n%s", b.Name, a.Name, gbps, err, out)
+	}
+	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (rdma_cm) %d/%d, ib_write_bw -R %.2f Gb/sec",
+		c.nodes[0], claim.Name, c.nodes[1], pings, rpingCountWant, gbps)
+	t.Log(line)
+	e.appendReport(t, line)
+	for _, p := range []*corev1.Pod{a, b} {
+		e.deletePod(t, ns, p.Name)
+	}
+	e.waitClaimGone(t, ns, claim.Name)
+}
+
 // rping runs rping's server in pod a and its client in pod b, over a's RDMA netdev (net1)
 // address: connection set up through rdma_cm, as communication libraries do. It returns the
 // pings the client printed and fails t unless all rpingCountWant came back.
 func (e *env) rping(t *testing.T, ex kubectlrdma.Execer, ns, a, b string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	out, err := ex.Exec(ctx, ns, a, "test", []string{"ip", "-f", "inet", "addr", "show", "dev", "net1"})
-	if err != nil {
-		t.Fatalf("net1 of %s: %v", a, err)
-	}
-	ip, err := inetAddr(out)
-	if err != nil {
-		t.Fatalf("net1 of %s: %v", a, err)
-	}
+	ip := e.net1Addr(t, ex, ns, a)
 	count := strconv.Itoa(rpingCountWant)
-	served := make(chan error, 1)
-	go func() {
-		_, err := ex.Exec(ctx, ns, a, "test", []string{"rping", "-s", "-a", ip, "-p", "7174", "-C", count, "-v"})
-		served <- err
-	}()
-	var got string
-	for try := 1; ; try++ {
-		time.Sleep(time.Second) // the server binds first
-		got, err = ex.Exec(ctx, ns, b, "test", []string{"rping", "-c", "-a", ip, "-p", "7174", "-C", count, "-v"})
-		if err == nil || try == 5 {
-			break
-		}
-		t.Logf("rping client in %s (try %d): %v\n%s", b, try, err, got)
-	}
-	if err != nil {
-		t.Fatalf("rping client in %s to %s: %v\n%s", b, ip, err, got)
-	}
-	if err := <-served; err != nil {
-		t.Errorf("rping server in %s: %v", a, err)
-	}
+	got := e.serverClient(t, ex, ns,
+		a, []string{"rping", "-s", "-a", ip, "-p", "7174", "-C", count, "-v"},
+		b, []string{"rping", "-c", "-a", ip, "-p", "7174", "-C", count, "-v"})
 	n := rpingCount(got)
 	t.Logf("rping %s -> %s (%s, rdma_cm): %d pings\n%s", b, a, ip, n, got)
 	if n != rpingCountWant {
 		t.Errorf("rping: %d pings, want %d", n, rpingCountWant)
 	}
 	return n
+}
+
+// net1Addr is the IPv4 address of pod's RDMA netdev, net1.
+func (e *env) net1Addr(t *testing.T, ex kubectlrdma.Execer, ns, pod string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := ex.Exec(ctx, ns, pod, "test", []string{"ip", "-f", "inet", "addr", "show", "dev", "net1"})
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", pod, err)
+	}
+	ip, err := inetAddr(out)
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", pod, err)
+	}
+	return ip
+}
+
+// serverClient runs server in pod srv (exec, in the background), then client in pod cli,
+// retried while the server is not listening yet (up to 5 times, a second apart), and returns
+// the client's output. It fails t when the client or the server fails.
+func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns, srv string, server []string, cli string, client []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		_, err := ex.Exec(ctx, ns, srv, "test", server)
+		served <- err
+	}()
+	var got string
+	var err error
+	for try := 1; ; try++ {
+		time.Sleep(time.Second) // the server binds first
+		got, err = ex.Exec(ctx, ns, cli, "test", client)
+		if err == nil || try == 5 {
+			break
+		}
+		t.Logf("%s in %s (try %d): %v\n%s", client[0], cli, try, err, got)
+	}
+	if err != nil {
+		t.Fatalf("%s in %s: %v\n%s", strings.Join(client, " "), cli, err, got)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("%s in %s: %v", strings.Join(server, " "), srv, err)
+	}
+	return got
 }
 
 // kubeconfigFlags points client options at the suite's cluster (E2E_KUBECONFIG).
