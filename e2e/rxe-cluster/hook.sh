@@ -48,7 +48,8 @@ verb_describe() {
   [[ ${#names[@]} -gt 0 ]] || die "describe: no guests in $RXEC_RUN"
   printf '%s\n' "harness rxe-cluster" "image $IMAGE" "test-image $TEST_IMAGE" \
     "perf-image localhost/rdma-perf:e2e" "nodes ${names[*]}" "rdma-subnet-prefix $RDMA_NET" "rdma-device rxe0" \
-    "api-server $CTL_NET.1:$API_PORT" "bw-seconds ${RXEC_BW_SECONDS:-5}"
+    "api-server $CTL_NET.1:$API_PORT" "bw-seconds ${RXEC_BW_SECONDS:-5}" \
+    "rdma-netns-mode $(sed -n 's/^RDMA_NETNS_MODE=//p' "$RXEC_RUN/node1/share/node.env")"
 }
 
 # links: the guest's links but cni0, the pods' bridge, which the first pod's sandbox creates

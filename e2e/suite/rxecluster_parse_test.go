@@ -11,18 +11,18 @@ import (
 
 func TestParseRXECluster(t *testing.T) {
 	good := map[string]string{"harness": "rxe-cluster", "image": "localhost/kube-rdma:e2e", "test-image": "localhost/rdma-test:e2e", "perf-image": "localhost/rdma-perf:e2e",
-		"nodes": "rxec-1 rxec-2", "rdma-subnet-prefix": "10.78.0", "rdma-device": "rxe0", "api-server": "10.77.0.1:6443", "bw-seconds": "3"}
+		"nodes": "rxec-1 rxec-2", "rdma-subnet-prefix": "10.78.0", "rdma-device": "rxe0", "api-server": "10.77.0.1:6443", "bw-seconds": "3", "rdma-netns-mode": "shared"}
 	c, err := parseRXECluster(good)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := rxeClusterDesc{nodes: []string{"rxec-1", "rxec-2"}, imageRepo: "localhost/kube-rdma", imageTag: "e2e", perfImage: "localhost/rdma-perf:e2e",
-		subnet: "10.78.0", device: "rxe0", apiHost: "10.77.0.1", apiPort: "6443", bwSeconds: 3}
+		subnet: "10.78.0", device: "rxe0", apiHost: "10.77.0.1", apiPort: "6443", netnsMode: "shared", bwSeconds: 3}
 	if diff := cmp.Diff(want, c, cmp.AllowUnexported(rxeClusterDesc{})); diff != "" {
 		t.Errorf("parseRXECluster (-want +got):\n%s", diff)
 	}
 	for key, bad := range map[string]string{"nodes": "", "perf-image": "", "image": "localhost/kube-rdma", "rdma-subnet-prefix": "10.78.0.0/24",
-		"rdma-device": "", "api-server": "10.77.0.1", "bw-seconds": "0"} {
+		"rdma-device": "", "api-server": "10.77.0.1", "bw-seconds": "0", "rdma-netns-mode": ""} {
 		d := map[string]string{}
 		for k, v := range good {
 			d[k] = v
@@ -108,6 +108,24 @@ rxec-2  shared  rxe 0/1/1                               -          Ethernet  v0.
 		got, ok := nodesCell(out, tc.node, "UNHEALTHY")
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("nodesCell(%s) = %q, %v; want %q, %v", tc.node, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestDoctorVerdictOK(t *testing.T) {
+	for _, tc := range []struct {
+		check, got, mode string
+		want             bool
+	}{
+		{"devices healthy", "PASS 1 of 1 healthy", "shared", true},
+		{"GPU<->NIC PCIe level", "SKIP no GPU of the pod in the node's state", "exclusive", true},
+		{"netns mode for pool rxe", "WARN exclusive pool, shared netns mode", "shared", true},
+		{"netns mode for pool rxe", "WARN exclusive pool, shared netns mode", "exclusive", false},
+		{"in container: ulimit -l (locked memory)", "WARN locked memory limited to 8192 KiB", "shared", false},
+		{"in container: RoCE v2 GID", "FAIL the container does not see rxe0", "shared", false},
+	} {
+		if got := doctorVerdictOK(tc.check, tc.got, tc.mode); got != tc.want {
+			t.Errorf("doctorVerdictOK(%q, %q, %s) = %v, want %v", tc.check, tc.got, tc.mode, got, tc.want)
 		}
 	}
 }
