@@ -54,7 +54,7 @@ for p in bridge host-local loopback static; do cp "/opt/rxec/cni/$p" /opt/cni/bi
 cat >/etc/cni/net.d/10-rxec.conflist <<CNI
 {"cniVersion": "1.0.0", "name": "rxec",
  "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]]}}]}
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
 CNI
 sysctl -qw net.ipv4.ip_forward=1 || true
 # The chart's chained IPAM is one host-local range for every node: each node after the first
