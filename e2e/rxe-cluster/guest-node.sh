@@ -54,11 +54,13 @@ for p in bridge host-local loopback static; do cp "/opt/rxec/cni/$p" /opt/cni/bi
 cat >/etc/cni/net.d/10-rxec.conflist <<CNI
 {"cniVersion": "1.0.0", "name": "rxec",
  "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "/var/lib/cni/primary-ipam", "routes": [{"dst": "0.0.0.0/0"}]}}]}
 CNI
 sysctl -qw net.ipv4.ip_forward=1 || true
 # The chart's chained IPAM is one host-local range for every node: each node after the first
-# starts 32 addresses further (host-local allocates after last_reserved_ip).
+# starts 32 addresses further (host-local allocates after last_reserved_ip). Its leases are in
+# /var/lib/cni/networks/rxec (the network's name); the primary network keeps its own in
+# /var/lib/cni/primary-ipam, else its last_reserved_ip.0 would be this one.
 if [ "$NODE_INDEX" -gt 1 ]; then
   mkdir -p /var/lib/cni/networks/rxec
   echo "$RDMA_PREFIX.$((64 + 32 * (NODE_INDEX - 1) - 1))" >/var/lib/cni/networks/rxec/last_reserved_ip.0

@@ -65,11 +65,14 @@ done
 }
 
 verb_leases() {
-  gx 'cd /var/lib/cni/networks 2>/dev/null || exit 0
-for f in */*; do
-  [ -f "$f" ] || continue
-  case ${f##*/} in lock|last_reserved_ip.*) continue ;; esac
-  echo "$f"
+  # The chained entry's (host-local's default dataDir) and the primary network's.
+  gx 'for d in /var/lib/cni/networks /var/lib/cni/primary-ipam; do
+  cd $d 2>/dev/null || continue
+  for f in */*; do
+    [ -f "$f" ] || continue
+    case ${f##*/} in lock|last_reserved_ip.*) continue ;; esac
+    echo "$f"
+  done
 done
 :' | LC_ALL=C sort
 }

@@ -50,10 +50,18 @@ in_ns() { ip netns exec "$NETNS" "$@"; }
 record_pid() { echo "$1 $2" >>"$RXEC_RUN/pids"; }
 alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
 
-# start NAME CMD...: CMD in $NETNS, in a session of its own, logging to logs/NAME.log.
+# start NAME CMD...: CMD in $NETNS, in a session of its own, logging to logs/NAME.log, with no
+# file descriptor of the caller's but stdin/out/err: a lock the caller holds (`flock
+# /tmp/e2e-local.lock bash up.sh`) is not kept by the cluster after the caller exits.
 start() {
   local name=$1; shift
-  setsid ip netns exec "$NETNS" "$@" </dev/null >>"$RXEC_RUN/logs/$name.log" 2>&1 9>&- &
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [[ $fd -gt 2 ]]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid ip netns exec "$NETNS" "$@" </dev/null >>"$RXEC_RUN/logs/$name.log" 2>&1
+  ) &
   record_pid "$name" $!
 }
 

@@ -295,6 +295,11 @@ func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns, srv string, 
 		t.Logf("%s in %s (try %d): %v\n%s", client[0], cli, try, err, got)
 	}
 	if err != nil {
+		select {
+		case serr := <-served:
+			t.Logf("%s in %s: ended: %v", strings.Join(server, " "), srv, serr)
+		default:
+		}
 		t.Fatalf("%s in %s: %v\n%s", strings.Join(client, " "), cli, err, got)
 	}
 	if err := <-served; err != nil {
