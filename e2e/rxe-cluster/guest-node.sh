@@ -63,7 +63,8 @@ sysctl -qw net.ipv4.ip_forward=1 || true
 # /var/lib/cni/primary-ipam, else its last_reserved_ip.0 would be this one.
 if [ "$NODE_INDEX" -gt 1 ]; then
   mkdir -p /var/lib/cni/networks/rxec
-  echo "$RDMA_PREFIX.$((64 + 32 * (NODE_INDEX - 1) - 1))" >/var/lib/cni/networks/rxec/last_reserved_ip.0
+  # No newline: host-local parses the file's content as an IP as it is.
+  printf '%s' "$RDMA_PREFIX.$((64 + 32 * (NODE_INDEX - 1) - 1))" >/var/lib/cni/networks/rxec/last_reserved_ip.0
 fi
 
 # --- containerd ----------------------------------------------------------------------------------
