@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -175,6 +175,12 @@ test-apiserver:
 # ARGS goes to its go test, e.g. ARGS='-run TestCluster/faults'.
 e2e-local:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/run.sh $(ARGS)
+
+# The e2e suite (its rxe-cluster harness) on a cluster of two qemu (TCG) soft-RoCE guests, each
+# running containerd and a kubelet, joined to a control plane in a network namespace made for
+# the run (root; e2e/rxe-cluster). ARGS goes to its go test; RXEC_NODES=1 for one guest.
+e2e-rxe-cluster:
+	E2E_CACHE=$(E2E_CACHE) bash e2e/rxe-cluster/run.sh $(ARGS)
 
 # Deep copies of pkg/apis and the CRD in the chart's crds/ (controller-gen, pinned), and the
 # typed client with apply configurations in pkg/client (client-gen, applyconfiguration-gen of

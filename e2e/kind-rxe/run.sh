@@ -239,7 +239,7 @@ seed_ipam() {
     ((i > 0)) || continue
     start=$((64 + 32 * i - 1))
     "$DOCKER" exec "${WORKERS[$i]}" sh -c "mkdir -p /var/lib/cni/networks/$CNI_NETWORK &&
-      echo $RDMA_PREFIX.$start >/var/lib/cni/networks/$CNI_NETWORK/last_reserved_ip.0"
+      printf %s $RDMA_PREFIX.$start >/var/lib/cni/networks/$CNI_NETWORK/last_reserved_ip.0"
   done
 }
 

@@ -30,6 +30,9 @@ RXE_KERNEL_VERSION=${RXE_KERNEL_VERSION:-}  # pin a linux-image-amd64 version; d
 RXE_REFRESH_HOURS=${RXE_REFRESH_HOURS:-24}  # how often to re-read the kernel suites' indexes
 RXE_MIRROR=${RXE_MIRROR:-}                  # default: the host's Debian mirror
 RXE_KEEP_WORK=${RXE_KEEP_WORK:-0}
+# RXE_PREPARE_ONLY=FILE: prepare the kernel and the initramfs, write "KDIR INITRD KVER" to FILE
+# and exit without building or booting anything (e2e/rxe-cluster boots its own guests from them).
+RXE_PREPARE_ONLY=${RXE_PREPARE_ONLY:-}
 
 # Guest userland, from the host's own Debian suite. Shared libraries come from the "lib*"
 # packages of their dependency closure.
@@ -329,7 +332,8 @@ EOF
 build_initramfs() {
   local debs key out
   debs=$(awk '{print $3}' "$WORK/userland.list" | sort | tr '\n' ' ')
-  key=$( { echo "$KVER"; echo "$debs"; cat "$SELF"; } | sha256sum | cut -c1-16)
+  # The modules are part of the image: RXE_EXTRA_MODULES changes it.
+  key=$( { echo "$KVER"; echo "$debs"; printf '%s\n' "${GUEST_MODULES[@]}" | sort; cat "$SELF"; } | sha256sum | cut -c1-16)
   out=$RXE_CACHE/initramfs/$key.cpio.gz
   INITRD=$out
   [[ -s $out ]] && { log "initramfs cached ($key)"; return 0; }
@@ -564,8 +568,10 @@ main() {
   flock -w 600 9 || die "another run holds $RXE_CACHE/.lock"
   install_host_tools
   # Go builds (CPU) overlap the downloads (network).
-  build_guest_binaries >"$WORK/go-build.log" 2>&1 &
-  BUILD_PID=$!
+  if [[ -z $RXE_PREPARE_ONLY ]]; then
+    build_guest_binaries >"$WORK/go-build.log" 2>&1 &
+    BUILD_PID=$!
+  fi
   fetch_userland
   setup_kernel_apt
   kernel_apt_update
@@ -573,6 +579,10 @@ main() {
   prepare_kernel
   build_initramfs
   flock -u 9
+  if [[ -n $RXE_PREPARE_ONLY ]]; then
+    echo "$KDIR $INITRD $KVER" >"$RXE_PREPARE_ONLY"
+    exit 0
+  fi
   build_rc=0
   wait "$BUILD_PID" || build_rc=$?
   BUILD_PID=

@@ -21,7 +21,8 @@
 // TestCluster (phases_test.go) runs them in phases, in order: each installs the chart
 // with values built here, runs its tests, uninstalls and checks the node is as before.
 // Which phases, their values and their expected answers come from the harness the node
-// hook describes (localnode_test.go, kindrxe_test.go), not from the environment.
+// hook describes (localnode_test.go, kindrxe_test.go, rxecluster_test.go), not from the
+// environment.
 //
 // Everything is in _test.go files; without E2E_KUBECONFIG, or with E2E_SKIP=1,
 // every cluster test skips. The environment contract is in main_test.go.

@@ -39,10 +39,13 @@ type phase struct {
 
 // release is one helm release of a phase, and the node whose state it must leave as it was.
 type release struct {
-	name   string
-	node   string // "": the node under test
-	chart  string // "": the working tree's chart (E2E chart); else the chart to install
-	values []values
+	name string
+	node string // "": the node under test
+	// moreNodes: other nodes the release runs on whose state it must also leave as it was
+	// (rxe-cluster: one release for every node).
+	moreNodes []string
+	chart     string // "": the working tree's chart (E2E chart); else the chart to install
+	values    []values
 	// report: the line to append to E2E_REPORT once the release's DaemonSet is ready ("":
 	// none); its %s is the seconds from helm install to then.
 	report string
@@ -78,8 +81,10 @@ func TestCluster(t *testing.T) {
 		h, err = localNode(d)
 	case "kind-rxe":
 		h, err = kindRXE(d)
+	case "rxe-cluster":
+		h, err = rxeCluster(d)
 	default:
-		err = fmt.Errorf("hook describe: harness %q: want local-node or kind-rxe", d["harness"])
+		err = fmt.Errorf("hook describe: harness %q: want local-node, kind-rxe or rxe-cluster", d["harness"])
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +124,13 @@ func (e *env) runPhase(t *testing.T, p phase) {
 	}
 	before := map[string]string{}
 	for _, r := range p.releases {
-		node := orDefault(r.node, e.node)
-		s, err := e.nodeState(t.Context(), node)
-		if err != nil {
-			t.Fatal(err)
+		for _, node := range e.releaseNodes(r) {
+			s, err := e.nodeState(t.Context(), node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[node] = s
 		}
-		before[node] = s
 	}
 	for _, r := range p.releases {
 		e.install(t, p.name, r)
@@ -216,19 +222,27 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 	}
 	start := time.Now()
 	for _, r := range releases {
-		node := orDefault(r.node, e.node)
-		want := before[node]
-		if diff, err := e.waitNodeStateOn(t.Context(), node, want); err != nil {
-			t.Fatalf("after helm uninstall: node %s: %v; node-state (-before helm install +now):\n%s", node, err, diff)
+		nodes := e.releaseNodes(r)
+		for _, node := range nodes {
+			want := before[node]
+			if diff, err := e.waitNodeStateOn(t.Context(), node, want); err != nil {
+				t.Fatalf("after helm uninstall: node %s: %v; node-state (-before helm install +now):\n%s", node, err, diff)
+			}
+			line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets, pools file) equal to before helm install %s after it returned",
+				strings.Count(want, "\n"), time.Since(start).Round(time.Millisecond))
+			if len(releases) > 1 || len(nodes) > 1 {
+				line = "node " + node + ": " + line
+			}
+			t.Log(line)
+			e.appendReport(t, line)
 		}
-		line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets, pools file) equal to before helm install %s after it returned",
-			strings.Count(want, "\n"), time.Since(start).Round(time.Millisecond))
-		if len(releases) > 1 {
-			line = "node " + node + ": " + line
-		}
-		t.Log(line)
-		e.appendReport(t, line)
 	}
+}
+
+// releaseNodes are the nodes whose state r must leave as it was: its node (the node under
+// test when it names none), then its moreNodes.
+func (e *env) releaseNodes(r release) []string {
+	return append([]string{orDefault(r.node, e.node)}, r.moreNodes...)
 }
 
 // nodeState is `hook node-state` of node ("": the hook's default, the node under test).

@@ -1,0 +1,131 @@
+package suite
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The rxe-cluster harness's parsers, on outputs as the tools print them; no cluster needed.
+
+func TestParseRXECluster(t *testing.T) {
+	good := map[string]string{"harness": "rxe-cluster", "image": "localhost/kube-rdma:e2e", "test-image": "localhost/rdma-test:e2e", "perf-image": "localhost/rdma-perf:e2e",
+		"nodes": "rxec-1 rxec-2", "rdma-subnet-prefix": "10.78.0", "rdma-device": "rxe0", "api-server": "10.77.0.1:6443", "bw-seconds": "3", "rdma-netns-mode": "shared"}
+	c, err := parseRXECluster(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rxeClusterDesc{nodes: []string{"rxec-1", "rxec-2"}, imageRepo: "localhost/kube-rdma", imageTag: "e2e", perfImage: "localhost/rdma-perf:e2e",
+		subnet: "10.78.0", device: "rxe0", apiHost: "10.77.0.1", apiPort: "6443", netnsMode: "shared", bwSeconds: 3}
+	if diff := cmp.Diff(want, c, cmp.AllowUnexported(rxeClusterDesc{})); diff != "" {
+		t.Errorf("parseRXECluster (-want +got):\n%s", diff)
+	}
+	for key, bad := range map[string]string{"nodes": "", "perf-image": "", "image": "localhost/kube-rdma", "rdma-subnet-prefix": "10.78.0.0/24",
+		"rdma-device": "", "api-server": "10.77.0.1", "bw-seconds": "0", "rdma-netns-mode": ""} {
+		d := map[string]string{}
+		for k, v := range good {
+			d[k] = v
+		}
+		d[key] = bad
+		if _, err := parseRXECluster(d); err == nil {
+			t.Errorf("%s %q: no error", key, bad)
+		}
+	}
+}
+
+func TestPerftestGbps(t *testing.T) {
+	out := ` WARNING: BW peak won't be measured in this run.
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF		Device         : rxe0
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      2210             0.00               0.14   		   0.000276
+---------------------------------------------------------------------------------------
+`
+	got, err := perftestGbps(out)
+	if err != nil || got != 0.14 {
+		t.Errorf("perftestGbps = %v, %v; want 0.14", got, err)
+	}
+	// MB/sec (no --report_gbits) is not a Gb/sec figure.
+	if _, err := perftestGbps(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536 2210 0.00 17.5 0.000276\n"); err == nil {
+		t.Error("MB/sec result: no error")
+	}
+	if _, err := perftestGbps("Couldn't connect to 10.77.0.11:18600\n"); err == nil {
+		t.Error("no result line: no error")
+	}
+}
+
+func TestInetAddr(t *testing.T) {
+	out := `3: net1: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc fq_codel qlen 1000
+    inet 10.78.0.64/24 brd 10.78.0.255 scope global net1
+       valid_lft forever preferred_lft forever
+`
+	if got, err := inetAddr(out); err != nil || got != "10.78.0.64" {
+		t.Errorf("inetAddr = %q, %v; want 10.78.0.64", got, err)
+	}
+	if _, err := inetAddr("3: net1: <BROADCAST> mtu 1500\n"); err == nil {
+		t.Error("no address: no error")
+	}
+}
+
+func TestRpingCount(t *testing.T) {
+	out := "ping data: rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\n" +
+		"ping data: rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs\n" +
+		"client DISCONNECT EVENT...\n"
+	if got := rpingCount(out); got != 2 {
+		t.Errorf("rpingCount = %d, want 2", got)
+	}
+}
+
+func TestMedianWorst(t *testing.T) {
+	for _, tc := range []struct {
+		in            []time.Duration
+		median, worst time.Duration
+	}{
+		{nil, 0, 0},
+		{[]time.Duration{3 * time.Second}, 3 * time.Second, 3 * time.Second},
+		{[]time.Duration{4 * time.Second, 2 * time.Second}, 3 * time.Second, 4 * time.Second},
+		{[]time.Duration{5 * time.Second, 1 * time.Second, 2 * time.Second}, 2 * time.Second, 5 * time.Second},
+	} {
+		m, w := medianWorst(tc.in)
+		if m != tc.median || w != tc.worst {
+			t.Errorf("medianWorst(%v) = %v, %v; want %v, %v", tc.in, m, w, tc.median, tc.worst)
+		}
+	}
+}
+
+func TestNodesCell(t *testing.T) {
+	out := `NODE    NETNS   POOLS (ALLOCATED/ALLOCATABLE/CAPACITY)  UNHEALTHY  LINK      DAEMON  UPDATED
+rxec-1  shared  rxe 0/0/1                               rxe0       Ethernet  v0.1    1s ago
+rxec-2  shared  rxe 0/1/1                               -          Ethernet  v0.1    2s ago
+`
+	for _, tc := range []struct {
+		node, want string
+		ok         bool
+	}{{"rxec-1", "rxe0", true}, {"rxec-2", "-", true}, {"rxec-3", "", false}} {
+		got, ok := nodesCell(out, tc.node, "UNHEALTHY")
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("nodesCell(%s) = %q, %v; want %q, %v", tc.node, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestDoctorVerdictOK(t *testing.T) {
+	for _, tc := range []struct {
+		check, got, mode string
+		want             bool
+	}{
+		{"devices healthy", "PASS 1 of 1 healthy", "shared", true},
+		{"GPU<->NIC PCIe level", "SKIP no GPU of the pod in the node's state", "exclusive", true},
+		{"netns mode for pool rxe", "WARN exclusive pool, shared netns mode", "shared", true},
+		{"netns mode for pool rxe", "WARN exclusive pool, shared netns mode", "exclusive", false},
+		{"in container: ulimit -l (locked memory)", "WARN locked memory limited to 8192 KiB", "shared", false},
+		{"in container: RoCE v2 GID", "FAIL the container does not see rxe0", "shared", false},
+	} {
+		if got := doctorVerdictOK(tc.check, tc.got, tc.mode); got != tc.want {
+			t.Errorf("doctorVerdictOK(%q, %q, %s) = %v, want %v", tc.check, tc.got, tc.mode, got, tc.want)
+		}
+	}
+}

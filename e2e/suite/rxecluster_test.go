@@ -1,0 +1,241 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The rxe-cluster harness (e2e/rxe-cluster): one or two qemu (TCG) guests, each a node with a
+// kernel of its own (Debian's, whose rdma_rxe works across network namespaces), containerd and
+// a kubelet, joined to a control plane in a network namespace made for the run. Each guest has
+// one soft-RoCE device, rxe0, on eth1; the guests' eth1 share one link. Its hook describes it:
+//
+//	harness rxe-cluster, test-image (busybox and rdma-core's ibv_devices, no perftest: the
+//	NodeState test's image), perf-image (busybox, perftest and rdmacm-utils: the cross-node
+//	pods'), image (the kube-rdma image, REPO:TAG), nodes (the node names, in order), rdma-subnet-prefix (the RDMA link's
+//	/24, as "A.B.C"), rdma-device (every guest's RDMA device), api-server (HOST:PORT where a
+//	hostNetwork pod reaches the API server: the cluster has no kube-proxy), bw-seconds
+//	(ib_write_bw's duration), rdma-netns-mode (the guests' RDMA netns mode: shared or exclusive)
+//
+// One phase, one release for every node, as a user installs it (each guest has its own kernel,
+// so one pool of the device name fits every node): the suite's device plugin tests on the first
+// node, the port of its NIC taken down (health_test.go and rxeclustertests_test.go), and with
+// two nodes the cross-node checks: host-to-host ib_write_bw, `kubectl rdma bw` between pods
+// on the two nodes through the API server and the kubelets' exec, rping (rdma_cm) between the
+// same pods, `kubectl rdma doctor` on both.
+
+// rxeClusterDesc is the rxe cluster's hook description, parsed.
+type rxeClusterDesc struct {
+	nodes               []string
+	imageRepo, imageTag string
+	perfImage           string
+	subnet, device      string
+	apiHost, apiPort    string
+	netnsMode           string
+	bwSeconds           int
+}
+
+func parseRXECluster(d map[string]string) (rxeClusterDesc, error) {
+	c := rxeClusterDesc{nodes: strings.Fields(d["nodes"]), subnet: d["rdma-subnet-prefix"], device: d["rdma-device"], perfImage: d["perf-image"]}
+	if len(c.nodes) == 0 {
+		return c, fmt.Errorf("hook describe (rxe-cluster): no nodes")
+	}
+	if c.perfImage == "" {
+		return c, fmt.Errorf("hook describe (rxe-cluster): no perf-image")
+	}
+	i := strings.LastIndex(d["image"], ":")
+	if i <= 0 || i == len(d["image"])-1 {
+		return c, fmt.Errorf("hook describe: image %q: want REPOSITORY:TAG", d["image"])
+	}
+	c.imageRepo, c.imageTag = d["image"][:i], d["image"][i+1:]
+	if strings.Count(c.subnet, ".") != 2 {
+		return c, fmt.Errorf("hook describe: rdma-subnet-prefix %q: want A.B.C", c.subnet)
+	}
+	if c.device == "" {
+		return c, fmt.Errorf("hook describe (rxe-cluster): no rdma-device")
+	}
+	var ok bool
+	if c.apiHost, c.apiPort, ok = strings.Cut(d["api-server"], ":"); !ok || c.apiHost == "" || c.apiPort == "" {
+		return c, fmt.Errorf("hook describe: api-server %q: want HOST:PORT", d["api-server"])
+	}
+	secs, err := strconv.Atoi(orDefault(d["bw-seconds"], "5"))
+	if err != nil || secs < 1 {
+		return c, fmt.Errorf("hook describe: bw-seconds %q: want a positive number", d["bw-seconds"])
+	}
+	c.bwSeconds = secs
+	if c.netnsMode = d["rdma-netns-mode"]; c.netnsMode != "shared" && c.netnsMode != "exclusive" {
+		return c, fmt.Errorf("hook describe: rdma-netns-mode %q: want shared or exclusive", c.netnsMode)
+	}
+	return c, nil
+}
+
+// values are the release's: a pool of every node's soft-RoCE device, the CNI chained on it
+// with one host-local range (the harness starts each node after the first 32 addresses
+// further), the node state, NRI (the containers' RLIMIT_MEMLOCK: doctor warns at the
+// runtime's 8 MiB), and the API server's address for the daemon (no kube-proxy).
+func (c rxeClusterDesc) values() values {
+	return values{
+		"image": values{"repository": c.imageRepo, "tag": c.imageTag, "pullPolicy": "Never"},
+		"config": values{"resourcePrefix": "rdma.kube-rdma.io", "pools": []values{{
+			"name": rxePool, "mode": "exclusive",
+			"selectors": values{"kinds": []string{"virtual"}, "rdmaDevices": []string{c.device}}}}},
+		"cni": values{"install": true, "mode": "chained", "chained": values{"pool": rxePool,
+			"ipam": values{"type": "host-local", "ranges": [][]values{{{"subnet": c.subnet + ".0/24",
+				"rangeStart": c.subnet + ".64", "rangeEnd": c.subnet + ".254"}}}}}},
+		"devicePlugin": values{"extraEnv": []values{
+			{"name": "KUBERNETES_SERVICE_HOST", "value": c.apiHost},
+			{"name": "KUBERNETES_SERVICE_PORT", "value": c.apiPort}}},
+		"nodeState": values{"enabled": true},
+		"nri":       values{"enabled": true},
+	}
+}
+
+func rxeCluster(d map[string]string) (harness, error) {
+	c, err := parseRXECluster(d)
+	if err != nil {
+		return harness{}, err
+	}
+	return harness{node: c.nodes[0], phases: []phase{{
+		name: "rxe-cluster",
+		config: func(cf *config) {
+			cf.pools = []pool{{rxePool, "exclusive", 1}}
+			cf.chainedPool, cf.portDevice = rxePool, c.device
+		},
+		releases: []release{{name: "kube-rdma", moreNodes: c.nodes[1:], values: []values{c.values()},
+			report: fmt.Sprintf("helm install on %d node(s): DaemonSet ready %%s s after", len(c.nodes))}},
+		installed: func(t *testing.T, e *env) {
+			for _, n := range c.nodes {
+				e.waitChained(t, n)
+			}
+		},
+		tests: []namedTest{
+			{"Allocatable", testAllocatable},
+			{"PodWithDevices", testPodWithDevices},
+			{"Pending", testPending},
+			{"PortDown", testPortDown},
+			{"PortDownDetection", func(t *testing.T, e *env) { testPortDownDetection(t, e, c) }},
+			{"NodeState", testNodeState},
+			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
+		},
+	}, c.draPhase()}}, nil
+}
+
+// rxeDRAPool is the dra phase's pool of the first node's device, served as a DRA driver.
+const rxeDRAPool = "rxe-dra"
+
+// draPhase: the first node's device served by the DRA front end, with the CNI chained in DRA
+// mode (its claims' netdevs), the second node's by the device plugin (the chained CNI on its
+// pool): two releases, each pinned to its node. A claim pod on the first node and a device
+// plugin pod on the second move RDMA traffic to each other. Skipped with one node.
+func (c rxeClusterDesc) draPhase() phase {
+	p := phase{name: "rxe-cluster-dra"}
+	if len(c.nodes) < 2 {
+		p.skip = fmt.Sprintf("one node (%s): a claim pod and a device plugin pod on two nodes need two", c.nodes[0])
+		return p
+	}
+	pin := func(node string, v values) values {
+		v["nodeSelector"] = values{hostnameLabel: node}
+		return v
+	}
+	dra := c.values()
+	dra["config"] = values{"resourcePrefix": "rdma.kube-rdma.io", "pools": []values{{
+		"name": rxeDRAPool, "mode": "exclusive", "frontend": "dra",
+		"selectors": values{"kinds": []string{"virtual"}, "rdmaDevices": []string{c.device}}}}}
+	dra["cni"].(values)["chained"].(values)["pool"] = rxeDRAPool
+	dra["dra"] = values{"enabled": true}
+	p.config = func(cf *config) {
+		cf.pools = []pool{{rxePool, "exclusive", 1}}
+		cf.chainedPool = rxePool
+		cf.dra = &draConfig{pools: map[string]int{rxeDRAPool: 1}}
+	}
+	p.releases = []release{
+		{name: "kube-rdma", node: c.nodes[0], values: []values{pin(c.nodes[0], dra)},
+			report: "rxe-cluster-dra: release with the DRA front end on " + c.nodes[0] + ", DaemonSet ready %s s after helm install"},
+		{name: "kube-rdma-dp", node: c.nodes[1], values: []values{pin(c.nodes[1], c.values())},
+			report: "rxe-cluster-dra: release with the device plugin on " + c.nodes[1] + ", DaemonSet ready %s s after helm install"},
+	}
+	p.installed = func(t *testing.T, e *env) {
+		e.waitChained(t, c.nodes[1])
+		err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+			_, err := runHookOn(ctx, e.hook, c.nodes[0], "cni-chained")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.tests = []namedTest{{"ClaimToDevicePluginPod", func(t *testing.T, e *env) { testDRAToDevicePluginPod(t, e, c) }}}
+	p.after = func(t *testing.T, e *env) { e.waitNoDRASlices(t) }
+	return p
+}
+
+// perftestGbps reads the average of ib_write_bw's result line (--report_gbits), under its
+// "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]" header.
+func perftestGbps(out string) (float64, error) {
+	header := false
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "#bytes" {
+			header = strings.Contains(line, "Gb/sec")
+			continue
+		}
+		if header && len(f) >= 4 {
+			if avg, err := strconv.ParseFloat(f[3], 64); err == nil {
+				return avg, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Gb/sec result line in ib_write_bw's output: %q", strings.TrimSpace(out))
+}
+
+var inetLine = regexp.MustCompile(`(?m)^\s*inet ([0-9.]+)/[0-9]+`)
+
+// inetAddr is the first IPv4 address in `ip -f inet addr show` output.
+func inetAddr(out string) (string, error) {
+	m := inetLine.FindStringSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("no IPv4 address in %q", strings.TrimSpace(out))
+	}
+	return m[1], nil
+}
+
+var rpingLine = regexp.MustCompile(`(?m)^ping data: rdma-ping-[0-9]+: `)
+
+// doctorVerdictOK says whether a `kubectl rdma doctor` line is acceptable for the cross-node
+// pods: PASS; SKIP (a check that does not apply: the GPU<->NIC level of a pod without a GPU);
+// and in the shared RDMA netns mode the warning that an exclusive pool is in that mode, which
+// the rxe cluster runs in because in the exclusive mode a pod gets no rxe device (README,
+// "What it leaves out").
+func doctorVerdictOK(check, got, netnsMode string) bool {
+	switch {
+	case strings.HasPrefix(got, "PASS"), strings.HasPrefix(got, "SKIP"):
+		return true
+	case strings.HasPrefix(got, "WARN"):
+		return netnsMode == "shared" && strings.HasPrefix(check, "netns mode for pool ")
+	}
+	return false
+}
+
+// rpingCount is how many pings rping -v printed.
+func rpingCount(out string) int { return len(rpingLine.FindAllString(out, -1)) }
+
+// medianWorst returns the median and the largest of ds (0, 0 for none).
+func medianWorst(ds []time.Duration) (time.Duration, time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return m, s[len(s)-1]
+}

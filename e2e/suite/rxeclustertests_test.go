@@ -1,0 +1,317 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/kubectlrdma"
+)
+
+// The rxe cluster's own tests (rxecluster_test.go): real soft-RoCE ports and traffic.
+
+// portDetectLimit is how soon after its link goes down the daemon must report a device
+// Unhealthy (its health interval is 500 ms).
+const portDetectLimit = time.Second
+
+// testPortDownDetection takes the link of the first node's RDMA NIC down in the guest (hook
+// port-wait: the link change and the daemon's /state, polled in the guest, timed there): the
+// device must be Unhealthy within portDetectLimit, the RDMANodeState and `kubectl rdma nodes`
+// must show it, and it must be Healthy again after the link comes back.
+func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := runHook(ctx, e.hook, "port-state", c.device, "1", "up"); err != nil {
+				t.Errorf("restore the port: %v", err)
+			}
+		}
+	})
+	wait := func(state string) time.Duration {
+		t.Helper()
+		out := e.mustHook(t, time.Minute, "port-wait", c.device, state)
+		secs, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+		if err != nil {
+			t.Fatalf("hook port-wait %s %s: %q: %v", c.device, state, out, err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	down := wait("down")
+	if down > portDetectLimit {
+		t.Errorf("%s Unhealthy %s after its link went down, want within %s", c.device, down, portDetectLimit)
+	}
+	start := time.Now()
+	e.waitNodeState(t, "the device unhealthy", func(s *v1alpha1.RDMANodeState) error {
+		if s.Status.Summary.Unhealthy != 1 {
+			return fmt.Errorf("summary.unhealthy %d, want 1", s.Status.Summary.Unhealthy)
+		}
+		return nil
+	})
+	inState := time.Since(start)
+	out, code := e.kubectlRDMA(t, "nodes")
+	t.Logf("kubectl rdma nodes (port down):\n%s", out)
+	if got, ok := nodesCell(out, e.node, "UNHEALTHY"); code != 0 || got != c.device {
+		t.Errorf("kubectl rdma nodes (exit %d): %s's UNHEALTHY %q (row found: %v), want %s", code, e.node, got, ok, c.device)
+	}
+	up := wait("up")
+	restored = true
+	e.waitNodeState(t, "the device healthy again", func(s *v1alpha1.RDMANodeState) error {
+		if s.Status.Summary.Unhealthy != 0 {
+			return fmt.Errorf("summary.unhealthy %d, want 0", s.Status.Summary.Unhealthy)
+		}
+		return nil
+	})
+	line := fmt.Sprintf("port down: %s Unhealthy after %.2f s (daemon /state), in the RDMANodeState %.1f s later; Healthy %.2f s after the link came back",
+		c.device, down.Seconds(), inState.Seconds(), up.Seconds())
+	t.Log(line)
+	e.appendReport(t, line)
+}
+
+// nodesCell is the cell of column in node's row of `kubectl rdma nodes` (a table aligned
+// with spaces, whose cells may hold spaces: the header gives where each column starts).
+func nodesCell(out, node, column string) (string, bool) {
+	start, end := -1, -1
+	for line := range strings.Lines(out) {
+		line = strings.TrimRight(line, "\n")
+		if start < 0 {
+			if start = strings.Index(line, column); start < 0 {
+				continue
+			}
+			rest := line[start+len(column):]
+			if i := strings.IndexFunc(rest, func(r rune) bool { return r != ' ' }); i >= 0 {
+				end = start + len(column) + i
+			}
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 0 || f[0] != node || len(line) <= start {
+			continue
+		}
+		if end < 0 || end > len(line) {
+			end = len(line)
+		}
+		return strings.TrimSpace(line[start:end]), true
+	}
+	return "", false
+}
+
+// testCrossNode: ib_write_bw between the first two guests' root network namespaces, then a pod
+// with the pool's device on each of the two nodes: `kubectl rdma bw` between them (server on
+// the first), its ratio to the host-to-host figure, rping (rdma_cm) between the same pods over
+// their RDMA netdevs, and `kubectl rdma doctor` on both: every check passes (doctorVerdictOK).
+func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
+	if len(c.nodes) < 2 {
+		t.Skipf("one node (%s): the cross-node checks need two", c.nodes[0])
+	}
+	secs := strconv.Itoa(c.bwSeconds)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	out, err := runHook(ctx, e.hook, "host-bw", c.nodes[0], c.nodes[1], secs)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := perftestGbps(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ib_write_bw host-to-host %s -> %s: %.2f Gb/sec", c.nodes[1], c.nodes[0], host)
+
+	ns := e.namespace(t)
+	names := []string{"rdma-a", "rdma-b"}
+	for i, n := range names {
+		p := e.devicePod(ns, n, rxePool, 1)
+		p.Spec.Containers[0].Image = c.perfImage
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: c.nodes[i]}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}}
+		e.createPod(t, p)
+	}
+	var starts []time.Duration
+	for _, n := range names {
+		p := e.waitRunning(t, ns, n)
+		if r := container(p).State.Running; r != nil {
+			starts = append(starts, r.StartedAt.Sub(p.CreationTimestamp.Time))
+		}
+	}
+	med, worst := medianWorst(starts)
+
+	var pod float64
+	for attempt, port := 1, 18515; ; attempt, port = attempt+1, port+1 {
+		out, code := e.kubectlRDMA(t, "bw", "-n", ns, names[0], names[1], "--duration", secs, "--port", strconv.Itoa(port), "--qp-timeout", "18")
+		t.Logf("kubectl rdma bw -n %s %s %s (attempt %d): exit %d\n%s", ns, names[0], names[1], attempt, code, out)
+		if code == 0 {
+			m := bwLine.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no bandwidth line in kubectl rdma bw's output:\n%s", out)
+			}
+			if pod, err = strconv.ParseFloat(m[1], 64); err != nil || pod <= 0 {
+				t.Fatalf("kubectl rdma bw reported %q Gb/sec, want > 0", m[1])
+			}
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("kubectl rdma bw failed %d times", attempt)
+		}
+	}
+
+	ex, err := kubectlrdma.NewExecer(kubeconfigFlags())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings := e.rping(t, ex, ns, names[0], names[1])
+
+	checks := []int{}
+	for _, n := range names {
+		out, code := e.kubectlRDMA(t, "doctor", "-n", ns, n)
+		t.Logf("kubectl rdma doctor -n %s %s: exit %d\n%s", ns, n, code, out)
+		lines := doctorLines(out)
+		for check, got := range lines {
+			if !doctorVerdictOK(check, got, c.netnsMode) {
+				t.Errorf("doctor on %s: %q: %s", n, check, got)
+			}
+		}
+		if code != 0 || len(lines) == 0 {
+			t.Errorf("doctor on %s: exit %d, %d checks", n, code, len(lines))
+		}
+		checks = append(checks, len(lines))
+	}
+	line := fmt.Sprintf("cross-node: pod start median %.1f s worst %.1f s (%d pods); kubectl rdma bw %s -> %s %.2f Gb/sec, host-to-host %.2f Gb/sec, ratio %.2f; rping (rdma_cm) %d/%d; doctor %v checks, failed: %v",
+		med.Seconds(), worst.Seconds(), len(starts), c.nodes[1], c.nodes[0], pod, host, pod/host, pings, rpingCountWant, checks, t.Failed())
+	t.Log(line)
+	e.appendReport(t, line)
+	for _, n := range names {
+		e.deletePod(t, ns, n)
+	}
+}
+
+const rpingCountWant = 10
+
+// testDRAToDevicePluginPod: a pod with a claim of the first node's device (DRA front end, the
+// CNI in DRA mode) and a pod with the second node's device (device plugin, the CNI on its
+// pool): rping, and ib_write_bw -R (perftest connecting through rdma_cm), between them.
+func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
+	e.needDRA(t)
+	ns := e.namespace(t)
+	tmpl := "one-" + rxeDRAPool
+	e.createTemplate(t, ns, tmpl, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{request("nic", draClass(rxeDRAPool))}})
+	lock := &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}}
+	a := e.claimPod(ns, "dra-a", tmpl)
+	b := e.devicePod(ns, "dp-b", rxePool, 1)
+	for i, p := range []*corev1.Pod{a, b} {
+		p.Spec.Containers[0].Image, p.Spec.Containers[0].SecurityContext = c.perfImage, lock
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: c.nodes[i]}
+		e.createPod(t, p)
+	}
+	for _, p := range []*corev1.Pod{a, b} {
+		e.waitRunning(t, ns, p.Name)
+	}
+	claim := e.podClaim(t, ns, a.Name)
+	ex, err := kubectlrdma.NewExecer(kubeconfigFlags())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings := e.rping(t, ex, ns, a.Name, b.Name)
+	ip := e.net1Addr(t, ex, ns, a.Name)
+	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
+	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
+	gbps, err := perftestGbps(out)
+	if err != nil || gbps <= 0 {
+		t.Fatalf("ib_write_bw -R %s -> %s: %v Gb/sec (%v)\n%s", b.Name, a.Name, gbps, err, out)
+	}
+	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (rdma_cm) %d/%d, ib_write_bw -R %.2f Gb/sec",
+		c.nodes[0], claim.Name, c.nodes[1], pings, rpingCountWant, gbps)
+	t.Log(line)
+	e.appendReport(t, line)
+	for _, p := range []*corev1.Pod{a, b} {
+		e.deletePod(t, ns, p.Name)
+	}
+	e.waitClaimGone(t, ns, claim.Name)
+}
+
+// rping runs rping's server in pod a and its client in pod b, over a's RDMA netdev (net1)
+// address: connection set up through rdma_cm, as communication libraries do. It returns the
+// pings the client printed and fails t unless all rpingCountWant came back.
+func (e *env) rping(t *testing.T, ex kubectlrdma.Execer, ns, a, b string) int {
+	t.Helper()
+	ip := e.net1Addr(t, ex, ns, a)
+	count := strconv.Itoa(rpingCountWant)
+	got := e.serverClient(t, ex, ns,
+		a, []string{"rping", "-s", "-a", ip, "-p", "7174", "-C", count, "-v"},
+		b, []string{"rping", "-c", "-a", ip, "-p", "7174", "-C", count, "-v"})
+	n := rpingCount(got)
+	t.Logf("rping %s -> %s (%s, rdma_cm): %d pings\n%s", b, a, ip, n, got)
+	if n != rpingCountWant {
+		t.Errorf("rping: %d pings, want %d", n, rpingCountWant)
+	}
+	return n
+}
+
+// net1Addr is the IPv4 address of pod's RDMA netdev, net1.
+func (e *env) net1Addr(t *testing.T, ex kubectlrdma.Execer, ns, pod string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := ex.Exec(ctx, ns, pod, "test", []string{"ip", "-f", "inet", "addr", "show", "dev", "net1"})
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", pod, err)
+	}
+	ip, err := inetAddr(out)
+	if err != nil {
+		t.Fatalf("net1 of %s: %v", pod, err)
+	}
+	return ip
+}
+
+// serverClient runs server in pod srv (exec, in the background), then client in pod cli,
+// retried while the server is not listening yet (up to 5 times, a second apart), and returns
+// the client's output. It fails t when the client or the server fails.
+func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns, srv string, server []string, cli string, client []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		_, err := ex.Exec(ctx, ns, srv, "test", server)
+		served <- err
+	}()
+	var got string
+	var err error
+	for try := 1; ; try++ {
+		time.Sleep(time.Second) // the server binds first
+		got, err = ex.Exec(ctx, ns, cli, "test", client)
+		if err == nil || try == 5 {
+			break
+		}
+		t.Logf("%s in %s (try %d): %v\n%s", client[0], cli, try, err, got)
+	}
+	if err != nil {
+		select {
+		case serr := <-served:
+			t.Logf("%s in %s: ended: %v", strings.Join(server, " "), srv, serr)
+		default:
+		}
+		t.Fatalf("%s in %s: %v\n%s", strings.Join(client, " "), cli, err, got)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("%s in %s: %v", strings.Join(server, " "), srv, err)
+	}
+	return got
+}
+
+// kubeconfigFlags points client options at the suite's cluster (E2E_KUBECONFIG).
+func kubeconfigFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(false)
+	kc := os.Getenv("E2E_KUBECONFIG")
+	f.KubeConfig = &kc
+	return f
+}
