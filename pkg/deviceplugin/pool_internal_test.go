@@ -200,6 +200,16 @@ func TestDroppedStreamReregisters(t *testing.T) {
 		}
 	}
 	wait("first registration", func(eps []string) bool { return len(eps) == 1 })
+	// Its ListAndWatch stream open (the stand-in has its first list): a registration of
+	// another plugin before that replaces a stream never opened, which ends nothing (a
+	// -race run under load once got there first).
+	deadline := time.Now().Add(5 * time.Second)
+	for _, ok := k.Devices(p.resource); !ok; _, ok = k.Devices(p.resource) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in kubelet has no list of the pool's devices: its stream did not open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Another plugin takes the resource: the stand-in drops the pool's stream.
 	other := newPoolServer(config.Pool{Name: "other", Mode: config.Exclusive}, p.resource, dir, 1,
