@@ -146,16 +146,7 @@ func testFaultDaemonKilledDuringPrepare(t *testing.T, e *env) {
 			killed = time.Now()
 		}
 	}
-	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
-		r, err := e.daemonRestarts(ctx)
-		if err != nil {
-			return err
-		}
-		if r <= r0 {
-			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
-		}
-		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
-	})
+	err = e.waitDaemonBack(t.Context(), r0, nil)
 	if err != nil {
 		t.Fatalf("after the kill: %v", err)
 	}
@@ -291,18 +282,11 @@ func testFaultDaemonKilledDuringUnprepare(t *testing.T, e *env) {
 	}
 	killed := time.Now()
 	before := gone()
-	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
-		r, err := e.daemonRestarts(ctx)
-		if err != nil {
-			return err
-		}
-		if r <= r0 {
-			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
-		}
+	err = e.waitDaemonBack(t.Context(), r0, func() error {
 		if n := gone(); n < len(records) {
 			return fmt.Errorf("%d of %d claim records of the deleted pods removed", n, len(records))
 		}
-		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("after the kill: %v", err)
@@ -336,4 +320,25 @@ func testDRAMemlock(t *testing.T, e *env) {
 	e.waitRunning(t, ns, pod.Name)
 	e.checkMemlock(t, ns, pod.Name, e.faults.draMemlock)
 	e.deletePod(t, ns, pod.Name)
+}
+
+// waitDaemonBack waits until the daemon's containers have restarted since r0
+// (the count before a kill), every extra condition holds, and every pool is
+// allocatable again.
+func (e *env) waitDaemonBack(ctx context.Context, r0 int32, extra func() error) error {
+	return eventually(ctx, 2*time.Minute, func(ctx context.Context) error {
+		r, err := e.daemonRestarts(ctx)
+		if err != nil {
+			return err
+		}
+		if r <= r0 {
+			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
+		}
+		if extra != nil {
+			if err := extra(); err != nil {
+				return err
+			}
+		}
+		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
+	})
 }

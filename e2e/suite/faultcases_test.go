@@ -304,16 +304,7 @@ func testFaultDaemonKilled(t *testing.T, e *env) {
 			killed = time.Now()
 		}
 	}
-	err = eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
-		r, err := e.daemonRestarts(ctx)
-		if err != nil {
-			return err
-		}
-		if r <= r0 {
-			return fmt.Errorf("the daemon's containers restarted %d times, %d before the kill", r, r0)
-		}
-		return e.waitAllocatable(ctx, 5*time.Second, e.counts())
-	})
+	err = e.waitDaemonBack(t.Context(), r0, nil)
 	if err != nil {
 		t.Fatalf("after the kill: %v", err)
 	}

@@ -75,14 +75,7 @@ type fault struct {
 // leases, and starts a watched pod of each of pools (the pools of the phase when none).
 func (e *env) beginFault(t *testing.T, name string, pools ...string) *fault {
 	t.Helper()
-	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
-		t.Fatalf("before the fault: %v", err)
-	}
-	base, err := e.listing(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := e.newFault(t, name, base)
+	f := e.newFault(t, name)
 	if len(pools) == 0 {
 		for _, p := range e.pools {
 			pools = append(pools, p.name)
@@ -98,13 +91,19 @@ func (e *env) beginFault(t *testing.T, name string, pools ...string) *fault {
 	return f
 }
 
-// newFault is a fault in a new namespace, with the node's listing base and its claim
-// records taken.
-func (e *env) newFault(t *testing.T, name string, base nodeListing) *fault {
+// newFault is a fault in a new namespace, begun once every pool is allocatable, with
+// the node's listing and its claim records taken as the base.
+func (e *env) newFault(t *testing.T, name string) *fault {
 	t.Helper()
+	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	base, err := e.listing(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &fault{e: e, name: name, ns: e.namespace(t), base: base}
 	if e.faults.claims != "" {
-		var err error
 		if f.baseClaims, err = e.faults.claimFiles(); err != nil {
 			t.Fatal(err)
 		}
@@ -116,14 +115,7 @@ func (e *env) newFault(t *testing.T, name string, base nodeListing) *fault {
 // their pods need in the fault's namespace and starts a watched pod of each kind.
 func (e *env) beginFaultOf(t *testing.T, name string, kinds ...loadKind) *fault {
 	t.Helper()
-	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
-		t.Fatalf("before the fault: %v", err)
-	}
-	base, err := e.listing(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := e.newFault(t, name, base)
+	f := e.newFault(t, name)
 	for _, k := range kinds {
 		f.watched = append(f.watched, e.startWatchedKind(t, f.ns, k))
 	}
