@@ -105,7 +105,7 @@ func parseSMIQuery(t *testing.T, path string) []smiGPU {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var gpus []smiGPU
 	field := regexp.MustCompile(`^\s*([A-Za-z ]+?)\s+: (.*)$`)
 	s := bufio.NewScanner(f)
