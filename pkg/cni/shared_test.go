@@ -25,7 +25,7 @@ import (
 // sharedEnv is an env whose n NICs are the members of shared device plugin
 // pool "roce" (resource "rdma.kube-rdma.io/roce"), and a kubelet that gave
 // each named pod one slot of it.
-func sharedEnv(t *testing.T, n int, pods ...string) *env {
+func sharedEnv(t testing.TB, n int, pods ...string) *env {
 	t.Helper()
 	e := newEnv(t, n, false, "shared")
 	pool := nodepools.Pool{Name: "roce", Mode: nodepools.ModeShared, Frontend: "devicePlugin"}
