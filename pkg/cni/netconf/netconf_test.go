@@ -147,13 +147,13 @@ func TestPlanNames(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "multus", conf: Conf{DeviceID: "mlx5_0"}, ifName: "net3", devices: []string{"mlx5_0"},
-			want: []Assignment{{"mlx5_0", "net3"}}},
+			want: []Assignment{{DeviceID: "mlx5_0", IfName: "net3"}}},
 		{name: "standalone default names skip the runtime's", conf: Conf{ResourceName: "r"}, ifName: "net1",
-			devices: []string{"mlx5_0", "mlx5_1"}, want: []Assignment{{"mlx5_0", "net2"}, {"mlx5_1", "net3"}}},
+			devices: []string{"mlx5_0", "mlx5_1"}, want: []Assignment{{DeviceID: "mlx5_0", IfName: "net2"}, {DeviceID: "mlx5_1", IfName: "net3"}}},
 		{name: "standalone configured names", conf: Conf{ResourceName: "r", InterfaceNames: []string{"ib0", "ib1"}}, ifName: "eth0",
-			devices: []string{"mlx5_0"}, want: []Assignment{{"mlx5_0", "ib0"}}},
+			devices: []string{"mlx5_0"}, want: []Assignment{{DeviceID: "mlx5_0", IfName: "ib0"}}},
 		{name: "dra names as standalone", conf: Conf{DRAClaimsDir: "/c"}, ifName: "eth0",
-			devices: []string{"mlx5_0", "mlx5_1"}, want: []Assignment{{"mlx5_0", "net1"}, {"mlx5_1", "net2"}}},
+			devices: []string{"mlx5_0", "mlx5_1"}, want: []Assignment{{DeviceID: "mlx5_0", IfName: "net1"}, {DeviceID: "mlx5_1", IfName: "net2"}}},
 		{name: "too few names", conf: Conf{ResourceName: "r", InterfaceNames: []string{"ib0"}}, ifName: "eth0",
 			devices: []string{"mlx5_0", "mlx5_1"}, wantErr: true},
 		{name: "configured name is the runtime's", conf: Conf{ResourceName: "r", InterfaceNames: []string{"eth0"}}, ifName: "eth0",
