@@ -83,10 +83,12 @@ func gidTableNdevs(t *testing.T, dev string) string {
 // (a shared pool's slot as Multus's deviceID): each gets a macvlan child of the device's
 // netdev in its netns, with its own MAC and address. Checked:
 //   - the child's address is a RoCE v2 GID of the shared device, whose netdev is the child
-//     (the kernel adds GIDs for upper devices of the port's netdev, in any netns);
-//   - ib_write_bw and an rdma_cm client (rping) between the two pods, over their children;
+//     (ib_core adds GIDs for upper devices of the port's netdev, in any netns);
 //   - DEL twice; the host's links, addresses, routes, RDMA devices and the device's GID table
-//     after DEL as before ADD, and the parent still carrying its rxe device.
+//     after DEL as before ADD.
+//
+// No RDMA traffic between the two pods: rxe does not carry it over children of its netdev
+// (TestRXENoTrafficOverMacvlanChildren).
 func TestSharedNetdevChildren(t *testing.T) {
 	requireGuest(t)
 	bin := requireBinary(t, "KUBE_RDMA_CNI_BIN", "./cmd/cni")
@@ -139,20 +141,6 @@ func TestSharedNetdevChildren(t *testing.T) {
 		t.Errorf("the two children share a MAC: %v", macs)
 	}
 	t.Logf("GID table of %s with two sharers:\n%s", dev, gidTableNdevs(t, dev))
-
-	a, b := pods[0].ep, pods[1].ep
-	bw := writeBW(t, a, b, 18950)
-	if bw <= 0 {
-		t.Errorf("ib_write_bw between the sharers: %.2f MB/s", bw)
-	}
-	t.Logf("RXE_SHARED_BW %.2f MB/s (ib_write_bw %s -> %s over macvlan children of one rxe device)", bw, b.NS, a.NS)
-	const port = 18960
-	srv := proc{NS: a.NS, Name: "rping", Args: []string{"-s", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "10", "-V"}}
-	cli := proc{NS: b.NS, Name: "rping", Args: []string{"-c", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "10", "-V", "-v"}}
-	_, out := runServerClient(t, srv, cli, cmListening(t, port), 3)
-	if n := strings.Count(out, "ping data:"); n != 10 {
-		t.Fatalf("rping between the sharers printed %d pings, want 10:\n%s", n, out)
-	}
 
 	for _, p := range pods {
 		for i := 1; i <= 2; i++ {
@@ -208,4 +196,46 @@ func TestSharedIPVLANChild(t *testing.T) {
 		t.Errorf("root netns after DEL differs from before ADD\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	waitFor(t, cmdTimeout, "GID table as before ADD", func() (bool, error) { return gidTableNdevs(t, dev) == gidsBefore, nil })
+}
+
+// TestRXENoTrafficOverMacvlanChildren is a kernel fact the shared pools' docs rely on: an rxe
+// device does not carry RDMA traffic between macvlan children of its netdev in two netns,
+// although their addresses are GIDs of it and rdma_cm resolves through them: rping's
+// connect times out (RDMA_CM_EVENT_UNREACHABLE). rxe's receive path maps the netdev a packet
+// arrived on to its device itself or through a VLAN (get_rxe_from_skb), not through a
+// macvlan, so what reaches a child is dropped. Hardware RoCE NICs demultiplex by GID in the
+// HCA. When this fails because the rping passed, a kernel carries it: move the traffic check
+// into TestSharedNetdevChildren and update e2e/rxe/README.md and docs/cni.md.
+func TestRXENoTrafficOverMacvlanChildren(t *testing.T) {
+	requireGuest(t)
+	const dev = "rxsh2"
+	mustRun(t, "", "ip", "link", "add", "name", "shm0", "type", "veth", "peer", "name", "shm1")
+	cleanupRun(t, "", "ip", "link", "del", "shm0")
+	for _, l := range []string{"shm0", "shm1"} {
+		mustRun(t, "", "ip", "link", "set", l, "up")
+	}
+	addRXE(t, "", dev, "shm0")
+	var eps []endpoint
+	for i, ns := range []string{"shmA", "shmB"} {
+		addNetns(t, ns)
+		child := "mv" + strconv.Itoa(i)
+		mustRun(t, "", "ip", "link", "add", "link", "shm0", "name", child, "netns", ns, "type", "macvlan", "mode", "bridge")
+		ip := net.ParseIP("192.0.2." + strconv.Itoa(61+i))
+		mustRun(t, ns, "ip", "addr", "add", ip.String()+"/24", "dev", child)
+		mustRun(t, ns, "ip", "link", "set", child, "up")
+		mustRun(t, ns, "ip", "link", "set", "lo", "up")
+		eps = append(eps, endpoint{NS: ns, Netdev: child, RXE: dev, IP: ip, GID: roceV2GID(t, dev, ip)})
+	}
+	a, b := eps[0], eps[1]
+	const port = 18970
+	srv := proc{NS: a.NS, Name: "rping", Args: []string{"-s", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "1", "-V"}}
+	cli := proc{NS: b.NS, Name: "rping", Args: []string{"-c", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "1", "-V", "-v"}}
+	_, out, err := serverClientOnce(t, srv, cli, cmListening(t, port))
+	if err == nil {
+		t.Fatalf("rping passed between macvlan children of one rxe device: this kernel carries it (see the comment):\n%s", out)
+	}
+	if !strings.Contains(err.Error()+out, "RDMA_CM_EVENT_UNREACHABLE") {
+		t.Fatalf("rping failed otherwise than by an unreachable peer: %v\n%s", err, out)
+	}
+	t.Logf("as expected, rping over macvlan children of %s: %v", dev, lastLine(out))
 }
