@@ -201,9 +201,11 @@ func TestSharedIPVLANChild(t *testing.T) {
 // TestRXENoTrafficOverMacvlanChildren is a kernel fact the shared pools' docs rely on: an rxe
 // device does not carry RDMA traffic between macvlan children of its netdev in two netns,
 // although their addresses are GIDs of it and rdma_cm resolves through them: rping's
-// connect times out (RDMA_CM_EVENT_UNREACHABLE). rxe's receive path maps the netdev a packet
-// arrived on to its device itself or through a VLAN (get_rxe_from_skb), not through a
-// macvlan, so what reaches a child is dropped. Hardware RoCE NICs demultiplex by GID in the
+// connect times out (RDMA_CM_EVENT_UNREACHABLE). The datagrams reach the server pod's netns
+// and are dropped there (UdpNoPorts: rxe has no socket in a netns without an rxe device of
+// its own), and with one there, by rxe's receive path, which maps the netdev a packet
+// arrived on to its device itself or through a VLAN (get_rxe_from_skb), not a macvlan
+// (e2e/rxe/README.md, "Kernel facts"). Hardware RoCE NICs demultiplex by GID in the
 // HCA. When this fails because the rping passed, a kernel carries it: move the traffic check
 // into TestSharedNetdevChildren and update e2e/rxe/README.md and docs/cni.md.
 func TestRXENoTrafficOverMacvlanChildren(t *testing.T) {
