@@ -242,10 +242,24 @@ func TestMultus(t *testing.T) {
 	if c.Name != "rdma-ib" || c.Standalone() || !c.RequirePodResources {
 		t.Errorf("netconf name %q standalone %v requirePodResources %v", c.Name, c.Standalone(), c.RequirePodResources)
 	}
+	// The chart's default leaves sharedNetdev out, which is none in this release: no shared
+	// pool's pod gets a child (an attachment record of schema 2) unless the values opt in.
+	if c.SharedNetdev != netconf.SharedNone || strings.Contains(spec.Config, "sharedNetdev") {
+		t.Errorf("default sharedNetdev %q, want none and left out of the netconf:\n%s", c.SharedNetdev, spec.Config)
+	}
 	for _, k := range []string{"kubeletSocket", "sysfsRoot", "procRoot", "allocDir", "logFile", "stateDir"} {
 		if strings.Contains(spec.Config, `"`+k+`"`) {
 			t.Errorf("NetworkAttachmentDefinition names %s, a host path (the node file's):\n%s", k, spec.Config)
 		}
+	}
+	// The opt-in renders into the NetworkAttachmentDefinition.
+	optIn := render(t, "--set", "cni.install=true,cni.mode=multus",
+		"--set-json", `cni.networks=[{"name":"rdma-ib","pool":"ib"}]`, "--set-json", `cni.pluginConfig={"sharedNetdev":"macvlan"}`)
+	if err := json.Unmarshal(find(t, optIn, "NetworkAttachmentDefinition").Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if c := parseEntry(t, optIn, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1)); c.SharedNetdev != netconf.SharedMacvlan {
+		t.Errorf("cni.pluginConfig.sharedNetdev macvlan: netconf's %q", c.SharedNetdev)
 	}
 	ds := daemonSet(t, objs)
 	spec2 := ds.Template.Spec

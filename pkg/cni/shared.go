@@ -2,15 +2,20 @@ package cni
 
 // Shared pools: a NIC of a shared pool is in every pod holding a slot of
 // the pool at once, so its netdev cannot move into one of them. Each pod
-// gets a child of the netdev instead (sharedNetdev: macvlan, the default,
-// or ipvlan on Ethernet; an IPoIB child in the parent's partition on
-// InfiniBand), created directly in the pod's netns (rdma.Netdevs.AddChild)
-// and deleted by DEL; the parent and the RDMA device stay on the host. The
+// gets a child of the netdev instead where the netconf opts in
+// (sharedNetdev: macvlan or ipvlan on Ethernet; an IPoIB child in the
+// parent's partition on InfiniBand whichever is set), created directly in
+// the pod's netns (rdma.Netdevs.AddChild) and deleted by DEL; the parent and the RDMA device stay on the host. The
 // pod's RoCE GIDs are its child's addresses, so rdma_cm resolves through
 // it. The plugin learns that a pool is shared from the node's pools file
 // (nodepools): in standalone mode the pool of resourceName, with a deviceID
 // (Multus) the pool whose slot it is, or whose slot the pod holds for the
 // NIC it names. docs/cni.md, "Shared pools".
+//
+// sharedNetdev none, the default in this release, gives a shared pool's pod
+// nothing of the plugin (device nodes only) and writes no record: a record
+// with a child is attachment schema 2, which the previous release refuses,
+// so children are opt-in until the next release (docs/upgrades.md).
 
 import (
 	"errors"

@@ -28,7 +28,7 @@ func BenchmarkSharedVsMoved(b *testing.B) {
 	pod := netnstest.New(b)
 	// Both ask the kubelet and read the pools file: the difference is the
 	// child's create and delete against the netdev's two moves.
-	ca := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce"`))
+	ca := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan"`))
 	ca.Args = podArgsOf("a")
 	ma := args("c2", pod, "net9", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_1"}`))
 	ma.Args = podArgsOf("a")

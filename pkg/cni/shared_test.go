@@ -57,7 +57,7 @@ func TestSharedTwoPods(t *testing.T) {
 	e := sharedEnv(t, 2, "a", "b")
 	pa, pb := netnstest.New(t), netnstest.New(t)
 	before := e.snapshot(pa, pb)
-	conf := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce",`+e.ipam("10.20.0.0/24"))
+	conf := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan",`+e.ipam("10.20.0.0/24"))
 	aa, ab := args("ca", pa, "eth0", conf), args("cb", pb, "eth0", conf)
 	aa.Args, ab.Args = podArgsOf("a"), podArgsOf("b")
 	ra, rb := mustAdd(t, e, aa), mustAdd(t, e, ab)
@@ -117,7 +117,7 @@ func TestSharedTwoPods(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(e.stateDir, "ca_eth0.json")); !strings.Contains(string(b), `"schema": 2,`) {
 		t.Errorf("a record with children is not schema 2:\n%s", b)
 	}
-	checkA := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce",`+e.ipam("10.20.0.0/24"))
+	checkA := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan",`+e.ipam("10.20.0.0/24"))
 	if err := e.p.Check(context.Background(), args("ca", pa, "eth0", checkA)); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
@@ -170,7 +170,7 @@ func TestSharedDeviceID(t *testing.T) {
 		{"slot of another pod", nodepools.SlotID("roce", 1), "a", CodeNotAllocated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := args("c-"+tc.pod, pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"`+tc.deviceID+`"}`))
+			a := args("c-"+tc.pod, pod, "net1", e.conf("1.1.0", `"sharedNetdev":"macvlan","runtimeConfig":{"deviceID":"`+tc.deviceID+`"}`))
 			a.Args = podArgsOf(tc.pod)
 			_, err := e.p.Add(context.Background(), a)
 			if cniCode(err) != tc.wantCode {
@@ -193,7 +193,7 @@ func TestSharedDeviceID(t *testing.T) {
 	}
 	t.Run("slot of a pool of two NICs", func(t *testing.T) {
 		e := sharedEnv(t, 2, "a")
-		a := args("c", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"roce-0"}`))
+		a := args("c", pod, "net1", e.conf("1.1.0", `"sharedNetdev":"macvlan","runtimeConfig":{"deviceID":"roce-0"}`))
 		a.Args = podArgsOf("a")
 		_, err := e.p.Add(context.Background(), a)
 		if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "resourceName") {
@@ -212,7 +212,7 @@ func TestSharedAndExclusiveExclude(t *testing.T) {
 		{Name: "roce", Mode: nodepools.ModeShared, Frontend: "devicePlugin", Devices: []nodepools.Device{{RDMA: "mlx5_0", PCIAddress: pciAddr(0)}}},
 		{Name: "excl", Mode: nodepools.ModeExclusive, Frontend: "devicePlugin", Devices: []nodepools.Device{{RDMA: "mlx5_0", PCIAddress: pciAddr(0)}}},
 	}})
-	child := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce"`))
+	child := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan"`))
 	child.Args = podArgsOf("a")
 	mustAdd(t, e, child)
 	move := args("c2", other, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
@@ -249,7 +249,7 @@ func TestSharedRollback(t *testing.T) {
 	e := sharedEnv(t, 2, "a")
 	pod := netnstest.New(t)
 	before := e.snapshot(pod)
-	bad := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","ipam":{"type":"no-such-ipam"}`))
+	bad := args("c1", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan","ipam":{"type":"no-such-ipam"}`))
 	bad.Args = podArgsOf("a")
 	if _, err := e.p.Add(context.Background(), bad); err == nil {
 		t.Fatal("ADD with a missing IPAM plugin succeeded")
@@ -258,7 +258,7 @@ func TestSharedRollback(t *testing.T) {
 		t.Errorf("after the failed ADD (-before +after):\n%s", diff)
 	}
 
-	conf := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce",`+e.ipam("10.21.0.0/24"))
+	conf := e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan",`+e.ipam("10.21.0.0/24"))
 	a := args("c2", pod, "eth0", conf)
 	a.Args = podArgsOf("a")
 	mustAdd(t, e, a)
@@ -349,7 +349,7 @@ func TestSharedChildKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.asked, rec.err = nil, errors.New("ipoib: no such link type on this kernel")
-	a = args("c2", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce"`))
+	a = args("c2", pod, "eth0", e.conf("1.1.0", `"resourceName":"rdma.kube-rdma.io/roce","sharedNetdev":"macvlan"`))
 	a.Args = podArgsOf("a")
 	if _, err := e.p.Add(context.Background(), a); err == nil {
 		t.Error("ADD succeeded with AddChild failing")

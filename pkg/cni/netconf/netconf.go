@@ -51,8 +51,12 @@ const (
 	SharedMacvlan SharedNetdev = "macvlan"
 	SharedIPVLAN  SharedNetdev = "ipvlan"
 	SharedNone    SharedNetdev = "none"
-	// DefaultSharedNetdev is the value of a netconf that leaves it out.
-	DefaultSharedNetdev = SharedMacvlan
+	// DefaultSharedNetdev is the value of a netconf that leaves it out:
+	// none in this release, so that a record with a child (attachment
+	// schema 2, which the previous release refuses) is written only where
+	// the netconf opts in, and a rollback of the plugin stays safe while
+	// it does not (docs/upgrades.md). The next release makes it macvlan.
+	DefaultSharedNetdev = SharedNone
 )
 
 // ErrInvalid marks a configuration that is JSON but not a valid one: an
@@ -96,8 +100,8 @@ type Conf struct {
 	NetnsMode       rdma.NetnsMode
 	// SharedNetdev is what a pod gets of a NIC of a shared pool: a child
 	// of its netdev of this kind on Ethernet (RoCE), an IPoIB child on
-	// InfiniBand whatever the kind, or nothing (SharedNone: device nodes
-	// only, as before child netdevs).
+	// InfiniBand whatever the kind, or nothing (SharedNone, the default
+	// in this release: device nodes only, as before child netdevs).
 	SharedNetdev SharedNetdev
 	LogFile      string
 	// RequirePodResources refuses an ADD with a deviceID when the
@@ -346,8 +350,9 @@ func defaultAndCheckNetnsMode(c *Conf) error {
 	return nil
 }
 
-// defaultAndCheckShared defaults sharedNetdev to macvlan and checks it: an
-// IPVLAN child has its parent's MAC, so a mac with ipvlan is a contradiction.
+// defaultAndCheckShared defaults sharedNetdev (DefaultSharedNetdev: none in
+// this release) and checks it: an IPVLAN child has its parent's MAC, so a
+// mac with ipvlan is a contradiction.
 func defaultAndCheckShared(c *Conf, r *raw) error {
 	switch v := SharedNetdev(r.SharedNetdev); v {
 	case "":

@@ -220,7 +220,36 @@ func TestGoldenV2Child(t *testing.T) {
 	if err := s.Save(got); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte(`"schema": 1,`)) {
+	b, _ := os.ReadFile(path)
+	if !bytes.Contains(b, []byte(`"schema": 1,`)) {
 		t.Errorf("a record without a child is not schema 1:\n%s", b)
+	}
+	// ... which a rollback to the previous release reads.
+	if v, err := previous.Check(path, b); err != nil || v != VersionMoved {
+		t.Errorf("a reader of schema 1 on a record without a child: version %d, %v", v, err)
+	}
+}
+
+// TestNewerChildRefused: a child record of a newer schema (3) is refused as
+// the moved one is (TestNewerRefused), with contractver's message.
+func TestNewerChildRefused(t *testing.T) {
+	golden, err := os.ReadFile("testdata/attachment-v2-child.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := bytes.Replace(golden, []byte(`"schema": 2,`), []byte(`"schema": 3,`), 1)
+	s := Store{Dir: t.TempDir(), BootID: goldenBoot}
+	path := filepath.Join(s.Dir, "7c1d0e5a9b2f_eth0.json")
+	if err := os.WriteFile(path, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Load(Key{"7c1d0e5a9b2f", "eth0"})
+	if !errors.Is(err, contractver.ErrNewer) {
+		t.Fatalf("Load of a child record of schema 3 = %v, want contractver.ErrNewer", err)
+	}
+	for _, want := range []string{"attachment record " + path, "version 3 is newer", "reads (2 and 1)", contractver.Remedy} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }
