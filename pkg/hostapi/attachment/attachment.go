@@ -29,9 +29,11 @@
 // a shared pool's pod), which is version 2: a reader of version 1 would take
 // such a record for a moved netdev (and move the pod's child to the host as
 // the NIC), so it must refuse it, as it does a newer version, by name
-// (docs/upgrades.md). A record of a newer version is an error wrapping
-// contractver.ErrNewer, never taken for a stale or a torn one (List neither
-// removes it nor moves it aside).
+// (docs/upgrades.md). The CNI plugin makes children only where its netconf
+// opts in (sharedNetdev, none by default in this release), so by default it
+// writes version 1 only, which a rolled-back plugin reads. A record of a
+// newer version is an error wrapping contractver.ErrNewer, never taken for
+// a stale or a torn one (List neither removes it nor moves it aside).
 //
 // It imports the standard library and internal/ only (the flock and stat
 // calls are package syscall's), does no netlink and no logging.
