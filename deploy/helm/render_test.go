@@ -164,7 +164,7 @@ func cniNode(t *testing.T, objs []object) netconf.Node {
 func TestChained(t *testing.T) {
 	objs := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib",
 		"--set", "hostPaths.kubeletDir=/var/lib/k,hostPaths.sysfsRoot=/srv/fixture/sys",
-		"--set-json", `cni.pluginConfig={"rdmaNetnsMode":"shared"}`)
+		"--set-json", `cni.pluginConfig={"rdmaNetnsMode":"shared","sharedNetdev":"ipvlan"}`)
 	ds := daemonSet(t, objs)
 	spec := ds.Template.Spec
 	if diff := cmp.Diff([]string{"install-cni"}, containerNames(spec.InitContainers)); diff != "" {
@@ -209,9 +209,9 @@ func TestChained(t *testing.T) {
 	entry := find(t, objs, "ConfigMap").Data["cni-plugin.json"]
 	c := parseEntry(t, objs, entry)
 	if !c.Standalone() || c.ResourceName != "rdma.kube-rdma.io/ib" || c.KubeletSocket != "/var/lib/k/pod-resources/kubelet.sock" ||
-		c.SysfsRoot != "/srv/fixture/sys" || !c.RequirePodResources {
-		t.Errorf("plugin entry with the node file: standalone %v, resource %q, kubelet socket %q, sysfs %q, requirePodResources %v",
-			c.Standalone(), c.ResourceName, c.KubeletSocket, c.SysfsRoot, c.RequirePodResources)
+		c.SysfsRoot != "/srv/fixture/sys" || !c.RequirePodResources || c.SharedNetdev != netconf.SharedIPVLAN {
+		t.Errorf("plugin entry with the node file: standalone %v, resource %q, kubelet socket %q, sysfs %q, requirePodResources %v, sharedNetdev %q",
+			c.Standalone(), c.ResourceName, c.KubeletSocket, c.SysfsRoot, c.RequirePodResources, c.SharedNetdev)
 	}
 	for _, k := range []string{"kubeletSocket", "sysfsRoot", "procRoot", "allocDir", "logFile", "stateDir"} {
 		if strings.Contains(entry, `"`+k+`"`) {
@@ -242,10 +242,24 @@ func TestMultus(t *testing.T) {
 	if c.Name != "rdma-ib" || c.Standalone() || !c.RequirePodResources {
 		t.Errorf("netconf name %q standalone %v requirePodResources %v", c.Name, c.Standalone(), c.RequirePodResources)
 	}
+	// The chart's default leaves sharedNetdev out, which is none in this release: no shared
+	// pool's pod gets a child (an attachment record of schema 2) unless the values opt in.
+	if c.SharedNetdev != netconf.SharedNone || strings.Contains(spec.Config, "sharedNetdev") {
+		t.Errorf("default sharedNetdev %q, want none and left out of the netconf:\n%s", c.SharedNetdev, spec.Config)
+	}
 	for _, k := range []string{"kubeletSocket", "sysfsRoot", "procRoot", "allocDir", "logFile", "stateDir"} {
 		if strings.Contains(spec.Config, `"`+k+`"`) {
 			t.Errorf("NetworkAttachmentDefinition names %s, a host path (the node file's):\n%s", k, spec.Config)
 		}
+	}
+	// The opt-in renders into the NetworkAttachmentDefinition.
+	optIn := render(t, "--set", "cni.install=true,cni.mode=multus",
+		"--set-json", `cni.networks=[{"name":"rdma-ib","pool":"ib"}]`, "--set-json", `cni.pluginConfig={"sharedNetdev":"macvlan"}`)
+	if err := json.Unmarshal(find(t, optIn, "NetworkAttachmentDefinition").Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if c := parseEntry(t, optIn, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1)); c.SharedNetdev != netconf.SharedMacvlan {
+		t.Errorf("cni.pluginConfig.sharedNetdev macvlan: netconf's %q", c.SharedNetdev)
 	}
 	ds := daemonSet(t, objs)
 	spec2 := ds.Template.Spec
@@ -283,6 +297,8 @@ func TestRejected(t *testing.T) {
 		"relative alloc dir":       {"--set", "devicePlugin.allocDir=run/alloc"},
 		// The plugin refuses a netconf naming another host path than its node file's.
 		"chained pluginConfig kubeletSocket": {"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", `cni.pluginConfig={"kubeletSocket":"/x"}`},
+		// A sharedNetdev the plugin would refuse (code 7) at every pod's ADD.
+		"pluginConfig sharedNetdev vlan": {"--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", `cni.pluginConfig={"sharedNetdev":"vlan"}`},
 		"multus pluginConfig sysfsRoot": {"--set", "cni.install=true,cni.mode=multus", "--set-json", `cni.networks=[{"name":"x","pool":"ib"}]`,
 			"--set-json", `cni.pluginConfig={"sysfsRoot":"/x"}`},
 	} {

@@ -41,7 +41,7 @@ TOOL_PKGS=(busybox-static iproute2 ibverbs-utils ibverbs-providers perftest rdma
 CNI_PLUGINS=(static host-local loopback)  # copied to /opt/cni/bin in the guest
 # RXE_EXTRA_MODULES: space-separated module names.
 read -ra EXTRA_MODULES <<<"${RXE_EXTRA_MODULES:-}"
-GUEST_MODULES=(rdma_rxe ib_uverbs rdma_ucm veth 9p 9pnet_virtio "${EXTRA_MODULES[@]}")
+GUEST_MODULES=(rdma_rxe ib_uverbs rdma_ucm veth macvlan ipvlan 9p 9pnet_virtio "${EXTRA_MODULES[@]}")
 HOST_PKGS=(qemu-system-x86 cpio kmod xz-utils gzip)
 HOST_CMDS=(qemu-system-x86_64 cpio modinfo xz gzip dpkg-deb apt-get ldd ldconfig flock timeout)
 

@@ -202,13 +202,16 @@ func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel
 			return netconf.PlanNames(conf, args.IfName, ids)
 		}, gr, nil
 	}
-	ids, err := p.selectDevices(ctx, conf, pod, res, log)
+	ids, shared, err := p.selectDevices(ctx, conf, pod, res, log)
 	if err != nil || len(ids) == 0 {
 		return nil, nil, err
 	}
 	plan, err := netconf.PlanNames(conf, args.IfName, ids)
 	if err != nil {
 		return nil, nil, err
+	}
+	for i := range plan {
+		plan[i].Shared = shared
 	}
 	return func(map[string]attachment.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
 }
@@ -250,7 +253,9 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, k
 		return nil, nil, err
 	}
 	mark("claims")
-	cands, err := p.resolve(plan, res, claims, key, podNS)
+	cands, err := p.resolve(conf, plan, res, claims, key, podNS, func(holder attachment.Key, dev string) (bool, error) {
+		return sharedClaim(store, holder, dev)
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -267,8 +272,12 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, k
 
 // refuseUplinks refuses a device whose host netdev carries a default route
 // of the host: the node's own uplink, whatever pool or deviceID names it.
+// A child leaves the uplink where it is: not refused.
 func (p *Plugin) refuseUplinks(cands []candidate) error {
 	for _, c := range cands {
+		if c.child != "" {
+			continue
+		}
 		up, err := p.Addrs.CarriesDefaultRoute(p.HostNS, c.host.Name)
 		if err != nil {
 			return fmt.Errorf("read the host's default routes: %w", err)
@@ -291,7 +300,7 @@ func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key attachment.Key, pod p
 	}
 	for _, c := range cands {
 		d := attachment.Device{
-			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus,
+			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus, Child: string(c.child),
 			Host: attachment.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
 		}
 		if conf.MAC != nil {
@@ -395,10 +404,10 @@ func (p *Plugin) addIPAM(ctx context.Context, conf *netconf.Conf, args *skel.Cmd
 }
 
 // markExclusive sets which candidates' RDMA devices move with them: the
-// hardware ones, in exclusive mode. Soft devices never move, so the mode is
-// not asked for when every candidate is soft.
+// hardware ones, in exclusive mode. Soft devices and shared ones (children)
+// never move, so the mode is not asked for when every candidate is one.
 func (p *Plugin) markExclusive(conf *netconf.Conf, cands []candidate) error {
-	if !slices.ContainsFunc(cands, func(c candidate) bool { return c.soft == "" }) {
+	if !slices.ContainsFunc(cands, func(c candidate) bool { return c.soft == "" && c.child == "" }) {
 		return nil
 	}
 	mode, err := p.netnsMode(conf)
@@ -406,7 +415,7 @@ func (p *Plugin) markExclusive(conf *netconf.Conf, cands []candidate) error {
 		return err
 	}
 	for i := range cands {
-		cands[i].exclus = cands[i].soft == "" && mode == netconf.ModeExclusive
+		cands[i].exclus = cands[i].soft == "" && cands[i].child == "" && mode == netconf.ModeExclusive
 	}
 	return nil
 }
@@ -421,6 +430,9 @@ func passthrough(conf *netconf.Conf) *types100.Result {
 // attach moves one device into the pod and pushes the steps that undo it.
 // It returns the MTU the pod interface has.
 func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate, conf *netconf.Conf, u *undo, log *slog.Logger) (int, error) {
+	if c.child != "" {
+		return p.attachChild(podNS, d, c, conf, u)
+	}
 	moved, err := p.Links.Move(p.HostNS, c.host, podNS, rdma.LinkConfig{Name: c.podIf, MTU: conf.MTU, MAC: conf.MAC, Up: true})
 	if err != nil {
 		err = fmt.Errorf("move netdev %s into the pod as %s: %w", c.host.Name, c.podIf, err)
@@ -513,3 +525,5 @@ func (m memoResolver) LookupRDMA(id string) (discovery.RDMADevice, error) {
 func (m memoResolver) PCIFunctionExists(addr string) (bool, error) {
 	return m.r.PCIFunctionExists(addr)
 }
+
+func (m memoResolver) NetdevPKey(name string) (uint16, error) { return m.r.NetdevPKey(name) }

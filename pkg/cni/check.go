@@ -74,7 +74,12 @@ func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 		if d.SoftType != "" {
 			want = d.PodRDMA
 		}
-		if (d.SoftType != "" || d.RDMAExclusive) && !slices.Contains(rdmaNames, want) {
+		if d.Child != "" {
+			// The RDMA device stays on the host, and the child's parent too.
+			if _, err := p.Links.Get(p.HostNS, d.Host.Name); err != nil {
+				return fmt.Errorf("check %s: parent netdev %s on the host: %w", d.PodIfName, d.Host.Name, err)
+			}
+		} else if (d.SoftType != "" || d.RDMAExclusive) && !slices.Contains(rdmaNames, want) {
 			return fmt.Errorf("check %s: rdma device %s is not in the pod netns", d.PodIfName, want)
 		}
 		if err := p.checkAddresses(podNS, conf, d.PodIfName); err != nil {

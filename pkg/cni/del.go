@@ -206,7 +206,7 @@ func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 }
 
 // returnDevices returns every device of rec not yet returned to the host
-// and marks it Returned, best effort: it goes on after an error and
+// (deletes a shared device's child) and marks it Returned, best effort: it goes on after an error and
 // returns them all. When the pod netns is gone, NICs still on their way
 // back are waited for until one deadline, NetdevReturnWait from now (res
 // tells a NIC on its way from one that is gone).
@@ -219,6 +219,13 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 	for i := len(rec.Devices) - 1; i >= 0; i-- {
 		d := &rec.Devices[i]
 		if d.Returned {
+			continue
+		}
+		if d.Child != "" {
+			// Nothing to give back: the parent never left the host.
+			err := p.removeChild(podNS, *d, log)
+			d.Returned = err == nil
+			errs = append(errs, err)
 			continue
 		}
 		var derrs []error

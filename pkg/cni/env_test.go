@@ -41,7 +41,7 @@ func requireHostLocal(t *testing.T) {
 // writeSysfs writes a sysfs tree (nodesim, the kernel's layout) with one PCI
 // function per hardware device (mlx5_N with netdev nicN) and one soft-RoCE
 // device per soft entry (rxeN on its netdev).
-func writeSysfs(t *testing.T, hw int, soft map[string]string) string {
+func writeSysfs(t testing.TB, hw int, soft map[string]string) string {
 	t.Helper()
 	port := nodesim.Port{State: nodesim.StateActive, PhysState: nodesim.PhysLinkUp, LinkLayer: "Ethernet", Rate: "100 Gb/sec (4X EDR)"}
 	var topo nodesim.Topology
@@ -77,7 +77,7 @@ type fakeRDMA struct {
 	// fail, when set, can make a method ("Move", "AddRxe", "NetnsMode")
 	// fail for the netns it acts in.
 	fail func(method string, ns netns.NsHandle) error
-	t    *testing.T
+	t    testing.TB
 }
 
 type fakeDev struct {
@@ -87,7 +87,7 @@ type fakeDev struct {
 	soft    bool
 }
 
-func newFakeRDMA(t *testing.T, mode rdma.NetnsMode, host netns.NsHandle, hw []string) *fakeRDMA {
+func newFakeRDMA(t testing.TB, mode rdma.NetnsMode, host netns.NsHandle, hw []string) *fakeRDMA {
 	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, t: t}
 	for _, n := range hw {
 		f.devs[n] = &fakeDev{nsID: host.UniqueId()}
@@ -224,7 +224,7 @@ func (f *fakeRDMA) where(names map[string]string) map[string]string {
 
 // env is a throw-away host netns with veth links standing in for NICs.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	host     *netnstest.NS
 	sys      string
 	stateDir string
@@ -238,7 +238,7 @@ type env struct {
 
 // newEnv makes hw "NICs" (mlx5_N on nicN) and, when soft is set, rxe0 on
 // the netdev rxnic, in a new host netns.
-func newEnv(t *testing.T, hw int, soft bool, mode rdma.NetnsMode) *env {
+func newEnv(t testing.TB, hw int, soft bool, mode rdma.NetnsMode) *env {
 	t.Helper()
 	host := netnstest.New(t)
 	var hwNames []string
@@ -307,7 +307,7 @@ func (e *env) writePools(f nodepools.File) {
 	}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))

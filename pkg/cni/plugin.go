@@ -1,7 +1,9 @@
 // Package cni implements the kube-rdma CNI plugin's commands: ADD moves a
 // NIC's netdev (and, in exclusive RDMA netns mode, its RDMA device; for
-// soft-RoCE, a new rxe link) into the pod, DEL returns them to the host as
-// they were, CHECK, STATUS and GC report and repair.
+// soft-RoCE, a new rxe link) into the pod, or for a NIC of a shared pool
+// creates a child of its netdev in the pod (shared.go), DEL returns them to
+// the host as they were (deletes the child), CHECK, STATUS and GC report
+// and repair.
 //
 // Handlers get their side effects through the small interfaces declared
 // here (Links, Addresses, RDMA, IPAM, PodResources, Resolver) and take the
@@ -33,13 +35,16 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
-// Links reads and moves netdevs in the namespace each call names.
-// rdma.Netdevs implements it.
+// Links reads and moves netdevs in the namespace each call names, and
+// creates and deletes the child netdevs of shared NICs. rdma.Netdevs
+// implements it.
 type Links interface {
 	Get(ns netns.NsHandle, name string) (rdma.Link, error)
 	List(ns netns.NsHandle) ([]rdma.Link, error)
 	Move(from netns.NsHandle, l rdma.Link, to netns.NsHandle, want rdma.LinkConfig) (rdma.Link, error)
 	Set(ns netns.NsHandle, name string, want rdma.LinkConfig) (rdma.Link, error)
+	AddChild(parentNS netns.NsHandle, parent string, to netns.NsHandle, c rdma.ChildConfig) (rdma.Link, error)
+	Delete(ns netns.NsHandle, name, mac string) (bool, error)
 }
 
 // RDMA reads and changes RDMA devices. rdma.Devices implements it.
@@ -92,12 +97,14 @@ type GPUSource interface {
 }
 
 // Resolver finds one RDMA device by name, PCI address or aux device name,
-// and tells whether a PCI function is on the node (a NIC whose netdev DEL
-// cannot find, still on its way back from a dying pod netns, or gone).
-// discovery.Scanner implements it.
+// tells whether a PCI function is on the node (a NIC whose netdev DEL
+// cannot find, still on its way back from a dying pod netns, or gone), and
+// reads an IPoIB netdev's partition key (a shared InfiniBand NIC's child
+// is in its parent's partition). discovery.Scanner implements it.
 type Resolver interface {
 	LookupRDMA(id string) (discovery.RDMADevice, error)
 	PCIFunctionExists(addr string) (bool, error)
+	NetdevPKey(name string) (uint16, error)
 }
 
 // Plugin holds the dependencies of the command handlers.

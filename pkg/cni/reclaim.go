@@ -161,7 +161,8 @@ func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachmen
 func (p *Plugin) ReturnedByKernel(rec attachment.Attachment) bool {
 	n := 0
 	for _, d := range rec.Devices {
-		if d.Returned || d.SoftType != "" {
+		// A child dies with its netns; nothing comes back to prove it.
+		if d.Returned || d.SoftType != "" || d.Child != "" {
 			continue
 		}
 		if _, ok, err := p.findOnHost(d); err != nil || !ok {

@@ -70,70 +70,37 @@ func (p *Plugin) allocated(ctx context.Context, conf *netconf.Conf, pod podRef, 
 // checked against the pod's allocation, in standalone mode every device
 // of the resource allocated to the pod, or in DRA mode every device of the
 // pod's claims.
-func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
+//
+// shared says the devices came from a shared pool (a slot of the device
+// plugin's shared pool: shared.go): the pod gets a child of each one's
+// netdev, which stays on the host.
+func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) (ids []string, shared bool, err error) {
 	if conf.FromDRA() {
-		return p.claimedDevices(conf, pod, res, log)
+		ids, err := p.claimedDevices(conf, pod, res, log)
+		return ids, false, err
 	}
 	if !conf.Standalone() {
-		if !pod.known() && conf.RequirePodResources {
-			return nil, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
-		}
-		// A device that does not exist is 100 whatever the kubelet says.
-		d, err := res.LookupRDMA(conf.DeviceID)
-		if err != nil {
-			return nil, lookupError(conf.DeviceID, err)
-		}
-		if err := requireInPool(conf, d, log); err != nil {
-			return nil, err
-		}
-		if !pod.known() {
-			return []string{conf.DeviceID}, nil
-		}
-		alloc, err := p.allocated(ctx, conf, pod, log)
-		switch {
-		case errors.Is(err, errNoKubeletSocket) && conf.RequirePodResources:
-			return nil, fmt.Errorf("%w: deviceID %q cannot be checked against the pod's allocation (requirePodResources): %w",
-				ErrNotAvailable, conf.DeviceID, err)
-		case errors.Is(err, errNoKubeletSocket):
-			log.Warn("kubelet PodResources socket does not exist; deviceID not checked against the pod's allocation",
-				"socket", conf.KubeletSocket)
-			return []string{conf.DeviceID}, nil
-		case errors.Is(err, podresources.ErrPodNotFound):
-			// At sandbox creation the kubelet knows the pod: a pod it does
-			// not know has nothing allocated by it (wrong CNI_ARGS, or
-			// another kubelet's socket).
-			return nil, fmt.Errorf("deviceID %q: %w %s/%s: %w", conf.DeviceID, ErrNotAllocated, pod.Namespace, pod.Name, err)
-		case err != nil:
-			return nil, fmt.Errorf("check deviceID %q against the pod's allocation: %w", conf.DeviceID, err)
-		}
-		for name, ids := range alloc {
-			if conf.ResourceName != "" && name != conf.ResourceName {
-				continue
-			}
-			for _, id := range ids {
-				if sameDevice(id, conf.DeviceID, d) {
-					return []string{conf.DeviceID}, nil
-				}
-			}
-		}
-		return nil, fmt.Errorf("deviceID %q (rdma device %s): %w %s/%s", conf.DeviceID, d.Name, ErrNotAllocated, pod.Namespace, pod.Name)
+		return p.selectDeviceID(ctx, conf, pod, res, log)
 	}
 	if !pod.known() {
-		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
+		return nil, false, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
 	alloc, err := p.allocated(ctx, conf, pod, log)
 	switch {
 	case errors.Is(err, errNoKubeletSocket):
-		return nil, fmt.Errorf("%w: %w", ErrNotAvailable, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	case errors.Is(err, podresources.ErrPodNotFound):
 		log.Warn("kubelet does not know the pod; it has no devices allocated", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, err
+		return nil, false, err
+	}
+	if pool, ok := sharedResourcePool(conf, alloc[conf.ResourceName], log); ok {
+		return sharedMembers(conf, pool, log), true, nil
 	}
 	// Name the devices by their RDMA names, sorted, so that a pod's
 	// interfaces come in the same order however the kubelet lists them.
-	var ids []string
+	ids = nil
 	for _, id := range alloc[conf.ResourceName] {
 		if d, err := res.LookupRDMA(id); err == nil {
 			id = d.Name
@@ -143,7 +110,85 @@ func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podR
 		}
 	}
 	netconf.SortDevices(ids)
-	return ids, nil
+	return ids, false, nil
+}
+
+// selectDeviceID checks the deviceID (Multus) against the node and the
+// pod's allocation. A deviceID that is a slot of a shared pool, or a member
+// of one whose slot the pod holds, is shared (sharedDeviceID).
+func (p *Plugin) selectDeviceID(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, bool, error) {
+	if !pod.known() && conf.RequirePodResources {
+		return nil, false, fmt.Errorf("%w: requirePodResources needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
+	}
+	// A device that does not exist is 100 whatever the kubelet says, unless
+	// it is a shared pool's slot.
+	d, err := res.LookupRDMA(conf.DeviceID)
+	var slot *nodepools.Pool
+	if errors.Is(err, discovery.ErrNotFound) {
+		if pool, ok := sharedSlotPool(conf, log); ok {
+			slot, err = &pool, nil
+		}
+	}
+	if err != nil {
+		return nil, false, lookupError(conf.DeviceID, err)
+	}
+	if slot == nil {
+		if err := requireInPool(conf, d, log); err != nil {
+			return nil, false, err
+		}
+	}
+	single := func() ([]string, bool, error) {
+		if slot != nil {
+			return sharedSlotMember(conf, *slot, log)
+		}
+		return []string{conf.DeviceID}, false, nil
+	}
+	if !pod.known() {
+		return single()
+	}
+	alloc, err := p.allocated(ctx, conf, pod, log)
+	switch {
+	case errors.Is(err, errNoKubeletSocket) && conf.RequirePodResources:
+		return nil, false, fmt.Errorf("%w: deviceID %q cannot be checked against the pod's allocation (requirePodResources): %w",
+			ErrNotAvailable, conf.DeviceID, err)
+	case errors.Is(err, errNoKubeletSocket):
+		log.Warn("kubelet PodResources socket does not exist; deviceID not checked against the pod's allocation",
+			"socket", conf.KubeletSocket)
+		return single()
+	case errors.Is(err, podresources.ErrPodNotFound):
+		// At sandbox creation the kubelet knows the pod: a pod it does
+		// not know has nothing allocated by it (wrong CNI_ARGS, or
+		// another kubelet's socket).
+		return nil, false, fmt.Errorf("deviceID %q: %w %s/%s: %w", conf.DeviceID, ErrNotAllocated, pod.Namespace, pod.Name, err)
+	case err != nil:
+		return nil, false, fmt.Errorf("check deviceID %q against the pod's allocation: %w", conf.DeviceID, err)
+	}
+	var held []string
+	for name, ids := range alloc {
+		if conf.ResourceName != "" && name != conf.ResourceName {
+			continue
+		}
+		held = append(held, ids...)
+	}
+	if slot != nil {
+		if slices.Contains(held, conf.DeviceID) {
+			return single()
+		}
+		return nil, false, fmt.Errorf("deviceID %q (a slot of shared pool %s): %w %s/%s", conf.DeviceID, slot.Name, ErrNotAllocated, pod.Namespace, pod.Name)
+	}
+	for _, id := range held {
+		if sameDevice(id, conf.DeviceID, d) {
+			return []string{conf.DeviceID}, false, nil
+		}
+	}
+	if pool, ok := sharedHolds(conf, held, d, log); ok {
+		if conf.SharedNetdev == netconf.SharedNone {
+			log.Info("sharedNetdev none: a shared pool's pod gets no netdev", "pool", pool, "deviceID", conf.DeviceID)
+			return nil, false, nil
+		}
+		return []string{d.Name}, true, nil
+	}
+	return nil, false, fmt.Errorf("deviceID %q (rdma device %s): %w %s/%s", conf.DeviceID, d.Name, ErrNotAllocated, pod.Namespace, pod.Name)
 }
 
 // requireInPool refuses a deviceID whose device is in no pool the node's
@@ -207,6 +252,10 @@ type candidate struct {
 	podIf  string
 	soft   string // "rxe" for a soft-RoCE device
 	exclus bool   // move the RDMA device itself (set by markExclusive)
+	// child is set for a device of a shared pool: the pod gets a child of
+	// this kind of host (the parent), with pkey (IPoIB) as the parent's.
+	child rdma.ChildKind
+	pkey  uint16
 }
 
 // hostNetdev returns the netdev an RDMA device's traffic uses.
@@ -239,8 +288,12 @@ func softType(d discovery.RDMADevice) string {
 // resolve checks every planned device against the node and the claims
 // without changing anything: it exists, nobody claimed it, its netdev is in
 // the host netns and its pod name is free.
-func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[string]attachment.Key, key attachment.Key,
-	podNS netns.NsHandle) ([]candidate, error) {
+//
+// A shared device may be claimed by other attachments' children
+// (sharedClaim tells), never by a move; its netdev is the parent of the
+// pod's child and stays on the host.
+func (p *Plugin) resolve(conf *netconf.Conf, plan []netconf.Assignment, res Resolver, claims map[string]attachment.Key, key attachment.Key,
+	podNS netns.NsHandle, sharedClaim func(holder attachment.Key, dev string) (bool, error)) ([]candidate, error) {
 	var out []candidate
 	seen := map[string]bool{}
 	for _, a := range plan {
@@ -249,7 +302,15 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 			return nil, lookupError(a.DeviceID, err)
 		}
 		if holder, ok := claims[d.Name]; ok && holder != key {
-			return nil, fmt.Errorf("rdma device %s is claimed by attachment %s: %w", d.Name, holder, ErrDeviceInUse)
+			shared := false
+			if a.Shared {
+				if shared, err = sharedClaim(holder, d.Name); err != nil {
+					return nil, err
+				}
+			}
+			if !shared {
+				return nil, fmt.Errorf("rdma device %s is claimed by attachment %s: %w", d.Name, holder, ErrDeviceInUse)
+			}
 		}
 		if seen[d.Name] {
 			return nil, fmt.Errorf("rdma device %s is named twice: %w", d.Name, ErrDeviceInUse)
@@ -270,6 +331,16 @@ func (p *Plugin) resolve(plan []netconf.Assignment, res Resolver, claims map[str
 			return nil, fmt.Errorf("%q: %w", a.IfName, ErrNameTaken)
 		} else if !errors.Is(err, rdma.ErrLinkNotFound) {
 			return nil, fmt.Errorf("read pod netdev %q: %w", a.IfName, err)
+		}
+		if a.Shared {
+			c := candidate{dev: d, host: l, podIf: a.IfName, child: childKind(conf, d)}
+			if c.child == rdma.ChildIPoIB {
+				if c.pkey, err = res.NetdevPKey(l.Name); err != nil {
+					return nil, fmt.Errorf("rdma device %s: %w", d.Name, err)
+				}
+			}
+			out = append(out, c)
+			continue
 		}
 		c := candidate{dev: d, host: l, podIf: a.IfName, soft: softType(d)}
 		if c.soft != "" && c.soft != "rxe" {

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -16,6 +15,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // snapshot is what a pool advertises at one moment.
@@ -208,7 +208,7 @@ func buildSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[
 		}
 	}
 	for i := range pool.SlotCount() {
-		id := pool.Name + "-" + strconv.Itoa(i)
+		id := nodepools.SlotID(pool.Name, i)
 		snap.byID[id] = members
 		snap.devices = append(snap.devices, &pluginapi.Device{ID: id, Health: healthString(ok), Topology: topo})
 	}

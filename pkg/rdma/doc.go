@@ -2,7 +2,8 @@
 // node: reading and moving netdevs between network namespaces (move, rename,
 // MTU, MAC and up state in a single request), reading the RDMA subsystem's
 // netns mode, moving RDMA devices between namespaces, creating soft-RoCE
-// (rxe) links, and putting addresses and routes on a netdev. Every operation takes the namespace it acts in and uses a
+// (rxe) links, creating and deleting child netdevs (macvlan, ipvlan, IPoIB) of a
+// shared NIC's netdev directly in a pod's namespace, and putting addresses and routes on a netdev. Every operation takes the namespace it acts in and uses a
 // netlink socket bound to it (netlink.NewHandleAt), never switching the
 // calling thread's namespace.
 //

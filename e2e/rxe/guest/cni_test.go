@@ -33,6 +33,17 @@ func cniExec(t *testing.T, bin, command, containerID, netns, ifname string, netc
 // (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID).
 func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs string, netconf []byte) (stdout, stderr string, err error) {
 	t.Helper()
+	return cniRun(t, bin, command, containerID, netns, ifname, cniArgs, guestNodeFile(t), netconf)
+}
+
+// cniExecNode is cniExec with the node file at nodeFile.
+func cniExecNode(t *testing.T, bin, command, containerID, netns, ifname, nodeFile string, netconf []byte) (stdout, stderr string, err error) {
+	t.Helper()
+	return cniRun(t, bin, command, containerID, netns, ifname, "", nodeFile, netconf)
+}
+
+func cniRun(t *testing.T, bin, command, containerID, netns, ifname, cniArgs, nodeFile string, netconf []byte) (stdout, stderr string, err error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
@@ -43,7 +54,7 @@ func cniExecArgs(t *testing.T, bin, command, containerID, netns, ifname, cniArgs
 		"CNI_IFNAME="+ifname,
 		"CNI_PATH="+os.Getenv("KUBE_RDMA_CNI_PLUGINS_DIR"),
 		"CNI_ARGS="+cniArgs,
-		"KUBE_RDMA_CNI_NODE_FILE="+guestNodeFile(t),
+		"KUBE_RDMA_CNI_NODE_FILE="+nodeFile,
 	)
 	cmd.Stdin = bytes.NewReader(netconf)
 	var o, e bytes.Buffer

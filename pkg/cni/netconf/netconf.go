@@ -43,6 +43,22 @@ const (
 	ModeExclusive                = rdma.NetnsExclusive
 )
 
+// SharedNetdev is the sharedNetdev setting.
+type SharedNetdev string
+
+// The sharedNetdev values.
+const (
+	SharedMacvlan SharedNetdev = "macvlan"
+	SharedIPVLAN  SharedNetdev = "ipvlan"
+	SharedNone    SharedNetdev = "none"
+	// DefaultSharedNetdev is the value of a netconf that leaves it out:
+	// none in this release, so that a record with a child (attachment
+	// schema 2, which the previous release refuses) is written only where
+	// the netconf opts in, and a rollback of the plugin stays safe while
+	// it does not (docs/upgrades.md). The next release makes it macvlan.
+	DefaultSharedNetdev = SharedNone
+)
+
 // ErrInvalid marks a configuration that is JSON but not a valid one: an
 // unknown field, a value of the wrong type, an inconsistent setting.
 var ErrInvalid = errors.New("invalid network configuration")
@@ -82,7 +98,12 @@ type Conf struct {
 	// GPUResourceName is the kubelet resource of the pod's GPUs.
 	GPUResourceName string
 	NetnsMode       rdma.NetnsMode
-	LogFile         string
+	// SharedNetdev is what a pod gets of a NIC of a shared pool: a child
+	// of its netdev of this kind on Ethernet (RoCE), an IPoIB child on
+	// InfiniBand whatever the kind, or nothing (SharedNone, the default
+	// in this release: device nodes only, as before child netdevs).
+	SharedNetdev SharedNetdev
+	LogFile      string
 	// RequirePodResources refuses an ADD with a deviceID when the
 	// "allocated to this pod" check cannot be made (no PodResources socket,
 	// no pod name in CNI_ARGS) instead of skipping it. The node file's
@@ -136,6 +157,7 @@ type raw struct {
 	AllocDir       string   `json:"allocDir,omitempty"`
 	GPUResource    string   `json:"gpuResourceName,omitempty"`
 	RdmaNetnsMode  string   `json:"rdmaNetnsMode,omitempty"`
+	SharedNetdev   string   `json:"sharedNetdev,omitempty"`
 	LogFile        string   `json:"logFile,omitempty"`
 
 	RequirePodResources *bool `json:"requirePodResources,omitempty"`
@@ -176,6 +198,9 @@ func Parse(data []byte, node Node) (*Conf, error) {
 		return nil, err
 	}
 	if err := defaultAndCheckNetnsMode(c); err != nil {
+		return nil, err
+	}
+	if err := defaultAndCheckShared(c, r); err != nil {
 		return nil, err
 	}
 	if c.GPUResourceName == "" {
@@ -321,6 +346,24 @@ func defaultAndCheckNetnsMode(c *Conf) error {
 	case ModeAuto, ModeShared, ModeExclusive:
 	default:
 		return invalid("rdmaNetnsMode %q is not auto, shared or exclusive", c.NetnsMode)
+	}
+	return nil
+}
+
+// defaultAndCheckShared defaults sharedNetdev (DefaultSharedNetdev: none in
+// this release) and checks it: an IPVLAN child has its parent's MAC, so a
+// mac with ipvlan is a contradiction.
+func defaultAndCheckShared(c *Conf, r *raw) error {
+	switch v := SharedNetdev(r.SharedNetdev); v {
+	case "":
+		c.SharedNetdev = DefaultSharedNetdev
+	case SharedMacvlan, SharedIPVLAN, SharedNone:
+		c.SharedNetdev = v
+	default:
+		return invalid("sharedNetdev %q is not macvlan, ipvlan or none", r.SharedNetdev)
+	}
+	if c.SharedNetdev == SharedIPVLAN && c.MAC != nil {
+		return invalid("mac %s cannot be given to an ipvlan child (it has its parent's MAC): drop mac, or use sharedNetdev macvlan", c.MAC)
 	}
 	return nil
 }

@@ -10,6 +10,9 @@ import (
 type Assignment struct {
 	DeviceID string
 	IfName   string
+	// Shared is set for a device of a shared pool: the pod gets a child of
+	// its netdev, not the netdev.
+	Shared bool
 }
 
 // PlanNames names the pod interfaces of devices. With a deviceID (Multus)

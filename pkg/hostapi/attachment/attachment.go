@@ -24,10 +24,16 @@
 // A record is a contract between the CNI plugin, which writes it, and the
 // agent, which reads it for the node state (docs/upgrades.md): its "schema"
 // is the version, Version is the one this binary writes, and the reader
-// follows internal/contractver. Version 1 is the format's first, so this
-// binary reads version 1 only; a record of a newer version is an error
-// wrapping contractver.ErrNewer, never taken for a stale or a torn one
-// (List neither removes it nor moves it aside).
+// follows internal/contractver. This binary reads versions 2 and 1. It
+// writes version 1 for every record but one with a child netdev (Device.Child,
+// a shared pool's pod), which is version 2: a reader of version 1 would take
+// such a record for a moved netdev (and move the pod's child to the host as
+// the NIC), so it must refuse it, as it does a newer version, by name
+// (docs/upgrades.md). The CNI plugin makes children only where its netconf
+// opts in (sharedNetdev, none by default in this release), so by default it
+// writes version 1 only, which a rolled-back plugin reads. A record of a
+// newer version is an error wrapping contractver.ErrNewer, never taken for
+// a stale or a torn one (List neither removes it nor moves it aside).
 //
 // It imports the standard library and internal/ only (the flock and stat
 // calls are package syscall's), does no netlink and no logging.
@@ -59,10 +65,26 @@ const (
 	tmpPattern = ".tmp-*"
 )
 
-// Version is the record's schema this binary writes.
-const Version = 1
+// Version is the newest record schema this binary writes and reads: a
+// record with a child netdev. VersionMoved is the schema of every other
+// record, the one releases before child netdevs wrote and read.
+const (
+	Version      = 2
+	VersionMoved = 1
+)
 
 var format = contractver.Format{Kind: "attachment record", Key: "schema", First: 1, Current: Version}
+
+// schema is the version a record is written as: VersionMoved unless a device
+// is a child netdev, which a reader of VersionMoved would misread.
+func (a Attachment) schema() int {
+	for _, d := range a.Devices {
+		if d.Child != "" {
+			return Version
+		}
+	}
+	return VersionMoved
+}
 
 // Key names one attachment, as the runtime does.
 type Key struct {
@@ -112,6 +134,15 @@ type Device struct {
 	// Returned is set once DEL or GC gave the device back to the host:
 	// only its IPAM release is left, and it is no longer claimed.
 	Returned bool `json:"returned,omitempty"`
+	// Child is set when the pod got a child netdev of the NIC's netdev
+	// rather than the netdev itself (a shared pool): its kind, "macvlan",
+	// "ipvlan" or "ipoib". Host is then the parent, which never leaves the
+	// host; PodIfName and PodMAC name the child, which DEL deletes (one
+	// whose netns is gone died with it: nothing to give back). The RDMA
+	// device never moves. Several attachments may hold children of one
+	// device; an exclusive one may not hold it meanwhile. A record with a
+	// child is schema 2.
+	Child string `json:"child,omitempty"`
 }
 
 // PodRef is the pod an attachment is for, from the runtime's CNI_ARGS
@@ -245,7 +276,7 @@ func (s Store) Save(a Attachment) error {
 	if err != nil {
 		return err
 	}
-	a.Schema = Version
+	a.Schema = a.schema()
 	a.BootID = s.BootID
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
@@ -271,7 +302,7 @@ func (s Store) SavePrevious(a Attachment) error {
 	if err != nil {
 		return err
 	}
-	a.Schema = Version
+	a.Schema = a.schema()
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", a.Key, err)
@@ -483,7 +514,9 @@ func (s Store) HasRecords() (bool, error) {
 
 // Claimed maps each claimed RDMA device to the attachment holding it, and
 // returns the records of another boot as List does. Call it with the lock
-// held.
+// held. A device with child netdevs is claimed too (by one of the
+// attachments holding them): no exclusive attachment may take it; an ADD of
+// another child reads the holder's record (Device.Child) to tell.
 func (s Store) Claimed() (map[string]Key, []Attachment, error) {
 	recs, prev, err := s.List()
 	return claimsOf(recs), prev, err

@@ -29,7 +29,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Schema = Version
+	a.Schema = VersionMoved
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}
@@ -129,7 +129,7 @@ func TestStaleRecords(t *testing.T) {
 		t.Errorf("Claimed (-want +got):\n%s", diff)
 	}
 	want := rec
-	want.Schema, want.BootID = Version, "boot-1"
+	want.Schema, want.BootID = VersionMoved, "boot-1"
 	if diff := cmp.Diff([]Attachment{want}, prev, sameJSON); diff != "" {
 		t.Errorf("records of another boot (-want +got):\n%s", diff)
 	}
@@ -288,7 +288,7 @@ func TestBindingCompatible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Schema = Version
+	a.Schema = VersionMoved
 	if diff := cmp.Diff(a, got); diff != "" {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}

@@ -86,19 +86,19 @@ func TestGoldenV1(t *testing.T) {
 	}
 }
 
-// TestNewerRefused: a record of a newer schema is an error that names
+// TestNewerRefused: a record of a newer schema (3) is an error that names
 // both versions; it is not taken for a missing or stale record, List
 // leaves it in place (not in quarantine) and HasRecords counts it (the
 // binary stays).
 func TestNewerRefused(t *testing.T) {
-	newer := bytes.Replace(readGolden(t), []byte(`"schema": 1,`), []byte(`"schema": 2,`), 1)
+	newer := bytes.Replace(readGolden(t), []byte(`"schema": 1,`), []byte(`"schema": 3,`), 1)
 	s := goldenStore(t, newer)
 	path := filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json")
 	_, err := s.Load(goldenKey)
 	if !errors.Is(err, contractver.ErrNewer) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) {
-		t.Fatalf("Load of schema 2 = %v, want contractver.ErrNewer only", err)
+		t.Fatalf("Load of schema 3 = %v, want contractver.ErrNewer only", err)
 	}
-	for _, want := range []string{"attachment record " + path, "version 2 is newer", "reads (1)", contractver.Remedy} {
+	for _, want := range []string{"attachment record " + path, "version 3 is newer", "reads (2 and 1)", contractver.Remedy} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -167,5 +167,89 @@ func TestGoldenOfPreviousBoot(t *testing.T) {
 	again, err := s.LoadPrevious(goldenKey)
 	if err != nil || again.Release == nil || again.Release.Tries != 1 {
 		t.Errorf("LoadPrevious = %+v, %v; want the release noted", again.Release, err)
+	}
+}
+
+// TestGoldenV2Child: a record with a child netdev is schema 2; this binary
+// reads it and writes the same bytes back, and a reader of the previous
+// release (schema 1 only: main's TestNewerRefused) refuses it by name
+// instead of taking the child for a moved netdev. Every other record is
+// still written as schema 1 (TestGoldenV1), which that reader reads.
+func TestGoldenV2Child(t *testing.T) {
+	golden, err := os.ReadFile("testdata/attachment-v2-child.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{"7c1d0e5a9b2f", "eth0"}
+	s := Store{Dir: t.TempDir(), BootID: goldenBoot}
+	path := filepath.Join(s.Dir, "7c1d0e5a9b2f_eth0.json")
+	if err := os.WriteFile(path, golden, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Device{{RDMA: "mlx5_2", PCIAddress: "0000:5e:00.0",
+		Host:      HostLink{Name: "ens2f0np0", Index: 9, MTU: 9000, MAC: "b8:ce:f6:00:00:02", Up: true},
+		PodIfName: "net1", PodMAC: "02:42:ac:11:00:07", IPAM: true, Child: "macvlan"}}
+	if diff := cmp.Diff(want, got.Devices); diff != "" || got.Schema != 2 {
+		t.Errorf("Load: schema %d, devices (-want +got)\n%s", got.Schema, diff)
+	}
+	var ipam bytes.Buffer
+	if err := json.Compact(&ipam, got.IPAMConf); err != nil {
+		t.Fatal(err)
+	}
+	got.IPAMConf = json.RawMessage(ipam.String())
+	if err := s.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	again, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(golden), string(again)); diff != "" {
+		t.Errorf("Save of the record read differs from the golden one (-golden +now)\n%s", diff)
+	}
+	previous := contractver.Format{Kind: "attachment record", Key: "schema", First: 1, Current: VersionMoved}
+	if _, err := previous.Check(path, again); !errors.Is(err, contractver.ErrNewer) {
+		t.Errorf("a reader of schema 1 on a child record: %v, want contractver.ErrNewer", err)
+	}
+	// The same attachment without its child is a moved netdev: schema 1.
+	got.Devices[0].Child = ""
+	if err := s.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !bytes.Contains(b, []byte(`"schema": 1,`)) {
+		t.Errorf("a record without a child is not schema 1:\n%s", b)
+	}
+	// ... which a rollback to the previous release reads.
+	if v, err := previous.Check(path, b); err != nil || v != VersionMoved {
+		t.Errorf("a reader of schema 1 on a record without a child: version %d, %v", v, err)
+	}
+}
+
+// TestNewerChildRefused: a child record of a newer schema (3) is refused as
+// the moved one is (TestNewerRefused), with contractver's message.
+func TestNewerChildRefused(t *testing.T) {
+	golden, err := os.ReadFile("testdata/attachment-v2-child.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := bytes.Replace(golden, []byte(`"schema": 2,`), []byte(`"schema": 3,`), 1)
+	s := Store{Dir: t.TempDir(), BootID: goldenBoot}
+	path := filepath.Join(s.Dir, "7c1d0e5a9b2f_eth0.json")
+	if err := os.WriteFile(path, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Load(Key{"7c1d0e5a9b2f", "eth0"})
+	if !errors.Is(err, contractver.ErrNewer) {
+		t.Fatalf("Load of a child record of schema 3 = %v, want contractver.ErrNewer", err)
+	}
+	for _, want := range []string{"attachment record " + path, "version 3 is newer", "reads (2 and 1)", contractver.Remedy} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

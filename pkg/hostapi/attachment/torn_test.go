@@ -97,7 +97,7 @@ func TestTornRecordsMovedAside(t *testing.T) {
 
 	// A record of a newer version is refused by name and stays in place.
 	newer := filepath.Join(dir, "c9_eth0.json")
-	if err := os.WriteFile(newer, []byte(`{"schema":2,"containerID":"c9","ifName":"eth0","devices":{"changed":true}}`), 0o600); err != nil {
+	if err := os.WriteFile(newer, []byte(`{"schema":3,"containerID":"c9","ifName":"eth0","devices":{"changed":true}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cur, _, err := s.List()

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -163,4 +164,40 @@ func (f File) PoolOf(rdma, pciAddress string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Pool modes, as Pool.Mode says them.
+const (
+	ModeExclusive = "exclusive"
+	ModeShared    = "shared"
+)
+
+// SlotID is the kubelet device ID of slot i of a shared device plugin pool,
+// "<pool>-<i>": every slot stands for all of the pool's devices. The device
+// plugin advertises these, the CNI plugin reads them back (SharedSlot), so
+// the form is part of this contract.
+func SlotID(pool string, i int) string { return pool + "-" + strconv.Itoa(i) }
+
+// Lookup returns the pool called name.
+func (f File) Lookup(name string) (Pool, bool) {
+	for _, p := range f.Pools {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Pool{}, false
+}
+
+// SharedSlot returns the shared pool of the device plugin of which id is a
+// slot (SlotID).
+func (f File) SharedSlot(id string) (Pool, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 || i == len(id)-1 || strings.Trim(id[i+1:], "0123456789") != "" {
+		return Pool{}, false
+	}
+	p, ok := f.Lookup(id[:i])
+	if !ok || p.Mode != ModeShared || p.Frontend == "dra" {
+		return Pool{}, false
+	}
+	return p, true
 }

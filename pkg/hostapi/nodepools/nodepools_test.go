@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,5 +105,30 @@ func TestPoolOf(t *testing.T) {
 				t.Errorf("PoolOf(%q, %q) = %q, %v; want %q", tc.rdma, tc.pci, got, ok, tc.want)
 			}
 		})
+	}
+}
+
+func TestSharedSlot(t *testing.T) {
+	f := golden
+	f.Pools = append(slices.Clone(f.Pools), Pool{Name: "dra-shared", Mode: ModeShared, Frontend: "dra"},
+		Pool{Name: "roce-2", Mode: ModeShared, Frontend: "devicePlugin"})
+	for _, tc := range []struct {
+		id, want string
+	}{
+		{SlotID("soft", 0), "soft"},
+		{"soft-17", "soft"},
+		{SlotID("roce-2", 3), "roce-2"}, // a pool name with a dash and a number
+		{"roce-2", ""},                  // not a slot: pool "roce" does not exist
+		{"gpu-nics-0", ""},              // exclusive
+		{"dra-shared-0", ""},            // not a device plugin pool
+		{"soft-", ""},
+		{"soft-x", ""},
+		{"-0", ""},
+		{"mlx5_0", ""},
+	} {
+		p, ok := f.SharedSlot(tc.id)
+		if p.Name != tc.want || ok != (tc.want != "") {
+			t.Errorf("SharedSlot(%q) = %q, %v; want %q", tc.id, p.Name, ok, tc.want)
+		}
 	}
 }
