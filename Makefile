@@ -169,7 +169,7 @@ krew-dist:
 	bash hack/krew-dist.sh
 
 test-apiserver:
-	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./deploy/helm/
+	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer|TestWriterAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./pkg/claimstatus/ ./deploy/helm/
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node);
 # ARGS goes to its go test, e.g. ARGS='-run TestCluster/faults'.

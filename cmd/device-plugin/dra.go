@@ -20,12 +20,14 @@ type draFlags struct {
 	pluginDir   string
 	registryDir string
 	podUID      string
+	claimStatus bool
 }
 
 func (f *draFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "dra", false, "serve the pools with frontend dra as the DRA driver "+dra.DriverName+" (ResourceSlices, claim preparation; docs/dra.md); needs the API server (in-cluster config or --kubeconfig), the node name and --cdi-dir")
 	fs.StringVar(&f.pluginDir, "dra-plugin-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), "the DRA driver's kubelet plugin directory (its socket, and the prepared claims' records under claims/), for --dra")
 	fs.StringVar(&f.registryDir, "dra-registry-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory, for --dra")
+	fs.BoolVar(&f.claimStatus, "dra-claim-status", true, "with --dra, when --cni-chained-pool is a pool of frontend dra: write each claim's status.devices entry of the netdevs the CNI plugin attached (interface, IPs, MAC, condition Ready; docs/dra.md, \"Claim status\"); needs patch on resourceclaims/status")
 	fs.StringVar(&f.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's UID (default $POD_UID; the chart sets it from metadata.uid): with --dra, the old and the new pod of a DaemonSet update serve the kubelet side by side (kubeletplugin.RollingUpdate, kubelet 1.33 or later); empty: one driver instance per node")
 }
 

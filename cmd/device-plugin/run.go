@@ -73,6 +73,11 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitDet()
+	waitClaimStatus, err := startClaimStatus(ctx, cfg, a, d)
+	if err != nil {
+		return err
+	}
+	defer waitClaimStatus()
 	wait, err := startNodeState(ctx, cfg, a, d, det)
 	if err != nil {
 		return err
@@ -94,7 +99,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer waitCNIMetrics()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher, the detector, the NRI plugin, the reclaimer and the spool's drain stop before the waits
+	defer cancel() // runs first: the publisher, the detector, the claim status writer, the NRI plugin, the reclaimer and the spool's drain stop before the waits
 	return d.Run(ctx)
 }
 

@@ -227,3 +227,33 @@ func TestDRAChained(t *testing.T) {
 		}
 	}
 }
+
+// TestDRAClaimStatus: the daemon writes the claims' network status, and gets exactly the rule
+// of files/claim-status-rules.yaml (which pkg/claimstatus's API server test runs it under), only
+// when chained to a dra pool with dra.claimStatus (the default); otherwise it is told not to.
+func TestDRAClaimStatus(t *testing.T) {
+	base := slices.Concat(rulesFile(t, "node-state-rules.yaml"), rulesFile(t, "dra-rules.yaml"))
+	withStatus := slices.Concat(base, rulesFile(t, "claim-status-rules.yaml"), rulesFile(t, "netdev-check-rules.yaml"))
+	without := slices.Concat(base, rulesFile(t, "netdev-check-rules.yaml"))
+	for _, tc := range []struct {
+		name  string
+		set   string
+		rules []rule
+		flag  string
+	}{
+		{"chained to a dra pool", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib", withStatus, "--dra-claim-status=true"},
+		{"dra.claimStatus=false", "dra.enabled=true,dra.claimStatus=false,cni.install=true,cni.mode=chained,cni.chained.pool=ib", without, "--dra-claim-status=false"},
+		{"chained to a device plugin pool", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=roce", without, "--dra-claim-status=false"},
+		{"not chained", "dra.enabled=true", without, "--dra-claim-status=false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, "--set", tc.set, "--set-json", draPools)
+			if diff := cmp.Diff(tc.rules, find(t, objs, "ClusterRole").Rules); diff != "" {
+				t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+			}
+			if args := daemonSet(t, objs).Template.Spec.Containers[0].Args; !slices.Contains(args, tc.flag) {
+				t.Errorf("device plugin args %q lack %s", args, tc.flag)
+			}
+		})
+	}
+}

@@ -284,3 +284,39 @@ func (e *env) waitTaint(t *testing.T, name string, want bool) resourceapi.Device
 	}
 	return d
 }
+
+// waitClaimNetwork waits until the claim's status.devices has our driver's entry of device r,
+// written by the daemon (pkg/claimstatus), with the pod's interface ifName, an address ip (in
+// CIDR notation) and a Ready condition true, and returns it.
+func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.DeviceRequestAllocationResult, ifName, ip string) resourceapi.AllocatedDeviceStatus {
+	t.Helper()
+	var got resourceapi.AllocatedDeviceStatus
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		c, err := e.draAPI.ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(c.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver == draDriver && d.Pool == r.Pool && d.Device == r.Device
+		})
+		if i < 0 {
+			return fmt.Errorf("claim %s: status.devices %+v has no entry of %s/%s", claim, c.Status.Devices, r.Pool, r.Device)
+		}
+		got = c.Status.Devices[i]
+		n := got.NetworkData
+		if n == nil || n.InterfaceName != ifName || n.HardwareAddress == "" ||
+			!slices.ContainsFunc(n.IPs, func(s string) bool { return strings.HasPrefix(s, ip+"/") }) {
+			return fmt.Errorf("claim %s: networkData %+v, want interface %s, an address %s/.., a MAC", claim, n, ifName, ip)
+		}
+		if !slices.ContainsFunc(got.Conditions, func(c metav1.Condition) bool {
+			return c.Type == "Ready" && c.Status == metav1.ConditionTrue
+		}) {
+			return fmt.Errorf("claim %s: conditions %+v, want Ready true", claim, got.Conditions)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}

@@ -198,7 +198,8 @@ const rpingCountWant = 10
 
 // testDRAToDevicePluginPod: a pod with a claim of the first node's device (DRA front end, the
 // CNI in DRA mode) and a pod with the second node's device (device plugin, the CNI on its
-// pool): rping, and ib_write_bw -R (perftest connecting through rdma_cm), between them.
+// pool): rping, and ib_write_bw -R (perftest connecting through rdma_cm), between them; the
+// claim's status.devices entry names the claim pod's net1, its address and MAC, Ready.
 func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	e.needDRA(t)
 	ns := e.namespace(t)
@@ -222,6 +223,9 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	}
 	pings := e.rping(t, ex, ns, a.Name, b.Name)
 	ip := e.net1Addr(t, ex, ns, a.Name)
+	// The claim's status says where its device went (KEP-4817, pkg/claimstatus).
+	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", ip)
+	t.Logf("claim %s: status.devices %s/%s: %+v", claim.Name, st.Pool, st.Device, *st.NetworkData)
 	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
 	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
 	gbps, err := perftestGbps(out)

@@ -8,14 +8,15 @@
 //   - the CNI plugin (pkg/cni/..., cmd/cni), exec'd for every ADD and DEL,
 //     links no front end of the agent and not the agent itself
 //     (pkg/agent/..., pkg/deviceplugin/..., pkg/dra/..., pkg/nri/...,
-//     pkg/nodestate/..., pkg/netdevwatch/..., pkg/nodewatch/..., nor the daemon's
-//     collector of its operations, pkg/cnimetrics/...): it talks to them through
-//     pkg/hostapi only;
+//     pkg/nodestate/..., pkg/netdevwatch/..., pkg/claimstatus/...,
+//     pkg/nodewatch/..., nor the daemon's collector of its operations,
+//     pkg/cnimetrics/...): it talks to them through pkg/hostapi only;
 //   - the agent (pkg/agent/...) links no front end and no observer
 //     (pkg/deviceplugin/..., pkg/dra/..., pkg/nri/..., pkg/nodestate/...,
-//     pkg/netdevwatch/...): they import it, and cmd/device-plugin wires them in;
+//     pkg/netdevwatch/..., pkg/claimstatus/...): they import it, and
+//     cmd/device-plugin wires them in;
 //   - the agent's observers (pkg/nri/..., pkg/nodestate/...,
-//     pkg/netdevwatch/...) link no front
+//     pkg/netdevwatch/..., pkg/claimstatus/...) link no front
 //     end (pkg/deviceplugin/..., pkg/dra/...): they read the agent's view.
 //
 // Only what a package links counts: `go list -deps` leaves out its
@@ -67,19 +68,19 @@ var Rules = []Rule{
 		Name: "the CNI plugin links no front end and not the agent",
 		From: []string{Module + "/pkg/cni", Module + "/cmd/cni"},
 		Forbids: func(dep Package) string {
-			return linksAny(dep, "a front end or the agent", "agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch", "nodewatch", "cnimetrics")
+			return linksAny(dep, "a front end or the agent", "agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch", "claimstatus", "nodewatch", "cnimetrics")
 		},
 	},
 	{
 		Name: "the agent links no front end and no observer",
 		From: []string{Module + "/pkg/agent"},
 		Forbids: func(dep Package) string {
-			return linksAny(dep, "a front end or an observer of the agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch")
+			return linksAny(dep, "a front end or an observer of the agent", "deviceplugin", "dra", "nri", "nodestate", "netdevwatch", "claimstatus")
 		},
 	},
 	{
 		Name: "the agent's observers link no front end",
-		From: []string{Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch"},
+		From: []string{Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch", Module + "/pkg/claimstatus"},
 		Forbids: func(dep Package) string {
 			return linksAny(dep, "a front end", "deviceplugin", "dra")
 		},

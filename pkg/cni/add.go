@@ -396,6 +396,7 @@ func (p *Plugin) addIPAM(ctx context.Context, conf *netconf.Conf, args *skel.Cmd
 	}
 	for _, ip := range r100.IPs {
 		ip.Interface = types100.Int(idx)
+		d.IPs = append(d.IPs, ip.Address.String())
 	}
 	if err := p.Addrs.Configure(podNS, d.PodIfName, r100.IPs, r100.Routes); err != nil {
 		return nil, fmt.Errorf("configure %s: %w", d.PodIfName, err)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
@@ -48,6 +49,14 @@ func TestAddCheckDel(t *testing.T) {
 			if len(res.Interfaces) != 1 || res.Interfaces[0].Sandbox != pod.Path || res.Interfaces[0].Name != "net1" ||
 				res.Interfaces[0].PciID != pciAddr(0) || len(res.IPs) != 1 || *res.IPs[0].Interface != 0 {
 				t.Errorf("result = %+v", res)
+			}
+			// The record has the addresses too, for the claim's status (pkg/claimstatus).
+			rec, err := attachment.Store{Dir: e.stateDir}.Load(attachment.Key{ContainerID: "c1", IfName: "net1"})
+			if err != nil || len(rec.Devices) != 1 {
+				t.Fatalf("record = %+v, %v", rec, err)
+			}
+			if diff := cmp.Diff([]string{"10.10.0.2/24"}, rec.Devices[0].IPs); diff != "" {
+				t.Errorf("record's ips (-want +got):\n%s", diff)
 			}
 			// The result in the configured version, as the runtime gets it.
 			vres, err := res.GetAsVersion(ver)

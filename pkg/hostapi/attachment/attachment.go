@@ -131,6 +131,12 @@ type Device struct {
 	RDMAExclusive bool `json:"rdmaExclusive,omitempty"`
 	// IPAM is set once the IPAM plugin allocated for PodIfName.
 	IPAM bool `json:"ipam,omitempty"`
+	// IPs are the addresses IPAM gave PodIfName, in CIDR notation
+	// ("10.56.0.7/16"), as the ADD result has them; empty without IPAM.
+	// The daemon reports them in the claim's status (pkg/claimstatus).
+	// Added to version 1 without a bump: a reader of version 1 decodes
+	// without refusing unknown keys and ignores it (docs/upgrades.md).
+	IPs []string `json:"ips,omitempty"`
 	// Returned is set once DEL or GC gave the device back to the host:
 	// only its IPAM release is left, and it is no longer claimed.
 	Returned bool `json:"returned,omitempty"`

@@ -253,3 +253,47 @@ func TestNewerChildRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestIPsInVersion1: a device's ips are written under schema 1, read back,
+// and the record main wrote, with the key added, reads as before plus the
+// addresses (a reader of version 1 decodes without refusing unknown keys:
+// it reads the record as main wrote it).
+func TestIPsInVersion1(t *testing.T) {
+	golden := readGolden(t)
+	withIPs := bytes.Replace(golden, []byte(`"podIfName": "net1",`), []byte(`"podIfName": "net1", "ips": ["10.56.0.7/16", "fd00::7/64"],`), 1)
+	if bytes.Equal(withIPs, golden) {
+		t.Fatal("golden record has no podIfName net1")
+	}
+	s := goldenStore(t, withIPs)
+	got, err := s.Load(goldenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"10.56.0.7/16", "fd00::7/64"}, got.Devices[0].IPs); diff != "" {
+		t.Errorf("ips (-want +got)\n%s", diff)
+	}
+	if err := s.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 map[string]json.RawMessage
+	if err := json.Unmarshal(b, &v1); err != nil {
+		t.Fatal(err)
+	}
+	if string(v1["schema"]) != "1" {
+		t.Errorf("record with ips has schema %s, want 1", v1["schema"])
+	}
+	// What main's reader gets: the record without the key.
+	old := goldenStore(t, golden)
+	want, err := old.Load(goldenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Devices[0].IPs = nil
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b json.RawMessage) bool { return true })); diff != "" {
+		t.Errorf("record with ips, less them (-golden +got)\n%s", diff)
+	}
+}

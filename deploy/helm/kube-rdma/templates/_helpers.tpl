@@ -60,6 +60,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- range .root.Values.config.pools }}{{ if and (eq .name $.pool) (eq (.frontend | default "devicePlugin") "dra") }}true{{ end }}{{ end -}}
 {{- end -}}
 
+{{/* kube-rdma.claimStatus: "true" when the daemon writes the DRA claims' network status
+(pkg/claimstatus): dra.enabled and dra.claimStatus, the CNI plugin installed in chained mode on a
+pool of frontend dra; else nothing. */}}
+{{- define "kube-rdma.claimStatus" -}}
+{{- $cni := .Values.cni -}}
+{{- if and .Values.dra.enabled .Values.dra.claimStatus $cni.install (eq $cni.mode "chained") (include "kube-rdma.isDRAPool" (dict "root" . "pool" $cni.chained.pool)) }}true{{ end -}}
+{{- end -}}
+
 {{/* kube-rdma.isGPUAlignedPool: "true" when the pool .pool has binding gpuAligned. */}}
 {{- define "kube-rdma.isGPUAlignedPool" -}}
 {{- range .root.Values.config.pools }}{{ if and (eq .name $.pool) (eq (.binding | default "") "gpuAligned") }}true{{ end }}{{ end -}}
