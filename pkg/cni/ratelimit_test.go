@@ -107,12 +107,14 @@ func TestRateLimitedKubeletWithinBudget(t *testing.T) {
 			if calls < 2 {
 				t.Errorf("the kubelet was asked %d times, want tries until the budget is spent", calls)
 			}
-			// The last try may be cut by the caller's deadline before the
-			// kubelet counts it: then it is one try more than the calls seen,
-			// and its answer is the deadline, not the kubelet's.
+			// The last try may be cut by the deadline (the caller's, or the
+			// budget's own without one) before the kubelet counts it: then it
+			// is one try more than the calls seen, and its answer is the
+			// deadline, not the kubelet's (seen on a loaded machine in the
+			// no-deadline case: 17 tries, 16 calls).
 			msg := err.Error()
 			counted := strings.Contains(msg, fmt.Sprintf("%d tries", calls)) && strings.Contains(msg, "rejected by rate limit")
-			cut := tc.deadline > 0 && strings.Contains(msg, fmt.Sprintf("%d tries", calls+1)) && strings.Contains(msg, "deadline exceeded")
+			cut := strings.Contains(msg, fmt.Sprintf("%d tries", calls+1)) && strings.Contains(msg, "deadline exceeded")
 			if !counted && !cut {
 				t.Errorf("error %q does not name the tries (%d, or %d with the last cut by the deadline) and the last answer", err, calls, calls+1)
 			}
