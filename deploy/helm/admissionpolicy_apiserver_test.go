@@ -2,6 +2,7 @@ package helm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -39,13 +40,17 @@ var nodeStates = schema.GroupVersionResource{Group: "rdma.kube-rdma.io", Version
 const (
 	sliceDenied = "may write only the ResourceSlices of driver rdma.kube-rdma.io on its own node"
 	stateDenied = "may write only the RDMANodeState of its own node"
+	claimDenied = "may write only the status.devices entries of driver rdma.kube-rdma.io in its own node's pools"
+	allocDenied = "may write only the status.devices entries of a claim, not its allocation or reservedFor"
 )
 
 // TestAdmissionPolicyAgainstAPIServer applies the chart's RBAC and admission policies, as
 // `helm template` renders them (dra and nodeState on), to a real API server, and writes as
 // the chart's service account with the tokens the kubelet would give the daemon pods of two
 // nodes (TokenRequest bound to a pod on that node): node A writes its own ResourceSlices and
-// RDMANodeState, and is refused node B's, and a slice of another driver, with the policy's message.
+// RDMANodeState, and is refused node B's, and a slice of another driver, with the policy's message;
+// with the claim status writer on (CNI chained to a dra pool), node A writes the status.devices
+// entries of its own devices in a claim and nothing else of the claim's status.
 func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -56,7 +61,7 @@ func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
 		}
 	}
-	out, err := helmTemplate(t, "--set", "dra.enabled=true")
+	out, err := helmTemplate(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", draPools)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
@@ -164,6 +169,89 @@ func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 	if err := adminDyn.Resource(nodeStates).Delete(ctx, "node-b", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the admin (not the chart's service account) deletes node B's state: %v", err)
 	}
+
+	claimStatusPolicy(t, admin, a, b)
+}
+
+// claimStatusPolicy: a claim allocated a device of node A's pool and one of node B's (as
+// the scheduler writes it). Each node's daemon applies its own device's entry as
+// pkg/claimstatus does (server-side apply of the status); node A is refused node B's
+// device, another driver's, a removal of node B's entry, and any change of the
+// allocation or reservedFor.
+func claimStatusPolicy(t *testing.T, admin kubernetes.Interface, a, b clients) {
+	t.Helper()
+	ctx := context.Background()
+	claims := admin.ResourceV1().ResourceClaims("default")
+	claim, err := claims.Create(ctx, &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "two-nics"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "nic",
+			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "rdma.kube-rdma.io", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 2}}}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create claim: %v", err)
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+		{Request: "nic", Driver: "rdma.kube-rdma.io", Pool: "node-a/ib", Device: "mlx5-0"},
+		{Request: "nic", Driver: "rdma.kube-rdma.io", Pool: "node-b/ib", Device: "mlx5-1"},
+	}}}
+	claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "0b5f6c1e-0000-4000-8000-000000000001"}}
+	if claim, err = claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("allocate claim (as the scheduler): %v", err)
+	}
+	entry := func(pool, device, ifname string) resourcev1.AllocatedDeviceStatus {
+		return resourcev1.AllocatedDeviceStatus{Driver: "rdma.kube-rdma.io", Pool: pool, Device: device,
+			NetworkData: &resourcev1.NetworkDeviceData{InterfaceName: ifname, IPs: []string{"10.56.0.7/16"}, HardwareAddress: "02:42:ac:11:00:07"}}
+	}
+	// The writer's own form of request: server-side apply of the status.devices entries.
+	apply := func(c clients, manager string, devices ...resourcev1.AllocatedDeviceStatus) error {
+		obj := map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+			"metadata": map[string]any{"name": claim.Name, "namespace": claim.Namespace}, "status": map[string]any{"devices": devices}}
+		body, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = c.kube.ResourceV1().ResourceClaims(claim.Namespace).Patch(ctx, claim.Name, types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: manager, Force: ptrTo(true)}, "status")
+		return err
+	}
+	if err := apply(a, "kube-rdma.io/node-a", entry("node-a/ib", "mlx5-0", "net1")); err != nil {
+		t.Fatalf("node A writes its own device's entry: %v", err)
+	}
+	if err := apply(b, "kube-rdma.io/node-b", entry("node-b/ib", "mlx5-1", "net2")); err != nil {
+		t.Fatalf("node B writes its own device's entry: %v", err)
+	}
+	if err := apply(a, "kube-rdma.io/node-a", entry("node-a/ib", "mlx5-0", "net3")); err != nil {
+		t.Errorf("node A changes its own device's entry: %v", err)
+	}
+	err = apply(a, "kube-rdma.io/node-a", entry("node-a/ib", "mlx5-0", "net3"), entry("node-b/ib", "mlx5-1", "net9"))
+	wantDenied(t, "node A writes node B's device's entry", err, claimDenied)
+	// (An entry of another driver or of a device not allocated in the claim is refused by the
+	// API server's validation before any policy: "must be an allocated device in the claim".)
+	cur, err := a.kube.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node A reads the claim: %v", err)
+	}
+	if len(cur.Status.Devices) != 2 {
+		t.Fatalf("claim status has %d device entries, want node A's and node B's: %+v", len(cur.Status.Devices), cur.Status.Devices)
+	}
+	// The chart grants patch only (no update): the other writes a daemon could try.
+	patch := func(pt types.PatchType, body string) error {
+		_, err := a.kube.ResourceV1().ResourceClaims(claim.Namespace).Patch(ctx, claim.Name, pt, []byte(body), metav1.PatchOptions{}, "status")
+		return err
+	}
+	onlyA, err := json.Marshal(map[string]any{"status": map[string]any{"devices": []resourcev1.AllocatedDeviceStatus{entry("node-a/ib", "mlx5-0", "net3")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenied(t, "node A removes node B's entry", patch(types.MergePatchType, string(onlyA)), claimDenied)
+	wantDenied(t, "node A clears the claim's reservedFor", patch(types.MergePatchType, `{"status":{"reservedFor":null}}`), allocDenied)
+	// An allocation is immutable once written, but it may be removed with the reservations
+	// (deallocation, the claim controller's job): that would free node B's device too.
+	wantDenied(t, "node A deallocates the claim",
+		patch(types.JSONPatchType, `[{"op":"remove","path":"/status/reservedFor"},{"op":"remove","path":"/status/allocation"}]`), allocDenied)
+	// Removing its own entry (the writer's apply without it, after DEL) is allowed.
+	if err := apply(a, "kube-rdma.io/node-a"); err != nil {
+		t.Errorf("node A removes its own device's entry: %v", err)
+	}
 }
 
 func wantDenied(t *testing.T, what string, err error, msg string) {
@@ -212,8 +300,8 @@ func applyRendered(t *testing.T, kube kubernetes.Interface, rendered []byte) {
 			t.Fatalf("apply rendered %T: %v", obj, err)
 		}
 	}
-	if policies != 2 {
-		t.Fatalf("%d ValidatingAdmissionPolicies rendered, want 2 (resourceslices, rdmanodestates)", policies)
+	if policies != 3 {
+		t.Fatalf("%d ValidatingAdmissionPolicies rendered, want 3 (resourceslices, rdmanodestates, claimstatus)", policies)
 	}
 }
 
