@@ -108,6 +108,11 @@ func (Devices) AddRxe(netns.NsHandle, string, string) error {
 	return fmt.Errorf("fake rdma: add rxe: %w", unix.EOPNOTSUPP)
 }
 
+// DelSoft is not supported: the GPU-aligned phase has no soft-RoCE.
+func (Devices) DelSoft(netns.NsHandle, string) error {
+	return fmt.Errorf("fake rdma: delete soft device: %w", unix.EOPNOTSUPP)
+}
+
 // locked runs f on the state under an exclusive flock, and writes it back
 // (atomically) when write is set and f succeeded. host is the UniqueId of
 // the calling thread's namespace: the CNI plugin runs in the host one.

@@ -405,8 +405,10 @@ func (p *Plugin) addIPAM(ctx context.Context, conf *netconf.Conf, args *skel.Cmd
 }
 
 // markExclusive sets which candidates' RDMA devices move with them: the
-// hardware ones, in exclusive mode. Soft devices and shared ones (children)
-// never move, so the mode is not asked for when every candidate is one.
+// hardware ones, in exclusive mode. Shared ones (children) never move; a
+// soft device is re-created on its netdev in the pod and put where the pod
+// sees it whatever the mode (softIntoPod), so the mode is not asked for
+// when every candidate is soft or shared.
 func (p *Plugin) markExclusive(conf *netconf.Conf, cands []candidate) error {
 	if !slices.ContainsFunc(cands, func(c candidate) bool { return c.soft == "" && c.child == "" }) {
 		return nil
@@ -462,6 +464,9 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate,
 		if name != c.dev.Name {
 			log.Warn("soft rdma device name taken; created under another name", "want", c.dev.Name, "got", name)
 		}
+		if err := p.softIntoPod(podNS, d, c, name, u); err != nil {
+			return 0, err
+		}
 	}
 	if c.exclus {
 		if err := p.RDMA.Move(p.HostNS, c.dev.Name, podNS); err != nil {
@@ -470,6 +475,53 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate,
 		u.push("return rdma device "+c.dev.Name, func() error { return p.RDMA.Move(podNS, c.dev.Name, p.HostNS) })
 	}
 	return moved.MTU, nil
+}
+
+// softIntoPod makes sure the pod sees the soft device name, just made on
+// the pod's netdev from a socket in the pod's netns, and records whether
+// it lives in the pod's netns (d.RDMAExclusive, for DEL). In shared mode
+// every netns sees it. In exclusive mode the kernel registers a new rxe
+// device in the initial netns whatever the socket's (7.3 does), where the
+// pod cannot see it: it is moved into the pod's. Then the device's
+// deletion, wherever it is, is pushed, so that the rollback's return of
+// the netdev re-creates the host's device at once instead of racing the
+// kernel's asynchronous destruction of this one.
+func (p *Plugin) softIntoPod(podNS netns.NsHandle, d *attachment.Device, c candidate, name string, u *undo) error {
+	podNames, err := p.RDMA.List(podNS)
+	if err != nil {
+		return fmt.Errorf("list rdma devices in the pod: %w", err)
+	}
+	inPod := slices.Contains(podNames, name)
+	if inPod {
+		hostNames, err := p.RDMA.List(p.HostNS)
+		if err != nil {
+			return fmt.Errorf("list rdma devices on the host: %w", err)
+		}
+		if slices.Contains(hostNames, name) {
+			return nil // shared mode
+		}
+	}
+	d.RDMAExclusive = true
+	u.push("delete "+c.soft+" device "+name, func() error {
+		err := p.RDMA.DelSoft(podNS, name)
+		if errors.Is(err, rdma.ErrDeviceNotFound) {
+			err = p.RDMA.DelSoft(p.HostNS, name)
+		}
+		if errors.Is(err, rdma.ErrDeviceNotFound) {
+			return nil // gone with its netdev
+		}
+		return err
+	})
+	if inPod {
+		return nil
+	}
+	if err := p.RDMA.Move(p.HostNS, name, podNS); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = fmt.Errorf("%w (this kernel cannot move %s devices between network namespaces: use the shared RDMA netns mode for soft-RoCE)", err, c.soft)
+		}
+		return fmt.Errorf("move %s device %s into the pod: %w", c.soft, name, err)
+	}
+	return nil
 }
 
 // addSoft creates a soft-RoCE device called name on netdev in ns. The

@@ -18,7 +18,8 @@ import (
 
 // Check verifies that every device of the attachment is in the pod netns
 // under its name, MAC and MTU, with the addresses prevResult gave it, and
-// that its RDMA device is there (moved, or re-created for soft-RoCE).
+// that its RDMA device is there (moved, or re-created for soft-RoCE and,
+// in exclusive mode, moved).
 func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
@@ -125,7 +126,7 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 }
 
 // Status reports whether the plugin can work on this node: RDMA netlink
-// answers (unless the mode is configured and every device is soft), the
+// answers, the
 // state dir is writable and, in standalone mode, the kubelet answers (in
 // DRA mode, the claims dir can be read).
 func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -229,7 +230,14 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 			continue
 		}
 		var derrs []error
-		if d.RDMAExclusive && podNS.IsOpen() {
+		if d.RDMAExclusive && podNS.IsOpen() && d.SoftType != "" {
+			// Deleted in the pod, so that returnNetdev re-creates the
+			// host's device at once (not after the kernel destroyed it
+			// when the netdev left).
+			if err := p.RDMA.DelSoft(podNS, cmp.Or(d.PodRDMA, d.RDMA)); err != nil && !errors.Is(err, rdma.ErrDeviceNotFound) {
+				derrs = append(derrs, fmt.Errorf("delete %s device %s in the pod: %w", d.SoftType, cmp.Or(d.PodRDMA, d.RDMA), err))
+			}
+		} else if d.RDMAExclusive && podNS.IsOpen() {
 			names, err := p.RDMA.List(podNS)
 			if err != nil {
 				derrs = append(derrs, err)

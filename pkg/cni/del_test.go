@@ -3,6 +3,7 @@ package cni
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
@@ -20,8 +22,9 @@ import (
 )
 
 // TestSoftAndExclusiveAddDel: a soft-RoCE device is re-created on its
-// netdev in the pod and again on the host; in exclusive mode the RDMA
-// device itself moves.
+// netdev in the pod (and, in exclusive mode, moved into the pod's netns)
+// and again on the host; in exclusive mode a hardware RDMA device itself
+// moves.
 func TestSoftAndExclusiveAddDel(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -32,7 +35,8 @@ func TestSoftAndExclusiveAddDel(t *testing.T) {
 		{"rxe shared", "shared", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 		{"hardware exclusive", "exclusive", "mlx5_0", map[string]string{"mlx5_0": "pod0", "rxe0": "host/rxnic"}},
 		{"hardware shared", "shared", "mlx5_0", map[string]string{"mlx5_0": "host", "rxe0": "host/rxnic"}},
-		// Soft-RoCE is re-created, never moved, in exclusive mode too.
+		// Soft-RoCE is re-created on the pod's netdev; in exclusive mode the
+		// kernel registers it in the host's netns, and it is moved.
 		{"rxe exclusive", "exclusive", "rxe0", map[string]string{"mlx5_0": "host", "rxe0": "pod0/net1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,6 +58,25 @@ func TestSoftAndExclusiveAddDel(t *testing.T) {
 				t.Errorf("after DEL (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestSoftExclusiveKernelCannotMove: a kernel whose rxe cannot change
+// netns (EOPNOTSUPP) fails the ADD in exclusive mode with a hint, and the
+// rollback leaves the host as it was: its rxe device back on its netdev,
+// nothing in the pod, no record.
+func TestSoftExclusiveKernelCannotMove(t *testing.T) {
+	e := newEnv(t, 0, true, "exclusive")
+	e.rdma.softNoMove = true
+	pod := netnstest.New(t)
+	before := e.snapshot(pod)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"rxe0"}`))
+	_, err := e.p.Add(context.Background(), a)
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Fatalf("ADD: %v, want EOPNOTSUPP", err)
+	}
+	if diff := cmp.Diff(before, e.snapshot(pod)); diff != "" {
+		t.Errorf("after the failed ADD (-before +after):\n%s", diff)
 	}
 }
 

@@ -69,11 +69,16 @@ func pciAddr(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
 // RDMA subsystem. It models what the kernel does that the plugin relies on:
 // device names are node-wide; a soft-RoCE device is destroyed when its
 // netdev leaves its netns (checked against the real netdevs); in exclusive
-// mode a device lives in one netns and moves with Move.
+// mode a device lives in one netns and moves with Move, and a new soft
+// device is registered in the host's (the initial) netns whatever the
+// socket's, as Linux 7.3 does; softNoMove is a kernel whose rxe cannot
+// move (no disassociate_ucontext: EOPNOTSUPP).
 type fakeRDMA struct {
-	mu   sync.Mutex
-	mode rdma.NetnsMode
-	devs map[string]*fakeDev
+	mu         sync.Mutex
+	mode       rdma.NetnsMode
+	hostID     string
+	softNoMove bool
+	devs       map[string]*fakeDev
 	// fail, when set, can make a method ("Move", "AddRxe", "NetnsMode")
 	// fail for the netns it acts in.
 	fail func(method string, ns netns.NsHandle) error
@@ -82,13 +87,13 @@ type fakeRDMA struct {
 
 type fakeDev struct {
 	nsID    string
-	ns      netns.NsHandle // a dup, for soft devices' netdev checks
+	ns      netns.NsHandle // a dup of the netdev's netns, for soft devices' netdev checks
 	ifindex int            // soft devices only
 	soft    bool
 }
 
 func newFakeRDMA(t testing.TB, mode rdma.NetnsMode, host netns.NsHandle, hw []string) *fakeRDMA {
-	f := &fakeRDMA{mode: mode, devs: map[string]*fakeDev{}, t: t}
+	f := &fakeRDMA{mode: mode, hostID: host.UniqueId(), devs: map[string]*fakeDev{}, t: t}
 	for _, n := range hw {
 		f.devs[n] = &fakeDev{nsID: host.UniqueId()}
 	}
@@ -158,7 +163,7 @@ func (f *fakeRDMA) Move(from netns.NsHandle, name string, to netns.NsHandle) err
 	if !ok || d.nsID != from.UniqueId() {
 		return fmt.Errorf("rdma device %s not in netns: %w", name, unix.ENODEV)
 	}
-	if f.mode != rdma.NetnsExclusive || d.soft {
+	if f.mode != rdma.NetnsExclusive || d.soft && f.softNoMove {
 		return unix.EOPNOTSUPP
 	}
 	d.nsID = to.UniqueId()
@@ -185,7 +190,7 @@ func (f *fakeRDMA) AddRxe(ns netns.NsHandle, name, netdev string) error {
 		return unix.ENFILE // ib_core's answer to a taken device name
 	}
 	for _, d := range f.devs {
-		if d.soft && d.nsID == ns.UniqueId() && d.ifindex == l.Attrs().Index {
+		if d.soft && d.ns.UniqueId() == ns.UniqueId() && d.ifindex == l.Attrs().Index {
 			return unix.EEXIST // one rxe per netdev
 		}
 	}
@@ -193,7 +198,29 @@ func (f *fakeRDMA) AddRxe(ns netns.NsHandle, name, netdev string) error {
 	if err != nil {
 		return err
 	}
-	f.devs[name] = &fakeDev{nsID: ns.UniqueId(), ns: netns.NsHandle(dup), ifindex: l.Attrs().Index, soft: true}
+	in := ns.UniqueId()
+	if f.mode == rdma.NetnsExclusive {
+		in = f.hostID
+	}
+	f.devs[name] = &fakeDev{nsID: in, ns: netns.NsHandle(dup), ifindex: l.Attrs().Index, soft: true}
+	return nil
+}
+
+func (f *fakeRDMA) DelSoft(ns netns.NsHandle, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failing("DelSoft", ns); err != nil {
+		return err
+	}
+	d, ok := f.devs[name]
+	if !ok || f.mode == rdma.NetnsExclusive && d.nsID != ns.UniqueId() {
+		return fmt.Errorf("rdma device %s: %w", name, rdma.ErrDeviceNotFound)
+	}
+	if !d.soft {
+		return unix.EOPNOTSUPP
+	}
+	_ = unix.Close(int(d.ns))
+	delete(f.devs, name)
 	return nil
 }
 

@@ -53,6 +53,7 @@ type RDMA interface {
 	List(ns netns.NsHandle) ([]string, error)
 	Move(from netns.NsHandle, name string, to netns.NsHandle) error
 	AddRxe(ns netns.NsHandle, name, netdev string) error
+	DelSoft(ns netns.NsHandle, name string) error
 }
 
 // Addresses puts IPAM's addresses and routes on a pod interface and reads

@@ -102,7 +102,11 @@ func move(h linkMover, name string, to netns.NsHandle) error {
 }
 
 // AddRxe creates a soft-RoCE device called name on the netdev called netdev
-// in ns (the netdev is looked up in the namespace of the socket).
+// in ns (the netdev is looked up in the namespace of the socket). The
+// device itself lives where the kernel puts it: in exclusive netns mode,
+// kernels up to at least 7.3 register it in the initial netns whatever
+// the socket's (rxe allocates its ib_device with init_net), so a caller
+// that wants it beside its netdev moves it there (Move).
 func (Devices) AddRxe(ns netns.NsHandle, name, netdev string) error {
 	h, err := rdmaHandle(ns)
 	if err != nil {
@@ -111,6 +115,28 @@ func (Devices) AddRxe(ns netns.NsHandle, name, netdev string) error {
 	defer h.Close()
 	if err := h.RdmaLinkAdd(name, "rxe", netdev); err != nil {
 		return fmt.Errorf("add rxe device %q on %q: %w", name, netdev, err)
+	}
+	return nil
+}
+
+// DelSoft deletes the software RDMA device (rxe, siw) called name, visible
+// in ns (`rdma link delete`); ErrDeviceNotFound when ns does not see it.
+// The kernel unregisters the device before it answers.
+func (Devices) DelSoft(ns netns.NsHandle, name string) error {
+	h, err := rdmaHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	ls, err := retryDump(h.RdmaLinkList)
+	if err != nil {
+		return fmt.Errorf("find rdma device %q: list rdma devices: %w", name, err)
+	}
+	if !slices.ContainsFunc(ls, func(l *netlink.RdmaLink) bool { return l.Attrs.Name == name }) {
+		return fmt.Errorf("find rdma device %q: %w", name, ErrDeviceNotFound)
+	}
+	if err := h.RdmaLinkDel(name); err != nil {
+		return fmt.Errorf("delete rdma device %q: %w", name, err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 )
@@ -118,6 +119,33 @@ type cniPod struct {
 //     devices and links, netns list).
 func TestCNIAddDelRestoresHost(t *testing.T) {
 	requireGuest(t)
+	cniAddDelRestoresHost(t, false)
+}
+
+// TestCNIAddDelRestoresHostExclusive is TestCNIAddDelRestoresHost in the exclusive RDMA
+// netns mode (set for the test, while no other netns exists, and set back after it), where
+// the pod sees only the RDMA devices in its own netns. Besides, it checks that the root netns
+// keeps no RDMA device while the pods hold theirs (no rxe left bound to a netdev it cannot
+// see), and that the pod's device has the kernel's GSI QP, without which rdma_cm cannot
+// connect (rping between the pods then runs).
+func TestCNIAddDelRestoresHostExclusive(t *testing.T) {
+	requireGuest(t)
+	setNetnsMode(t, "exclusive")
+	t.Cleanup(func() { setNetnsMode(t, "shared") })
+	cniAddDelRestoresHost(t, true)
+}
+
+// setNetnsMode sets the RDMA netns mode, which the kernel refuses (EBUSY) while a netns
+// other than the initial one exists: one deleted a moment ago may still be on its way out.
+func setNetnsMode(t *testing.T, mode string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "rdma system set netns "+mode, func() (bool, error) {
+		_, err := run(t, "", "rdma", "system", "set", "netns", mode)
+		return err == nil, nil
+	})
+}
+
+func cniAddDelRestoresHost(t *testing.T, exclusive bool) {
 	bin := requireBinary(t, "KUBE_RDMA_CNI_BIN", "./cmd/cni")
 	const ifname = "net1"
 
@@ -167,8 +195,20 @@ func TestCNIAddDelRestoresHost(t *testing.T) {
 		}
 		ip, _, _ := net.ParseCIDR(p.cidr)
 		p.ep = endpoint{NS: p.ns, Netdev: ifname, RXE: dev, IP: ip}
-		p.ep.GID = roceV2GID(t, dev, ip)
+		if exclusive {
+			// The root netns's sysfs shows no device of another netns: ask in the pod's.
+			p.ep.GID = roceV2GIDIn(t, p.ns, dev, ip)
+		} else {
+			p.ep.GID = roceV2GID(t, dev, ip)
+		}
 		t.Logf("ADD %s: %s on %s in %s, RoCE v2 GID index %d", p.id, dev, ifname, p.ns, p.ep.GID)
+	}
+	if exclusive {
+		// Both pods hold their devices: the root netns has none left (an rxe registered in
+		// it, bound to a netdev in a pod, shows there without its netdev).
+		if links := strings.TrimSpace(mustRun(t, "", "rdma", "link", "show")); links != "" {
+			t.Errorf("root netns still has RDMA devices while the pods hold theirs:\n%s", links)
+		}
 	}
 
 	a, b := pods[0].ep, pods[1].ep
@@ -181,6 +221,9 @@ func TestCNIAddDelRestoresHost(t *testing.T) {
 		t.Fatalf("pod-to-pod ibv_rc_pingpong reported no iterations:\n%s", out)
 	}
 	t.Logf("pod-to-pod ibv_rc_pingpong %s -> %s: %s", b.RXE, a.RXE, lastLine(out))
+	if exclusive {
+		t.Run("rdma_cm", func(t *testing.T) { rpingPods(t, a, b) })
+	}
 
 	for _, p := range pods {
 		for i := 1; i <= 2; i++ { // DEL must be idempotent
@@ -191,5 +234,41 @@ func TestCNIAddDelRestoresHost(t *testing.T) {
 	}
 	if after := hostState(t); after != before {
 		t.Errorf("root netns after DEL differs from before ADD\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// roceV2GIDIn waits for dev's port 1, seen from netns ns (`ibv_devinfo -v` there: `ip netns
+// exec` mounts the netns's own sysfs), to list a RoCE v2 GID for ip and returns its index.
+func roceV2GIDIn(t *testing.T, ns, dev string, ip net.IP) int {
+	t.Helper()
+	idx := -1
+	waitFor(t, 30*time.Second, fmt.Sprintf("RoCE v2 GID %s on %s in netns %s", ip, dev, ns), func() (bool, error) {
+		out, err := run(t, ns, "ibv_devinfo", "-v", "-d", dev)
+		if err != nil {
+			return false, nil
+		}
+		idx = devinfoRoceV2GID(out, ip)
+		return idx >= 0, nil
+	})
+	return idx
+}
+
+// rpingPods runs rping (connection through rdma_cm, whose CM messages go through the
+// device's GSI QP) from b to a. A kernel whose rxe re-creates no GSI QP after the device
+// changed netns (7.3: "Couldn't create ib_mad QP1") cannot: the test skips, saying so.
+func rpingPods(t *testing.T, a, b endpoint) {
+	for _, e := range []endpoint{a, b} {
+		qps, err := run(t, e.NS, "rdma", "resource", "show", "qp", "link", e.RXE+"/1")
+		if err != nil || !hasGSIQP(qps) {
+			t.Skipf("%s in netns %s has no GSI QP (qpn 1) after its move into the pod's netns, so rdma_cm cannot connect "+
+				"(this kernel's rxe refuses a second GSI QP per port: dmesg \"Couldn't create ib_mad QP1\"):\n%s%v", e.RXE, e.NS, qps, err)
+		}
+	}
+	const port = 18910
+	srv := proc{NS: a.NS, Name: "rping", Args: []string{"-s", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "10", "-v"}}
+	cli := proc{NS: b.NS, Name: "rping", Args: []string{"-c", "-a", a.IP.String(), "-p", strconv.Itoa(port), "-C", "10", "-v"}}
+	_, out := runServerClient(t, srv, cli, cmListeningIn(t, a.NS, port), 3)
+	if n := strings.Count(out, "ping data:"); n != 10 {
+		t.Fatalf("rping %s -> %s: %d pings, want 10:\n%s", b.NS, a.NS, n, out)
 	}
 }

@@ -274,8 +274,14 @@ func tcpListening(port int) serverReady {
 
 // cmListening is ready once an RDMA CM id listens on port (rping has no TCP side).
 func cmListening(t *testing.T, port int) serverReady {
+	return cmListeningIn(t, "", port)
+}
+
+// cmListeningIn is cmListening asked in netns ns: in the exclusive RDMA netns mode only the
+// netns of a device sees its resources.
+func cmListeningIn(t *testing.T, ns string, port int) serverReady {
 	return func(int) (bool, error) {
-		out, err := run(t, "", "rdma", "resource", "show", "cm_id")
+		out, err := run(t, ns, "rdma", "resource", "show", "cm_id")
 		if err != nil {
 			return false, nil
 		}

@@ -176,6 +176,21 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+func TestDevinfoRoceV2GID(t *testing.T) {
+	out := "\t\t\tGID[  0]:\t\tfe80::f841:d8ff:fec2:5a6e, RoCE v2\n\t\t\tGID[  1]:\t\t::ffff:192.0.2.31, RoCE v1\n\t\t\tGID[  2]:\t\t::ffff:192.0.2.31, RoCE v2\n"
+	for _, tc := range []struct {
+		ip   string
+		want int
+	}{{"192.0.2.31", 2}, {"192.0.2.32", -1}} {
+		if got := devinfoRoceV2GID(out, net.ParseIP(tc.ip)); got != tc.want {
+			t.Errorf("devinfoRoceV2GID(%s) = %d, want %d", tc.ip, got, tc.want)
+		}
+	}
+	if !hasGSIQP("link rxe0/1 lqpn 1 type GSI state RTS sq-psn 0 comm [ib_core] \n") || hasGSIQP("link rxe0/1 lqpn 17 type RC state RTS\n") {
+		t.Error("hasGSIQP: wrong answer")
+	}
+}
+
 func TestRdmaLinkOnNetdev(t *testing.T) {
 	out := "link rxe1/1 state ACTIVE physical_state LINK_UP netdev cnih1 \nlink rxe0/1 state ACTIVE physical_state LINK_UP netdev net1 \nlink mlx5_0/1 state DOWN physical_state DISABLED \n"
 	if dev, ok := rdmaLinkOnNetdev(out, "net1"); !ok || dev != "rxe0" {
@@ -289,4 +304,41 @@ func TestParseWriteBW(t *testing.T) {
 			t.Errorf("%s: parseWriteBW = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
+}
+
+// devinfoRoceV2GID returns the index of the "RoCE v2" GID for ip in `ibv_devinfo -v`'s
+// lines "GID[  1]:  ::ffff:192.0.2.21, RoCE v2", or -1.
+func devinfoRoceV2GID(out string, ip net.IP) int {
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		rest, ok := strings.CutPrefix(l, "GID[")
+		if !ok {
+			continue
+		}
+		idx, rest, ok := strings.Cut(rest, "]:")
+		if !ok {
+			continue
+		}
+		gid, typ, ok := strings.Cut(strings.TrimSpace(rest), ",")
+		if !ok || strings.TrimSpace(typ) != "RoCE v2" || !net.ParseIP(gid).Equal(ip) {
+			continue
+		}
+		if i, err := strconv.Atoi(strings.TrimSpace(idx)); err == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasGSIQP reports whether `rdma resource show qp` lists the GSI QP (qpn 1).
+func hasGSIQP(out string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "lqpn" && f[i+1] == "1" {
+				return true
+			}
+		}
+	}
+	return false
 }

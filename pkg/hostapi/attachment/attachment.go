@@ -126,8 +126,9 @@ type Device struct {
 	// PodRDMA, and again on the host after DEL. "" for hardware.
 	SoftType string `json:"softType,omitempty"`
 	PodRDMA  string `json:"podRDMA,omitempty"`
-	// RDMAExclusive is set when the RDMA device itself moves (exclusive
-	// netns mode).
+	// RDMAExclusive is set when the RDMA device lives in the pod's netns
+	// (exclusive netns mode): a hardware one moved there, a soft one
+	// (PodRDMA) re-created and moved there, which DEL deletes there.
 	RDMAExclusive bool `json:"rdmaExclusive,omitempty"`
 	// IPAM is set once the IPAM plugin allocated for PodIfName.
 	IPAM bool `json:"ipam,omitempty"`
