@@ -93,7 +93,11 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 	if det != nil {
 		missing = det
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
+	var claims nodestate.ClaimLister
+	if c, ok := draClaims(cfg); ok {
+		claims = c // --dra: the claim records of --dra-plugin-dir
+	}
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, Claims: claims, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err

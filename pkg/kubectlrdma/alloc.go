@@ -28,13 +28,21 @@ func podResources(pod *corev1.Pod) []string {
 }
 
 // podAllocation joins a pod with its node's state; ok is false for a pod
-// that asks for no kube-rdma resource.
+// that asks for no kube-rdma resource and that no DRA claim in its node's
+// state was prepared for.
 func podAllocation(pod *corev1.Pod, byNode map[string]*v1alpha1.RDMANodeState) (PodAllocation, bool) {
 	a := PodAllocation{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Resources: podResources(pod)}
-	if len(a.Resources) == 0 {
+	s := byNode[a.Node]
+	var claimed []NIC
+	if s != nil {
+		claimed, a.Claims = claimNICs(s, pod.Namespace, string(pod.UID))
+	}
+	if len(a.Resources) == 0 && len(a.Claims) == 0 {
 		return a, false
 	}
-	s := byNode[a.Node]
+	if a.Resources == nil {
+		a.Resources = []string{} // a claim's pod: none, not null in json
+	}
 	switch {
 	case a.Node == "":
 		a.Status = "not scheduled"
@@ -44,6 +52,7 @@ func podAllocation(pod *corev1.Pod, byNode map[string]*v1alpha1.RDMANodeState) (
 		return a, true
 	}
 	a.NICs, a.GPUs = allocated(pod, s)
+	a.NICs = append(a.NICs, claimed...)
 	switch {
 	case len(a.NICs) == 0:
 		a.Status = "not allocated"

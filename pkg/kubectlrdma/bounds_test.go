@@ -18,7 +18,9 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
@@ -55,7 +57,7 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 		return c.Status().Update(t.Context(), obj)
 	}
 
-	big := syntheticStatus(t)
+	big, bigView, n1024 := syntheticNode(t)
 	t.Run("a reload error over several lines", func(t *testing.T) {
 		st := *big.DeepCopy()
 		st.ConfigErrors = []string{"invalid config: pool \"a\": no selector\npool \"b\": no selector"}
@@ -69,6 +71,26 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 		}
 		if err := write(*big.DeepCopy()); err != nil {
 			t.Fatalf("the publisher's status of a 1,024-device node is refused: %v", err)
+		}
+	})
+
+	t.Run("the most claims the publisher writes", func(t *testing.T) {
+		st := *big.DeepCopy()
+		var recs []claimrecord.Record
+		for i := range nodestate.MaxClaims + 1 {
+			d := n1024[i%len(n1024)]
+			recs = append(recs, claimrecord.Record{UID: fmt.Sprintf("6f1c%04x-2b3d-4e5f-8a9b-%012x", i, i), Namespace: "train",
+				Name: fmt.Sprintf("worker-%d-nic", i), PodUIDs: []string{fmt.Sprintf("0d9e%04x-2b3d-4e5f-8a9b-%012x", i, i)},
+				Devices: []claimrecord.Device{{Request: "nic/roce", Pool: "big/roce-dra", Device: "pci-" + strings.NewReplacer(":", "-", ".", "-").Replace(d.PCIAddress),
+					RDMA: d.Name, PCIAddress: d.PCIAddress}}})
+		}
+		withClaims := nodestate.Build(nodestate.Input{View: bigView, Claims: recs, Now: time.Now()})
+		st.Claims, st.Devices, st.Summary.Claims = withClaims.Claims, withClaims.Devices, withClaims.Summary.Claims
+		if len(st.Claims) != nodestate.MaxClaims || st.Devices[0].Shares == nil {
+			t.Fatalf("%d claims, device 0's shares %v: want %d and some", len(st.Claims), st.Devices[0].Shares, nodestate.MaxClaims)
+		}
+		if err := write(st); err != nil {
+			t.Fatalf("the publisher's status with %d claims is refused: %v", nodestate.MaxClaims, err)
 		}
 	})
 
@@ -98,6 +120,14 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 			[]metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.devices[2].netdevs[0]"}}},
 		{"not a PCI address", func(st *v1alpha1.RDMANodeStateStatus) { st.GPUs[0].PCIAddress = "0000:19:00" },
 			[]metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.gpus[0].pciAddress"}}},
+		{"an escape sequence in a claim's name", func(st *v1alpha1.RDMANodeStateStatus) {
+			st.Claims = []v1alpha1.Claim{{Namespace: "train", Name: "nic\x1b[2J", UID: "u-1", Devices: []v1alpha1.ClaimDevice{}}}
+		}, []metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.claims[0].name"}}},
+		{"1,025 claims", func(st *v1alpha1.RDMANodeStateStatus) {
+			for i := range 1025 {
+				st.Claims = append(st.Claims, v1alpha1.Claim{Namespace: "train", Name: "c", UID: fmt.Sprint(i), Devices: []v1alpha1.ClaimDevice{}})
+			}
+		}, []metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeTooMany), Field: "status.claims"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := *big.DeepCopy()
@@ -119,10 +149,11 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 	}
 }
 
-// syntheticStatus is what the publisher (nodestate.Build) writes for
+// syntheticNode is what the publisher (nodestate.Build) writes for
 // nodesim.Synthetic(8, 16, 63): 1,024 RDMA devices in one exclusive pool,
-// 8 GPUs, a pod holding eight devices.
-func syntheticStatus(t *testing.T) v1alpha1.RDMANodeStateStatus {
+// 8 GPUs, a pod holding eight devices; with the view and the devices it
+// was built from.
+func syntheticNode(t *testing.T) (v1alpha1.RDMANodeStateStatus, agent.View, []discovery.RDMADevice) {
 	n := scan(t, nodesim.Synthetic(8, 16, 63))
 	healthy := map[string]bool{}
 	p := agent.PoolView{Name: "roce", Resource: resourcePrefix + "roce", Mode: config.Exclusive, ByID: map[string][]string{}}
@@ -136,12 +167,13 @@ func syntheticStatus(t *testing.T) v1alpha1.RDMANodeStateStatus {
 		}
 	}
 	p.Capacity, p.Allocatable = len(p.Members), len(p.Members)
+	view := agent.View{NodeName: "big", NetnsMode: rdma.NetnsExclusive, NUMANodes: 2,
+		Snapshot: &nodewatch.Snapshot{Node: n, Healthy: healthy}, Pools: []agent.PoolView{p}}
 	return nodestate.Build(nodestate.Input{
-		View: agent.View{NodeName: "big", NetnsMode: rdma.NetnsExclusive, NUMANodes: 2,
-			Snapshot: &nodewatch.Snapshot{Node: n, Healthy: healthy}, Pools: []agent.PoolView{p}},
+		View:          view,
 		Containers:    []podresources.ContainerDevices{{Namespace: "train", Pod: "big-0", Container: "main", Resource: p.Resource, DeviceIDs: ids}},
 		CNIMode:       "chained",
 		DaemonVersion: "v0.4.0-3-gabcdef0-dirty",
 		Now:           time.Now(),
-	})
+	}), view, n.RDMADevices
 }

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -95,11 +96,28 @@ func seed(t *testing.T, c client.Client, w *world) {
 		obj.Status = n.Status
 		must("node status "+n.Name, c.Status().Update(ctx, obj))
 	}
-	for _, p := range w.pods {
+	uids := map[types.UID]types.UID{} // the fixture's pod UIDs -> the API server's
+	for i, p := range w.pods {
 		obj := p.DeepCopy()
 		must("pod "+p.Name, c.Create(ctx, obj))
 		obj.Status = p.Status
 		must("pod status "+p.Name, c.Status().Update(ctx, obj))
+		if p.UID != "" {
+			uids[p.UID] = obj.UID
+			w.pods[i].UID = obj.UID
+		}
+	}
+	// The API server gives a pod a UID of its own: the states' claims name
+	// pods by it.
+	for i := range w.states {
+		for j := range w.states[i].Status.Claims {
+			pods := w.states[i].Status.Claims[j].Pods
+			for k := range pods {
+				if uid, ok := uids[types.UID(pods[k].UID)]; ok {
+					pods[k].UID = string(uid)
+				}
+			}
+		}
 	}
 	for _, s := range w.states {
 		seedState(t, c, &s)

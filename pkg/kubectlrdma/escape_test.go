@@ -67,7 +67,7 @@ var hostile = []string{"\x1b]0;pwned\x07", "\x1b[2J", "\r", "\u202e", "\xff\xfe"
 // container prints them too.
 func hostileWorld(t *testing.T) (*world, fakeExecer) {
 	w := newWorld(t)
-	s := w.states[1].DeepCopy() // gpu-a: devices, GPUs, pools, allocations, CNI
+	s := w.states[1].DeepCopy() // gpu-a: devices, GPUs, pools, allocations, CNI, claims
 	s.Name, s.Spec.NodeName = "evil-1", "evil-1"
 	st := &s.Status
 	bad := func(i int, v string) string { return v + hostile[i%len(hostile)] }
@@ -106,12 +106,23 @@ func hostileWorld(t *testing.T) (*world, fakeExecer) {
 			at.PodNetdev, at.Network, at.Netdev = bad(j, at.PodNetdev), bad(j+1, at.Network), bad(j+3, at.Netdev)
 		}
 	}
+	for i := range st.Claims {
+		c := &st.Claims[i]
+		c.Namespace, c.Name = bad(i, c.Namespace), bad(i+1, c.Name)
+		for j := range c.Devices {
+			if i == 1 { // the others' names stay those of a device: nodes -o wide's HOLDERS shows the claim
+				c.Devices[j].RDMADevice = bad(i+j+2, c.Devices[j].RDMADevice)
+			}
+		}
+		c.Pods = append(c.Pods, v1alpha1.ClaimPod{UID: "pod-uid-evil-0", Name: bad(i+3, "evil-0")})
+	}
+	st.Claims[1].Namespace = "train" // evil-0's: its pods row shows the claim
 	st.Allocations = st.Allocations[:1]
 	st.Pools[0].Devices = append(st.Pools[0].Devices, bad(2, "mlx5_9"))
 	st.CNI.ChainedPool = bad(3, "ib")
 	w.states = append(w.states, *s)
 	w.nodes = append(w.nodes, node("evil-1", map[string]int64{ibRes: 2}))
-	w.pods = append(w.pods, pod("train", "evil-0", "evil-1", "Running", map[string]int64{ibRes: 1}))
+	w.pods = append(w.pods, withUID(pod("train", "evil-0", "evil-1", "Running", map[string]int64{ibRes: 1}), "pod-uid-evil-0"))
 	ex := fakeExecer{probe: maps.Clone(containers.probe)}
 	ex.probe["train/evil-0"] = "dev /dev/infiniband/uverbs1\x1b[2J ok\nmemlock 64\x1b]0;pwned\x07\nhca =mlx5_1\u202e\ngidindex <unset>\r\n" +
 		"netdev net1\xff up\naddr net1 inet 10.77.0.5/24\nrdma mlx5_1 present\n"

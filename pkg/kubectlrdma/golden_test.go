@@ -38,6 +38,7 @@ var goldenCases = []goldenCase{
 	{"pods-all", []string{"pods", "-A"}},
 	{"pods-all-wide", []string{"pods", "-A", "-o", "wide"}},
 	{"pods-empty-ns", []string{"pods", "-n", "kube-system"}},
+	{"pods-train-json", []string{"pods", "-n", "train", "-o", "json"}},
 	{"doctor-worker-0", []string{"doctor", "-n", "train", "worker-0"}},
 	{"doctor-worker-1", []string{"doctor", "-n", "train", "pod/worker-1"}},
 	{"doctor-worker-0-no-exec", []string{"doctor", "-n", "train", "worker-0", "--no-exec"}},

@@ -24,7 +24,9 @@ func newNodesCommand(o *Options) *cobra.Command {
 		Short: "Show each node's RDMA netns mode, pools, unhealthy devices and daemon",
 		Long: `Shows one line per node: the kernel's RDMA netns mode, each pool as
 allocated/allocatable/capacity, unhealthy devices, link layers, the daemon's
-version and how long ago it last updated the node's RDMANodeState. A node
+version and how long ago it last updated the node's RDMANodeState; -o wide
+adds counts, the pools file's errors and each held device's holders (a
+pod through the device plugin, claim:NAMESPACE/NAME for a DRA claim). A node
 without an RDMANodeState shows "no kube-rdma daemon". -o json|yaml prints the
 RDMANodeStateList.`,
 		Example: `  kubectl rdma nodes
@@ -85,7 +87,7 @@ func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeStat
 	tw := newTable(w)
 	header := []string{"NODE", "NETNS", "POOLS (ALLOCATED/ALLOCATABLE/CAPACITY)", "UNHEALTHY", "LINK", "DAEMON", "UPDATED"}
 	if wide {
-		header = append(header, "DEVICES", "GPUS", "PODS", "CONFIG ERRORS")
+		header = append(header, "DEVICES", "GPUS", "PODS", "CONFIG ERRORS", "HOLDERS")
 	}
 	row(tw, header...)
 	var errs []error
@@ -106,7 +108,7 @@ func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeStat
 		}
 		if wide {
 			st := s.Status
-			cells = append(cells, fmt.Sprint(len(st.Devices)), fmt.Sprint(len(st.GPUs)), fmt.Sprint(st.Summary.Pods), strings.Join(st.ConfigErrors, "; "))
+			cells = append(cells, fmt.Sprint(len(st.Devices)), fmt.Sprint(len(st.GPUs)), fmt.Sprint(st.Summary.Pods), strings.Join(st.ConfigErrors, "; "), holders(&st))
 		}
 		row(tw, cells...)
 	}

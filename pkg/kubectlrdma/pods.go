@@ -29,7 +29,10 @@ type PodAllocation struct {
 	Node      string `json:"node"`
 	// Resources are the kube-rdma resources the pod's containers request.
 	Resources []string `json:"resources"`
-	NICs      []NIC    `json:"nics"`
+	// Claims are the DRA claims of the pod's namespace that its node's
+	// state says were prepared for it (status.claims), sorted.
+	Claims []string `json:"claims,omitempty"`
+	NICs   []NIC    `json:"nics"`
 	// GPUs is empty when the state has no GPU allocation for the pod.
 	GPUs []PodGPU `json:"gpus,omitempty"`
 	// WorstLevel is the farthest GPU<->NIC PCIe level among the pod's
@@ -49,7 +52,12 @@ type NIC struct {
 	PodName    string `json:"podName,omitempty"`
 	PCIAddress string `json:"pciAddress,omitempty"`
 	NUMANode   int    `json:"numaNode"`
-	Resource   string `json:"resource"`
+	// Resource is the extended resource the device plugin allocated it
+	// under; "" for a DRA claim's.
+	Resource string `json:"resource"`
+	// Claim is the DRA claim (of the pod's namespace) that holds it; ""
+	// for the device plugin's.
+	Claim string `json:"claim,omitempty"`
 }
 
 // PodGPU is one allocated GPU; Index is its row in `topo` (GPU0..).
@@ -65,8 +73,9 @@ func newPodsCommand(o *Options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pods [-n NAMESPACE | -A]",
 		Short: "Show each pod's allocated NICs and GPUs and their worst PCIe distance",
-		Long: `Shows every pod that requests a kube-rdma resource: its node, the RDMA devices
-the kubelet allocated to it (name, netdev, PCI address), its GPUs (when the
+		Long: `Shows every pod that requests a kube-rdma resource or holds a kube-rdma DRA
+claim: its node, the RDMA devices the kubelet allocated to it or its claims
+hold (name, netdev, PCI address), its GPUs (when the
 node's RDMANodeState carries the pod's nvidia.com/gpu allocation; else "-")
 and the worst GPU<->NIC level of that allocation from the node's affinity
 matrix (PIX best .. SYS worst).`,
@@ -137,7 +146,7 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if wide {
-		header = append(header, "NUMA", "POD NETDEVS", "RESOURCES", "STATUS")
+		header = append(header, "NUMA", "POD NETDEVS", "RESOURCES", "STATUS", "CLAIMS")
 	}
 	row(tw, header...)
 	for _, a := range items {
@@ -162,12 +171,12 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 			if slices.ContainsFunc(a.NICs, func(n NIC) bool { return n.PodNetdev != "" }) {
 				inPod = strings.Join(podNetdevs, ",")
 			}
-			cells = append(cells, strings.Join(numas, ","), inPod, strings.Join(a.Resources, ","), a.Status)
+			cells = append(cells, strings.Join(numas, ","), inPod, strings.Join(a.Resources, ","), a.Status, strings.Join(a.Claims, ","))
 		}
 		row(tw, cells...)
 	}
 	if len(items) == 0 {
-		fmt.Fprintln(tw, "(no pod requests a kube-rdma resource)")
+		fmt.Fprintln(tw, "(no pod requests a kube-rdma resource or holds a kube-rdma DRA claim)")
 	}
 	return tw.Flush()
 }

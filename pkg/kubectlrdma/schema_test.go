@@ -3,6 +3,7 @@ package kubectlrdma
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -60,9 +61,11 @@ func TestSchema(t *testing.T) {
 			out, _, code = run(f, "pods", "-A", "-o", format)
 			var pods PodAllocationList
 			decodeStrict(t, format, out, &pods)
-			if code != 0 || len(pods.Items) != 7 || pods.Items[4].Pod != "worker-0" || pods.Items[4].WorstLevel != string(discovery.NODE) ||
-				len(pods.Items[4].GPUs) != 2 || pods.Items[4].NICs[0] != (NIC{Name: "mlx5_0", Netdev: "ibp24s0", PCIAddress: "0000:18:00.0", Resource: ibRes}) ||
-				pods.Items[3].Pod != "vf-0" || pods.Items[3].NICs[0].PodNetdev != "net1" {
+			if code != 0 || len(pods.Items) != 10 || pods.Items[7].Pod != "worker-0" || pods.Items[7].WorstLevel != string(discovery.NODE) ||
+				len(pods.Items[7].GPUs) != 2 || pods.Items[7].NICs[0] != (NIC{Name: "mlx5_0", Netdev: "ibp24s0", PCIAddress: "0000:18:00.0", Resource: ibRes}) ||
+				pods.Items[6].Pod != "vf-0" || pods.Items[6].NICs[0].PodNetdev != "net1" ||
+				pods.Items[2].Pod != "dra-0" || !slices.Equal(pods.Items[2].Claims, []string{"roce-a"}) || len(pods.Items[2].Resources) != 0 ||
+				pods.Items[2].NICs[0] != (NIC{Name: "mlx5_2", Netdev: "enp28s0np0", PCIAddress: "0000:1c:00.0", Claim: "roce-a"}) {
 				t.Errorf("pods -o %s: exit %d, %+v", format, code, pods.Items)
 			}
 			out, _, code = run(f, "doctor", "node/hgx-1", "-o", format)

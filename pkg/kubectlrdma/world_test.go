@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -18,7 +19,8 @@ const (
 // newWorld is the cluster every golden test reads: an HGX node with a port
 // down and two training pods, a two-GPU node with a pool the kubelet does
 // not advertise, a soft-RoCE node with a stale state, a node without a
-// daemon, and pods pending, unallocated and without RDMA.
+// daemon, pods pending, unallocated and without RDMA, and pods of DRA
+// claims (one claim shared by two pods) on the two-GPU node.
 func newWorld(t *testing.T) *world {
 	hgx := stateOfScan("hgx-1", scan(t, nodesim.HGX()), "exclusive", 40*time.Second)
 	hgx.Status.Devices[3].Healthy = false
@@ -46,6 +48,25 @@ func newWorld(t *testing.T) *world {
 	vf.Attached = []v1alpha1.AttachedDevice{{RDMADevice: "mlx5_3", Netdev: local.Status.Devices[3].Netdevs[0], PodNetdev: "net1", Network: "roce-net"}}
 	local.Status.Allocations = append(local.Status.Allocations, w1, vf)
 	local.Status.CNI = &v1alpha1.CNIStatus{Mode: "chained", Attachments: 2}
+	// DRA claims on mlx5_2, a device of no device plugin pool: one claim
+	// shared by two pods, one of another pod, and a monitoring claim with
+	// admin access that holds nothing. Capacity is set by hand as a shared
+	// dra pool with consumable capacity would publish it (the publisher
+	// fills Used only so far).
+	roce := local.Status.Devices[2]
+	claimDev := func(req string) v1alpha1.ClaimDevice {
+		return v1alpha1.ClaimDevice{Request: req, Pool: "gpu-a/roce-dra", Device: "pci-0000-1c-00-0", RDMADevice: roce.Name}
+	}
+	mon := claimDev("mon")
+	mon.AdminAccess = true
+	local.Status.Claims = []v1alpha1.Claim{
+		{Namespace: "monitoring", Name: "nic-watch", UID: "claim-uid-3", Pods: []v1alpha1.ClaimPod{{UID: "pod-uid-mon"}}, Devices: []v1alpha1.ClaimDevice{mon}},
+		{Namespace: "train", Name: "roce-a", UID: "claim-uid-1", Pods: []v1alpha1.ClaimPod{{UID: "pod-uid-dra-0", Name: "dra-0"}, {UID: "pod-uid-dra-1"}},
+			Devices: []v1alpha1.ClaimDevice{claimDev("nic")}},
+		{Namespace: "train", Name: "roce-b", UID: "claim-uid-2", Pods: []v1alpha1.ClaimPod{{UID: "pod-uid-dra-2"}, {UID: "pod-uid-gone"}},
+			Devices: []v1alpha1.ClaimDevice{claimDev("nic")}},
+	}
+	local.Status.Devices[2].Shares = &v1alpha1.Shares{Used: 2, Capacity: 4}
 	finish(&local)
 
 	soft := stateOfScan("soft-1", scan(t, nodesim.SoftRoCE()), "shared", 2*time.Hour)
@@ -74,6 +95,17 @@ func newWorld(t *testing.T) *world {
 			pod("default", "rxe-client", "soft-1", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/rxe": 1}),
 			pod("default", "web", "cpu-1", corev1.PodRunning, nil),
 			pod("default", "lost", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
+			withUID(pod("train", "dra-0", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-0"),
+			withUID(pod("train", "dra-1", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-1"),
+			withUID(pod("train", "dra-2", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-2"),
+			// Its UID is in no claim: a pod with a claim of another driver.
+			withUID(pod("train", "other-claim", "gpu-a", corev1.PodRunning, nil), "pod-uid-other"),
 		},
 	}
+}
+
+// withUID sets p's UID: DRA claims in a state name their pods by UID.
+func withUID(p corev1.Pod, uid string) corev1.Pod {
+	p.UID = types.UID(uid)
+	return p
 }

@@ -3,11 +3,13 @@ package nodestate
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
 // portDown returns a view in which dev's ports are DOWN and dev unhealthy,
@@ -69,9 +72,12 @@ func TestPublishToAPIServer(t *testing.T) {
 	c := writerFor(t, saCfg)
 	w := &countingWriter{w: c, count: make(chan struct{}, 100)}
 	src := newFakeSource(testView())
+	claims := &dirClaims{dir: filepath.Join(t.TempDir(), "claims")}
 	const interval = 200 * time.Millisecond
-	p := startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, DaemonVersion: "v-test",
-		Interval: interval, MaxBackoff: time.Second, PodPoll: time.Hour})
+	// The claim records are read at every poll: a steady node still
+	// writes nothing.
+	p := startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, Claims: claims, DaemonVersion: "v-test",
+		Interval: interval, MaxBackoff: time.Second, PodPoll: interval / 2})
 
 	var o *v1alpha1.RDMANodeState
 	eventually(t, "the object with its status", 30*time.Second, func() bool {
@@ -102,6 +108,31 @@ func TestPublishToAPIServer(t *testing.T) {
 			t.Errorf("summary %+v, want 2 unhealthy", o.Status.Summary)
 		}
 	})
+	t.Run("a prepared claim shows, with its pod and shares", func(t *testing.T) {
+		r := claimrecord.Record{UID: "9f3c2a1e-0000-4000-8000-000000000001", Namespace: "train", Name: "worker-0-nic",
+			PodUIDs: []string{"5d1e9a7c-0000-4000-8000-000000000002"},
+			Devices: []claimrecord.Device{{Request: "nic", Pool: "n1/roce", Device: "pci-0000-81-00-2", RDMA: "mlx5_30", PCIAddress: "0000:81:00.2"},
+				{Request: "mon/any", Pool: "n1/ib", Device: "pci-0000-19-00-0", RDMA: "mlx5_2", PCIAddress: "0000:19:00.0", AdminAccess: true}}}
+		if err := claimrecord.Write(claims.dir, r); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the claim in the status", 10*time.Second, func() bool {
+			o = get(t, admin, "n1")
+			return o != nil && len(o.Status.Claims) == 1
+		})
+		want := []v1alpha1.Claim{{Namespace: "train", Name: "worker-0-nic", UID: r.UID, Pods: []v1alpha1.ClaimPod{{UID: r.PodUIDs[0]}},
+			Devices: []v1alpha1.ClaimDevice{{Request: "nic", Pool: "n1/roce", Device: "pci-0000-81-00-2", RDMADevice: "mlx5_30"},
+				{Request: "mon/any", Pool: "n1/ib", Device: "pci-0000-19-00-0", RDMADevice: "mlx5_2", AdminAccess: true}}}}
+		if diff := cmp.Diff(want, o.Status.Claims); diff != "" {
+			t.Errorf("claims (-want +got):\n%s", diff)
+		}
+		if s := deviceOf(o, "mlx5_30").Shares; s == nil || *s != (v1alpha1.Shares{Used: 1}) {
+			t.Errorf("mlx5_30's shares %+v, want 1 used", s)
+		}
+		if s := deviceOf(o, "mlx5_2").Shares; s != nil {
+			t.Errorf("mlx5_2's shares %+v, want none (admin access)", s)
+		}
+	})
 	t.Run("no change, no write", func(t *testing.T) {
 		// The last subtest returns at the first write showing the port down; a
 		// write coalesced behind it may still land. Start from a quiet publisher.
@@ -120,6 +151,15 @@ func TestPublishToAPIServer(t *testing.T) {
 		if o = get(t, admin, "n1"); o.ResourceVersion != rv {
 			t.Errorf("resourceVersion %s, was %s", o.ResourceVersion, rv)
 		}
+	})
+	t.Run("an unprepared claim goes", func(t *testing.T) {
+		if err := claimrecord.Remove(claims.dir, "9f3c2a1e-0000-4000-8000-000000000001"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "no claim in the status", 10*time.Second, func() bool {
+			o = get(t, admin, "n1")
+			return o != nil && len(o.Status.Claims) == 0 && deviceOf(o, "mlx5_30").Shares == nil && o.Status.Summary.Claims == 0
+		})
 	})
 	t.Run("the chart's role allows nothing more", func(t *testing.T) {
 		forbidden(t, newClient(t, saCfg), o)

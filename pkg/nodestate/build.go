@@ -16,6 +16,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
@@ -35,8 +36,11 @@ type Input struct {
 	// PodsWithoutNetdevs are the detector's findings (pkg/netdevwatch):
 	// published sorted, at most MaxPodsWithoutNetdevs.
 	PodsWithoutNetdevs []v1alpha1.PodWithoutNetdevs
-	DaemonVersion      string
-	Now                time.Time
+	// Claims are the DRA front end's claim records (claimrecord.ReadAll):
+	// status.claims and the devices' shares.
+	Claims        []claimrecord.Record
+	DaemonVersion string
+	Now           time.Time
 }
 
 // MaxPodsWithoutNetdevs is the schema's bound of status.podsWithoutNetdevs.
@@ -84,6 +88,13 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 			}
 		}
 	}
+	var shares map[string]int
+	st.Claims, shares = claims(in.Claims, devs, in.Attachments)
+	for i := range st.Devices {
+		if n := shares[st.Devices[i].Name]; n > 0 {
+			st.Devices[i].Shares = &v1alpha1.Shares{Used: n}
+		}
+	}
 	st.Pools = pools(in.View.Pools, st.Allocations)
 	st.PodsWithoutNetdevs = podsWithoutNetdevs(in.PodsWithoutNetdevs)
 	pods := map[[2]string]bool{}
@@ -91,6 +102,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 		pods[[2]string{a.Namespace, a.Pod}] = true
 	}
 	st.Summary.Devices, st.Summary.GPUs, st.Summary.Pods = len(st.Devices), len(st.GPUs), len(pods)
+	st.Summary.Claims = len(st.Claims)
 	return st
 }
 

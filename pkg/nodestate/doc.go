@@ -1,8 +1,11 @@
 // Package nodestate publishes the agent's view of its node as the
 // RDMANodeState object named after the node (pkg/apis/v1alpha1): devices,
 // ports and health, GPUs and the GPU x NIC affinity, pools with capacity,
-// allocatable and allocated, and the kubelet's current allocations of the
-// daemon's resources (PodResources List).
+// allocatable and allocated, the kubelet's current allocations of the
+// daemon's resources (PodResources List), and with --dra the DRA claims
+// prepared on the node (the DRA front end's claim records,
+// pkg/hostapi/claimrecord, through the ClaimLister it is given): each claim's
+// pods and devices, and each device's shares.
 //
 // Build turns one Input into a status and is pure. The Publisher decides
 // when to write: on every change of the daemon's view and at each poll of

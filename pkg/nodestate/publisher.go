@@ -9,6 +9,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
@@ -36,6 +37,13 @@ type RecordLister interface {
 	Records() ([]attachment.Attachment, error)
 }
 
+// ClaimLister lists the DRA front end's claim records (claimrecord.ReadAll
+// behind the daemon's lister, which moves a record that does not decode
+// aside and logs it, and lists none before the directory exists).
+type ClaimLister interface {
+	Claims() ([]claimrecord.Record, error)
+}
+
 // MissingNetdevs are the pods the daemon found without the netdevs of
 // their devices (netdevwatch.Detector).
 type MissingNetdevs interface {
@@ -61,7 +69,11 @@ type Config struct {
 	// each write; a change shows at the next poll of the kubelet's
 	// allocations.
 	Missing MissingNetdevs
-	Writer  Writer
+	// Claims may be nil (no --dra): status.claims stays empty. Listed with
+	// Pods; on an error (a record of a newer version: an upgrade done
+	// halfway) the last good list stays and Report says why.
+	Claims ClaimLister
+	Writer Writer
 	// CNIMode goes into status.cni.mode ("" leaves status.cni out).
 	CNIMode string
 	// CNIChainedPool goes into status.cni.chainedPool.
@@ -96,6 +108,9 @@ type Report struct {
 	// PodResourcesError is the last failure to list the kubelet's
 	// allocations (the status keeps the last good list meanwhile).
 	PodResourcesError string `json:"podResourcesError,omitempty"`
+	// ClaimRecordsError is the last failure to list the DRA claim records
+	// (the status keeps the last good list meanwhile).
+	ClaimRecordsError string `json:"claimRecordsError,omitempty"`
 }
 
 // Publisher keeps node's RDMANodeState current.
@@ -106,6 +121,7 @@ type Publisher struct {
 	// Owned by Run.
 	containers []podresources.ContainerDevices
 	records    []attachment.Attachment
+	claims     []claimrecord.Record
 	written    *v1alpha1.RDMANodeStateStatus
 
 	mu     sync.Mutex
@@ -199,7 +215,7 @@ func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 		missing = p.cfg.Missing.PodsWithoutNetdevs()
 	}
 	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool,
-		PodsWithoutNetdevs: missing, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+		PodsWithoutNetdevs: missing, Claims: p.claims, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
 	if sameContent(&st, p.written) {
 		return false, nil
 	}
@@ -243,6 +259,7 @@ func (p *Publisher) listPods(ctx context.Context) {
 			p.records = recs
 		}
 	}
+	p.listClaims()
 	if p.cfg.Pods == nil {
 		return
 	}
@@ -261,4 +278,25 @@ func (p *Publisher) listPods(ctx context.Context) {
 		p.log.Warn("list pod resources failed; allocations keep the last good list", "err", err)
 	}
 	p.report.PodResourcesError = msg
+}
+
+// listClaims refreshes the DRA claim records; on failure the last good
+// list stays, and the first failure of a run of them is a warning.
+func (p *Publisher) listClaims() {
+	if p.cfg.Claims == nil {
+		return
+	}
+	recs, err := p.cfg.Claims.Claims()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else {
+		p.claims = recs
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if msg != "" && p.report.ClaimRecordsError == "" {
+		p.log.Warn("list dra claim records failed; status.claims keeps the last good list", "err", err)
+	}
+	p.report.ClaimRecordsError = msg
 }

@@ -101,6 +101,89 @@ type RDMANodeStateStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1024
 	PodsWithoutNetdevs []PodWithoutNetdevs `json:"podsWithoutNetdevs,omitempty"`
+	// Claims are the DRA claims the daemon's DRA front end prepared on the
+	// node (its claim records), with the pods they were reserved for and
+	// the devices they hold. Sorted by namespace, name and UID; empty
+	// without --dra, and in the states of daemons that did not say.
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=1024
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is one prepared DRA claim of the driver rdma.kube-rdma.io.
+type Claim struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
+	UID string `json:"uid"`
+	// Pods are the pods the claim was reserved for when it was prepared
+	// (the claim's status.reservedFor then, as its record keeps it), in the
+	// claim's namespace, sorted by UID. A pod that reserved the claim after
+	// the kubelet prepared it on the node is not in the record, so not
+	// here: the claim's own status.reservedFor is the whole list.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Pods []ClaimPod `json:"pods,omitempty"`
+	// Devices are the claim's devices of the driver, in the claim's order.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Devices []ClaimDevice `json:"devices"`
+}
+
+// ClaimPod is one pod a claim was reserved for.
+type ClaimPod struct {
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
+	UID string `json:"uid"`
+	// Name is the pod's name when the daemon knows it: the CNI plugin's
+	// attachment record of the pod names it. Empty otherwise (the record of
+	// a claim keeps the pods' UIDs only); kubectl rdma finds the pod by UID.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+}
+
+// ClaimDevice is one device allocated to a claim.
+type ClaimDevice struct {
+	// Request is the claim's request ("request" or "request/subrequest").
+	// +kubebuilder:validation:MaxLength=127
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9/]*[a-z0-9])?$`
+	Request string `json:"request"`
+	// Pool and Device are the DRA pool ("<node>/<pool>") and device names
+	// of the allocation.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9./]*[a-z0-9])?$`
+	Pool string `json:"pool"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Device string `json:"device"`
+	// RDMADevice is the device's RDMA name in status.devices (the same
+	// device found by PCI address or auxiliary device, so a rename since
+	// Prepare shows); the name at Prepare when the node no longer has it.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]*$`
+	RDMADevice string `json:"rdmaDevice,omitempty"`
+	// AdminAccess: allocated for monitoring or maintenance alongside the
+	// claim that uses the device; it does not hold the device (not counted
+	// in the device's shares).
+	AdminAccess bool `json:"adminAccess,omitempty"`
+}
+
+// Shares is how many DRA claims hold a device, of how many it admits.
+type Shares struct {
+	// Used is the number of claims in status.claims that hold the device
+	// (adminAccess claims not counted).
+	Used int `json:"used"`
+	// Capacity is how many claims the device admits at once when its pool
+	// shares it through DRA consumable capacity; 0 (absent) when it is
+	// not published: an exclusive dra pool's device admits one claim.
+	Capacity int `json:"capacity,omitempty"`
 }
 
 // PodWithoutNetdevs is one pod and pool whose devices the CNI plugin did
@@ -157,6 +240,8 @@ type Summary struct {
 	Unhealthy int `json:"unhealthy"`
 	GPUs      int `json:"gpus"`
 	Pods      int `json:"pods"`
+	// Claims counts status.claims.
+	Claims int `json:"claims,omitempty"`
 }
 
 // Device is one RDMA device.
@@ -197,6 +282,9 @@ type Device struct {
 	// +listMapKey=port
 	// +kubebuilder:validation:MaxItems=256
 	Ports []Port `json:"ports,omitempty"`
+	// Shares is how many DRA claims hold the device now (status.claims
+	// names them); absent when none does.
+	Shares *Shares `json:"shares,omitempty"`
 }
 
 // Port is one port of a device.

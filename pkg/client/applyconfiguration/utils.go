@@ -22,6 +22,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.AllocationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AttachedDevice"):
 		return &apisv1alpha1.AttachedDeviceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Claim"):
+		return &apisv1alpha1.ClaimApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClaimDevice"):
+		return &apisv1alpha1.ClaimDeviceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClaimPod"):
+		return &apisv1alpha1.ClaimPodApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CNIStatus"):
 		return &apisv1alpha1.CNIStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Device"):
@@ -40,6 +46,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.RDMANodeStateSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RDMANodeStateStatus"):
 		return &apisv1alpha1.RDMANodeStateStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Shares"):
+		return &apisv1alpha1.SharesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Summary"):
 		return &apisv1alpha1.SummaryApplyConfiguration{}
 

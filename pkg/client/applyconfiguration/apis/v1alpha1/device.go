@@ -22,6 +22,9 @@ type DeviceApplyConfiguration struct {
 	// Pools are the pools the device is in.
 	Pools []string                 `json:"pools,omitempty"`
 	Ports []PortApplyConfiguration `json:"ports,omitempty"`
+	// Shares is how many DRA claims hold the device now (status.claims
+	// names them); absent when none does.
+	Shares *SharesApplyConfiguration `json:"shares,omitempty"`
 }
 
 // DeviceApplyConfiguration constructs a declarative configuration of the Device type for use with
@@ -116,5 +119,13 @@ func (b *DeviceApplyConfiguration) WithPorts(values ...*PortApplyConfiguration) 
 		}
 		b.Ports = append(b.Ports, *values[i])
 	}
+	return b
+}
+
+// WithShares sets the Shares field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Shares field is set to the value of the last call.
+func (b *DeviceApplyConfiguration) WithShares(value *SharesApplyConfiguration) *DeviceApplyConfiguration {
+	b.Shares = value
 	return b
 }

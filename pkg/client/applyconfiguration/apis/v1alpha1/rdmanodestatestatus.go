@@ -50,6 +50,11 @@ type RDMANodeStateStatusApplyConfiguration struct {
 	// missing from the conflist (docs/device-plugin.md, "Fail closed").
 	// Sorted by namespace, pod and pool.
 	PodsWithoutNetdevs []PodWithoutNetdevsApplyConfiguration `json:"podsWithoutNetdevs,omitempty"`
+	// Claims are the DRA claims the daemon's DRA front end prepared on the
+	// node (its claim records), with the pods they were reserved for and
+	// the devices they hold. Sorted by namespace, name and UID; empty
+	// without --dra, and in the states of daemons that did not say.
+	Claims []ClaimApplyConfiguration `json:"claims,omitempty"`
 }
 
 // RDMANodeStateStatusApplyConfiguration constructs a declarative configuration of the RDMANodeStateStatus type for use with
@@ -190,6 +195,19 @@ func (b *RDMANodeStateStatusApplyConfiguration) WithPodsWithoutNetdevs(values ..
 			panic("nil value passed to WithPodsWithoutNetdevs")
 		}
 		b.PodsWithoutNetdevs = append(b.PodsWithoutNetdevs, *values[i])
+	}
+	return b
+}
+
+// WithClaims adds the given value to the Claims field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Claims field.
+func (b *RDMANodeStateStatusApplyConfiguration) WithClaims(values ...*ClaimApplyConfiguration) *RDMANodeStateStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithClaims")
+		}
+		b.Claims = append(b.Claims, *values[i])
 	}
 	return b
 }

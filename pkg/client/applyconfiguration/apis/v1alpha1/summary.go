@@ -11,6 +11,8 @@ type SummaryApplyConfiguration struct {
 	Unhealthy *int `json:"unhealthy,omitempty"`
 	GPUs      *int `json:"gpus,omitempty"`
 	Pods      *int `json:"pods,omitempty"`
+	// Claims counts status.claims.
+	Claims *int `json:"claims,omitempty"`
 }
 
 // SummaryApplyConfiguration constructs a declarative configuration of the Summary type for use with
@@ -48,5 +50,13 @@ func (b *SummaryApplyConfiguration) WithGPUs(value int) *SummaryApplyConfigurati
 // If called multiple times, the Pods field is set to the value of the last call.
 func (b *SummaryApplyConfiguration) WithPods(value int) *SummaryApplyConfiguration {
 	b.Pods = &value
+	return b
+}
+
+// WithClaims sets the Claims field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Claims field is set to the value of the last call.
+func (b *SummaryApplyConfiguration) WithClaims(value int) *SummaryApplyConfiguration {
+	b.Claims = &value
 	return b
 }
