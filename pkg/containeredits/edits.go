@@ -77,8 +77,16 @@ func CDIDeviceNodes(paths []string) []*cdispec.DeviceNode {
 
 // WriteSpec sets the spec's minimum version and replaces the file at path
 // atomically and durably (fsynced) when its content changes, creating the
-// directory.
+// directory. A spec with no devices is not written: the file at path is
+// removed instead. The CDI registry refuses such a spec ("invalid CDI Spec:
+// invalid spec, no devices"), and containerd then fails its whole registry
+// refresh, so a pool left without members (its only device gone, or lent
+// to a pod in the exclusive netns mode before this rule and
+// pkg/agent's lent devices) would break the CDI devices of every pod.
 func WriteSpec(path string, spec cdispec.Spec) error {
+	if len(spec.Devices) == 0 {
+		return RemoveSpec(path)
+	}
 	v, err := cdispec.MinimumRequiredVersion(&spec)
 	if err != nil {
 		return fmt.Errorf("cdi spec version for %s: %w", spec.Kind, err)

@@ -72,3 +72,26 @@ func TestWriteSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSpecNoDevices: a spec with no devices, which the CDI registry
+// refuses (and containerd with it every spec), is never on disk: writing
+// one removes the file a pool's earlier members left.
+func TestWriteSpecNoDevices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cdi", "x.json")
+	full := cdispec.Spec{Kind: "rdma.kube-rdma.io/hca", Devices: []cdispec.Device{{Name: "a",
+		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes([]string{"/dev/infiniband/uverbs0"})}}}}
+	empty := cdispec.Spec{Kind: full.Kind, Devices: []cdispec.Device{},
+		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes([]string{"/dev/infiniband/rdma_cm"})}}
+	for i, step := range []struct {
+		spec cdispec.Spec
+		want bool
+	}{{empty, false}, {full, true}, {empty, false}, {empty, false}, {full, true}} {
+		if err := containeredits.WriteSpec(path, step.spec); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		_, err := os.Stat(path)
+		if got := err == nil; got != step.want {
+			t.Errorf("step %d: spec on disk %v, want %v (stat: %v)", i, got, step.want, err)
+		}
+	}
+}

@@ -36,7 +36,9 @@ func (w cdiWriter) path(pool string) string {
 	return filepath.Join(w.dir, "kube-rdma-"+pool+".json")
 }
 
-// write replaces the pool's spec when its content changes.
+// write replaces the pool's spec when its content changes; a pool without
+// members has none (containeredits.WriteSpec removes it: the CDI registry
+// refuses a spec with no devices, and containerd with it every spec).
 func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) error {
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
 	if containeredits.Present(w.devRoot, RDMACM) {
