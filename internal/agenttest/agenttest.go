@@ -44,6 +44,7 @@ type Config struct {
 	Logger                                                               *slog.Logger
 	NetnsMode                                                            agent.NetnsModeReader
 	Events                                                               []agent.EventSource
+	Lent                                                                 agent.LentDevices
 	// DRA, when set, serves the pools whose frontend is dra.
 	DRA agent.FrontEnd
 }
@@ -61,7 +62,7 @@ func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 	}
 	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, Uninstalling: c.Uninstalling, StatusAuth: c.StatusAuth,
 		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, FilesInterval: c.FilesInterval, QuarantineDirs: c.QuarantineDirs, MetricsAddr: c.MetricsAddr,
-		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events})
+		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events, Lent: c.Lent})
 	return a, dp, err
 }
 

@@ -100,6 +100,12 @@ type Config struct {
 	// whose front end is missing is refused. A front end that is also a
 	// prometheus.Collector has its series on /metrics.
 	FrontEnds map[config.Frontend]FrontEnd
+	// Lent says which RDMA devices are in pods' network namespaces, where
+	// the host does not see them (the exclusive RDMA netns mode): they stay
+	// members of their pools, as last seen, until their records go. nil:
+	// none is; a device the watcher no longer sees is dropped after a
+	// grace of two HealthIntervals.
+	Lent LentDevices
 	// Events trigger an immediate re-read; nil means link and address
 	// updates in the agent's network namespace (nodewatch.Netlink). Use an
 	// empty, non-nil slice for none. Changes of class/infiniband are always
@@ -138,7 +144,9 @@ type Agent struct {
 	numa      int
 	poolsFile poolsFile // the node's pools file, for the CNI plugin
 
-	snap *nodewatch.Snapshot // the last one handed to the pools
+	snap *nodewatch.Snapshot // the last one handed to the pools, lent devices added
+	raw  *nodewatch.Snapshot // the watcher's snapshot snap was made from
+	lent *lentKeeper
 
 	nodeStateReport func() any // set before Run
 	nriReport       func() any // set before Run
@@ -179,6 +187,7 @@ func New(cfg Config) (*Agent, error) {
 	d := &Agent{
 		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), viewChanged: make(chan struct{}), gauged: map[string]bool{},
 		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
+		lent:    newLentKeeper(cfg.Lent, lentGrace(cfg.HealthInterval), cfg.Logger),
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
 	d.m = newMetrics(counters)
@@ -287,7 +296,15 @@ func (d *Agent) Run(ctx context.Context) error {
 	debug.FreeOSMemory()
 	files := time.NewTicker(d.cfg.FilesInterval)
 	defer files.Stop()
+	// wake ends the grace of a device the watcher no longer sees.
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	for {
+		if at, ok := d.lent.wake(); ok {
+			wake.Reset(time.Until(at))
+		} else {
+			wake.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			d.log.Info("device plugin stopping")
@@ -299,6 +316,11 @@ func (d *Agent) Run(ctx context.Context) error {
 			d.reload()
 		case <-files.C:
 			d.restoreFiles()
+			if d.lent.missing() {
+				d.push(d.raw) // a record that went while its device stays away
+			}
+		case <-wake.C:
+			d.push(d.raw)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 
@@ -25,10 +26,12 @@ func (d *Agent) applyConfig(c config.Config, snap *nodewatch.Snapshot) {
 	d.push(snap)
 }
 
-// push hands a snapshot to every front end. Pool membership is recomputed
-// only when devices changed, not on every health change.
-func (d *Agent) push(snap *nodewatch.Snapshot) {
-	members := snap.DevicesGen != d.devGen
+// push hands a snapshot to every front end, with the devices lent to pods
+// added (lentKeeper). Pool membership is recomputed only when devices
+// changed, not on every health change.
+func (d *Agent) push(raw *nodewatch.Snapshot) {
+	snap, kept := d.lent.apply(raw, time.Now())
+	members := raw.DevicesGen != d.devGen || kept
 	if members {
 		assigned := d.assign(snap)
 		d.pools = map[config.Frontend][]Assignment{}
@@ -51,8 +54,8 @@ func (d *Agent) push(snap *nodewatch.Snapshot) {
 		}
 		d.feStatus[name] = d.cfg.FrontEnds[name].Status()
 	}
-	d.devGen = snap.DevicesGen
-	d.snap = snap
+	d.devGen = raw.DevicesGen
+	d.snap, d.raw = snap, raw
 	d.setDeviceGauges()
 	d.publishState()
 }

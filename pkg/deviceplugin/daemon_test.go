@@ -118,11 +118,15 @@ func TestDeviceRemovedAndBack(t *testing.T) {
 	if err := e.Tree.RemoveRDMA("mlx5_2"); err != nil {
 		t.Fatal(err)
 	}
-	took := e.WaitFor(t, time.Second, "device gone", func(k *kubeletstub.Kubelet) bool {
+	// Unhealthy at once, gone after the agent's grace (2 health intervals:
+	// a record of the CNI plugin may yet say it is lent to a pod).
+	took := e.WaitFor(t, time.Second, "device unhealthy", hasHealth(hca, "0000:4b:00.0", pluginapi.Unhealthy))
+	t.Logf("unhealthy in ListAndWatch after %s", took)
+	took = e.WaitFor(t, 2*time.Second, "device gone", func(k *kubeletstub.Kubelet) bool {
 		_, present := health(k, hca)["0000:4b:00.0"]
 		return len(health(k, hca)) == 9 && !present
 	})
-	t.Logf("removed from ListAndWatch after %s", took)
+	t.Logf("removed from ListAndWatch %s later", took)
 	if _, err := e.Kubelet.Allocate(context.Background(), hca, []string{"0000:4b:00.0"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Allocate of a removed device: got %v, want InvalidArgument", err)
 	}

@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/kube-rdma/kube-rdma/internal/natsort"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
+)
+
+// LentDevices says which RDMA devices the CNI plugin has lent to pods: in
+// the kernel's exclusive RDMA netns mode a device moved into a pod's network
+// namespace (a hardware one, or a soft-RoCE one re-created there) is gone
+// from the host's class/infiniband, which the agent reads from the host
+// netns. cmd/device-plugin implements it over the CNI plugin's attachment
+// records (pkg/hostapi/attachment, --cni-state-dir).
+type LentDevices interface {
+	// LentDevices returns the names of the RDMA devices lent now. An
+	// error keeps the last answer.
+	LentDevices() (map[string]bool, error)
+}
+
+// lentKeeper keeps in the pools the devices that are lent to pods, which
+// the node watcher no longer sees, from the last snapshot it saw them in,
+// until their records go. A device the watcher no longer sees and that is
+// not lent stays for a grace, unhealthy, then goes: the kubelet stops
+// handing it out at once, and its pool membership (the CDI spec, the
+// ResourceSlice) holds until a record has had time to be read. It is owned
+// by the agent's Run goroutine.
+//
+// After a restart of the daemon a device already in a pod has never been
+// seen: it is missing from its pool until the pod gives it back (DEL), when
+// discovery sees it again. Nothing of it is on disk to rebuild it from (the
+// attachment record names it, not its ports, GIDs or char devices).
+type lentKeeper struct {
+	src   LentDevices // nil: none is ever lent
+	grace time.Duration
+	log   *slog.Logger
+
+	seen map[string]seenDevice // every device seen and not dropped, by name
+	lent map[string]bool       // the last good answer of src
+	err  string                // the last error of src, logged once
+	kept []string              // the names added to the last snapshot, sorted
+}
+
+// seenDevice is a device as last seen, and since when it is missing.
+type seenDevice struct {
+	dev     discovery.RDMADevice
+	missing time.Time // zero while the watcher sees it
+}
+
+// lentGrace is how long a device the watcher no longer sees is kept before
+// it is dropped when no record says it is lent: two re-reads of the node
+// watcher (2 x 500 ms by default). The CNI plugin saves its record before it
+// moves a device (pkg/cni add.go, "The record goes first"), so in the
+// common case the record is there when the device goes and the grace is
+// not waited for. It covers the reader's side: the records are read
+// without the plugin's lock, at the snapshot of the change, and a read
+// that misses a record (a torn one moved aside and written again, a
+// transient error, the record of an older plugin written late) is tried
+// again with every snapshot and at the end of the grace. Two ticks let one
+// re-read of the node pass in between; more would delay, for a device really
+// removed, the kubelet's learning that it is gone, which the health interval
+// (DefaultHealthInterval: half the 1 s the kubelet should wait at most)
+// budgets: the device is unhealthy from the first snapshot without it.
+func lentGrace(healthInterval time.Duration) time.Duration { return 2 * healthInterval }
+
+func newLentKeeper(src LentDevices, grace time.Duration, log *slog.Logger) *lentKeeper {
+	return &lentKeeper{src: src, grace: grace, log: log, seen: map[string]seenDevice{}, lent: map[string]bool{}}
+}
+
+// apply returns snap with the devices kept added (healthy when lent,
+// unhealthy in their grace), or snap itself when none is, and whether the
+// set of devices kept changed since the last call. It asks src only while
+// a device seen is missing.
+func (k *lentKeeper) apply(snap *nodewatch.Snapshot, now time.Time) (*nodewatch.Snapshot, bool) {
+	present := map[string]bool{}
+	if snap.Node != nil {
+		for _, dev := range snap.Node.RDMADevices {
+			present[dev.Name] = true
+			k.seen[dev.Name] = seenDevice{dev: dev}
+		}
+	}
+	missing := false
+	for name, s := range k.seen {
+		if !present[name] {
+			missing = true
+			if s.missing.IsZero() {
+				s.missing = now
+				k.seen[name] = s
+			}
+		}
+	}
+	if missing {
+		k.readLent()
+	}
+	var kept []discovery.RDMADevice
+	health := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(k.seen)) {
+		s := k.seen[name]
+		switch {
+		case present[name]:
+		case k.lent[name]:
+			// In a pod's network namespace: its ports cannot be read from
+			// the host's, and the pod holds it; the last seen state stands.
+			kept = append(kept, s.dev)
+			health[name] = true
+		case now.Sub(s.missing) < k.grace:
+			kept = append(kept, s.dev)
+			health[name] = false
+		default:
+			delete(k.seen, name)
+		}
+	}
+	names := make([]string, 0, len(kept))
+	for _, dev := range kept {
+		names = append(names, dev.Name)
+	}
+	changed := !slices.Equal(names, k.kept)
+	k.kept = names
+	if len(kept) == 0 {
+		return snap, changed
+	}
+	out := *snap
+	node := discovery.Node{}
+	if snap.Node != nil {
+		node = *snap.Node
+	}
+	node.RDMADevices = append(slices.Clip(node.RDMADevices), kept...)
+	slices.SortFunc(node.RDMADevices, func(a, b discovery.RDMADevice) int { return natsort.Compare(a.Name, b.Name) })
+	out.Node = &node
+	out.Healthy = maps.Clone(snap.Healthy)
+	if out.Healthy == nil {
+		out.Healthy = map[string]bool{}
+	}
+	maps.Copy(out.Healthy, health)
+	return &out, changed
+}
+
+// readLent asks src, keeping the last answer on an error (logged once).
+func (k *lentKeeper) readLent() {
+	if k.src == nil {
+		return
+	}
+	lent, err := k.src.LentDevices()
+	if err != nil {
+		if err.Error() != k.err {
+			k.log.Warn("read the devices lent to pods; the last answer stands", "err", err)
+		}
+		k.err = err.Error()
+		return
+	}
+	k.err = ""
+	k.lent = lent
+}
+
+// missing reports whether a device seen is missing (kept or in its grace):
+// the records are worth reading again.
+func (k *lentKeeper) missing() bool { return len(k.kept) > 0 }
+
+// wake is when the first grace ends, ok false when none runs.
+func (k *lentKeeper) wake() (at time.Time, ok bool) {
+	for _, s := range k.seen {
+		if s.missing.IsZero() || k.lent[s.dev.Name] {
+			continue
+		}
+		if end := s.missing.Add(k.grace); !ok || end.Before(at) {
+			at, ok = end, true
+		}
+	}
+	return at, ok
+}

@@ -1,0 +1,214 @@
+package agent_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kube-rdma/kube-rdma/internal/agenttest"
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/rdma"
+)
+
+// fakeLent is the CNI plugin's records as the agent reads them: the RDMA
+// devices lent to pods, and how often it was asked.
+type fakeLent struct {
+	mu    sync.Mutex
+	lent  map[string]bool
+	asked int
+}
+
+func (f *fakeLent) LentDevices() (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	out := map[string]bool{}
+	for k, v := range f.lent {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (f *fakeLent) set(names ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lent = map[string]bool{}
+	for _, n := range names {
+		f.lent[n] = true
+	}
+}
+
+func (f *fakeLent) timesAsked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
+}
+
+// startLent runs the agent in the exclusive netns mode on a soft-RoCE node
+// (rxe0 alone in the default pool hca), CDI on, with lent as its records
+// and a short files interval (the records are read again at each).
+func startLent(t *testing.T, lent *fakeLent) (*env, string) {
+	t.Helper()
+	cdi := filepath.Join(t.TempDir(), "cdi")
+	e := start(t, nodesim.SoftRoCE(), func(c *agenttest.Config) {
+		c.CDIDir = cdi
+		c.NetnsMode = agenttest.FakeNetns{Mode: rdma.NetnsExclusive}
+		c.FilesInterval = 50 * time.Millisecond
+		c.Lent = lent
+	})
+	e.WaitFor(t, 5*time.Second, "rxe0 listed", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 1 })
+	return e, filepath.Join(cdi, "kube-rdma-hca.json")
+}
+
+// rxe0 is the view's rxe0: its device as last handed to the pools, and
+// whether the pool hca has it as a member.
+func rxe0(e *env) (dev discovery.RDMADevice, member bool) {
+	v, _ := e.Agent.View()
+	if v.Snapshot != nil && v.Snapshot.Node != nil {
+		for _, d := range v.Snapshot.Node.RDMADevices {
+			if d.Name == "rxe0" {
+				dev = d
+			}
+		}
+	}
+	for _, p := range v.Pools {
+		if p.Name == "hca" {
+			member = slices.Contains(p.Members, "rxe0")
+		}
+	}
+	return dev, member
+}
+
+// holds checks cond for the whole of d, failing at the first miss: what
+// must not change while the node watcher re-reads the node and a grace
+// (2 health intervals, 1 s) would have run out.
+func holds(t *testing.T, d time.Duration, what string, cond func() string) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if msg := cond(); msg != "" {
+			t.Fatalf("%s: %s", what, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLentDeviceStaysMember: a device moved into a pod's network namespace
+// (gone from the host's class/infiniband) while the records say it is lent
+// stays a member of its pool, with the data it had and healthy, and the
+// pool's CDI spec keeps it; once the record is gone and the device still
+// away it is dropped (the pool's spec with it); back, it is served again.
+func TestLentDeviceStaysMember(t *testing.T) {
+	lent := &fakeLent{}
+	e, spec := startLent(t, lent)
+	var id string
+	for k := range health(e.Kubelet, hca) {
+		id = k
+	}
+	poll(t, 2*time.Second, "cdi spec written", func() bool { _, err := os.Stat(spec); return err == nil })
+	wantSpec, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDev, member := rxe0(e)
+	if !member {
+		t.Fatal("rxe0 is not a member of hca at start")
+	}
+
+	lent.set("rxe0")
+	if err := e.Tree.RemoveRDMA("rxe0"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Second, "the records asked about the missing rxe0", func() bool { return lent.timesAsked() > 0 })
+	holds(t, 1500*time.Millisecond, "lent rxe0", func() string {
+		dev, member := rxe0(e)
+		if !member {
+			return "not a member of hca"
+		}
+		if diff := cmp.Diff(wantDev, dev); diff != "" {
+			return "device changed (-want +got):\n" + diff
+		}
+		if h := health(e.Kubelet, hca)[id]; h != pluginapi.Healthy {
+			return "kubelet health " + h
+		}
+		if got, err := os.ReadFile(spec); err != nil || !slices.Equal(got, wantSpec) {
+			return "cdi spec changed or gone: " + string(got)
+		}
+		return ""
+	})
+
+	lent.set() // DEL without the device back (it went with its pod)
+	e.WaitFor(t, 2*time.Second, "rxe0 dropped", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 0 })
+	poll(t, 2*time.Second, "the empty pool's spec removed", func() bool { _, err := os.Stat(spec); return os.IsNotExist(err) })
+	if _, member := rxe0(e); member {
+		t.Error("rxe0 still a member after its record went")
+	}
+
+	if err := e.Tree.AddRDMA(nodesim.SoftRoCE().RDMA[0]); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(t, 2*time.Second, "rxe0 back", hasHealth(hca, id, pluginapi.Healthy))
+	// Back with a new uverbs minor, as a re-registered device is.
+	poll(t, 2*time.Second, "cdi spec back", func() bool {
+		got, err := os.ReadFile(spec)
+		return err == nil && strings.Contains(string(got), `"name": "rxe0"`)
+	})
+}
+
+// TestLateRecordKeepsDevice: a device gone with no record is unhealthy
+// for its grace; a record read within it keeps the device, healthy, a
+// member for good.
+func TestLateRecordKeepsDevice(t *testing.T) {
+	lent := &fakeLent{}
+	e, spec := startLent(t, lent)
+	var id string
+	for k := range health(e.Kubelet, hca) {
+		id = k
+	}
+	if err := e.Tree.RemoveRDMA("rxe0"); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(t, time.Second, "rxe0 unhealthy in its grace", hasHealth(hca, id, pluginapi.Unhealthy))
+	lent.set("rxe0")
+	e.WaitFor(t, time.Second, "rxe0 healthy again", hasHealth(hca, id, pluginapi.Healthy))
+	holds(t, 1500*time.Millisecond, "lent rxe0", func() string {
+		if _, member := rxe0(e); !member {
+			return "not a member of hca"
+		}
+		if h := health(e.Kubelet, hca)[id]; h != pluginapi.Healthy {
+			return "kubelet health " + h
+		}
+		if _, err := os.Stat(spec); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+}
+
+// TestVanishedDeviceDroppedAfterGrace: without records (no --cni-state-dir)
+// a device gone is unhealthy at once and dropped after the grace.
+func TestVanishedDeviceDroppedAfterGrace(t *testing.T) {
+	e := start(t, nodesim.SoftRoCE(), func(c *agenttest.Config) {
+		c.NetnsMode = agenttest.FakeNetns{Mode: rdma.NetnsExclusive}
+	})
+	e.WaitFor(t, 5*time.Second, "rxe0 listed", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 1 })
+	var id string
+	for k := range health(e.Kubelet, hca) {
+		id = k
+	}
+	if err := e.Tree.RemoveRDMA("rxe0"); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(t, time.Second, "rxe0 unhealthy", hasHealth(hca, id, pluginapi.Unhealthy))
+	took := e.WaitFor(t, 3*time.Second, "rxe0 dropped", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 0 })
+	t.Logf("dropped %s after unhealthy (grace %s)", took, 2*agent.DefaultHealthInterval)
+}
