@@ -33,7 +33,7 @@ func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
 	fs.StringVar(&f.cniPool, "cni-chained-pool", "", "with --cni-mode=chained: the pool whose devices the chained entry attaches (the chart's cni.chained.pool), published as status.cni.chainedPool")
-	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices); empty: not read")
+	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices), and the devices in pods' network namespaces, kept in their pools while the daemon cannot see them; empty: not read")
 }
 
 // wanted reports whether the publisher may run: not --node-state=false.

@@ -104,7 +104,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // newAgent builds the device plugin front end and the agent that drives it
-// and, with --dra, the DRA driver.
+// and, with --dra, the DRA driver; with --cni-state-dir the agent keeps the
+// devices the CNI plugin's records lend to pods in their pools.
 func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugin, error) {
 	dp, err := deviceplugin.New(cfg.plugin)
 	if err != nil {
@@ -115,6 +116,13 @@ func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugi
 	c.QuarantineDirs = map[string]string{}
 	if dir := cfg.nodeState.cniState; dir != "" {
 		c.QuarantineDirs["attachment"] = filepath.Join(dir, attachment.QuarantineDir)
+	}
+	store, ok, err := attachmentStore(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok {
+		c.Lent = lentDevices{store: store}
 	}
 	if cfg.dra.enabled {
 		c.QuarantineDirs["claim"] = filepath.Join(dra.ClaimsDir(cfg.dra.pluginDir), claimrecord.QuarantineDir)
