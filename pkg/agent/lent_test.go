@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -211,4 +212,35 @@ func TestVanishedDeviceDroppedAfterGrace(t *testing.T) {
 	e.WaitFor(t, time.Second, "rxe0 unhealthy", hasHealth(hca, id, pluginapi.Unhealthy))
 	took := e.WaitFor(t, 3*time.Second, "rxe0 dropped", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 0 })
 	t.Logf("dropped %s after unhealthy (grace %s)", took, 2*agent.DefaultHealthInterval)
+}
+
+// TestLentDeviceStaysInDRAPool: a device of a dra pool lent to a pod stays
+// in the pool the DRA front end publishes (its ResourceSlice), healthy.
+func TestLentDeviceStaysInDRAPool(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: exclusive, frontend: dra, selectors: {linkLayers: [InfiniBand]}}\n")
+	fake := &fakeDRA{}
+	lent := &fakeLent{}
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) {
+		c.ConfigFile, c.DRA, c.Lent = conf, fake, lent
+		c.NetnsMode = agenttest.FakeNetns{Mode: rdma.NetnsExclusive}
+	})
+	ib := []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}
+	poll(t, 2*time.Second, "ib pool published", func() bool { p, _ := fake.get(); return cmp.Equal(p, map[string][]string{"ib": ib}) })
+	lent.set("mlx5_2")
+	if err := e.Tree.RemoveRDMA("mlx5_2"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Second, "the records asked about the missing mlx5_2", func() bool { return lent.timesAsked() > 0 })
+	holds(t, 1500*time.Millisecond, "lent mlx5_2", func() string {
+		p, down := fake.get()
+		if diff := cmp.Diff(map[string][]string{"ib": ib}, p); diff != "" {
+			return "pools (-want +got):\n" + diff
+		}
+		if len(down) != 0 {
+			return fmt.Sprintf("unhealthy: %v", down)
+		}
+		return ""
+	})
 }
