@@ -14,8 +14,10 @@
 // It imports no front end and no observer (pkg/deviceplugin, pkg/dra,
 // pkg/nri, pkg/nodestate: internal/importrules); cmd/device-plugin wires them
 // in. It reads the node only through pkg/discovery (via the watcher) under
-// roots given in Config, so it runs unprivileged on fixture trees; it never
-// chooses devices itself and keeps no package-level state.
+// roots given in Config, so it runs unprivileged on fixture trees, and
+// learns which devices pods' network namespaces hide from it through
+// Config.Lent (lent.go); it never chooses devices itself and keeps no
+// package-level state.
 package agent
 
 import (
