@@ -59,9 +59,9 @@ type seenDevice struct {
 // common case the record is there when the device goes and the grace is
 // not waited for. It covers the reader's side: the records are read
 // without the plugin's lock, at the snapshot of the change, and a read
-// that misses a record (a torn one moved aside and written again, a
-// transient error, the record of an older plugin written late) is tried
-// again with every snapshot and at the end of the grace. Two ticks let one
+// that misses a record (a torn one moved aside until the plugin's next
+// save, a transient read error) is tried again with every snapshot and at
+// the end of the grace. Two ticks let one
 // re-read of the node pass in between; more would delay, for a device really
 // removed, the kubelet's learning that it is gone, which the health interval
 // (DefaultHealthInterval: half the 1 s the kubelet should wait at most)
