@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -121,7 +122,11 @@ func setup(ctx context.Context, cp *controlPlane, n, bigEvery, podsPerNode int, 
 			return fmt.Errorf("create node: %w", err)
 		}
 		sn.uid = node.UID
-		if _, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, leaseObject(node), metav1.CreateOptions{}); err != nil {
+		err = retry(ctx, func() error {
+			_, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, leaseObject(node), metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("create lease: %w", err)
 		}
 		_, err = sn.syncSlices(ctx, kube)
@@ -139,10 +144,13 @@ func setup(ctx context.Context, cp *controlPlane, n, bigEvery, podsPerNode int, 
 		go func() { _ = p.Run(ctx) }()
 	}
 	start = time.Now()
-	err = parallel(ctx, n*podsPerNode, 16, func(ctx context.Context, i int) error {
+	err = parallel(ctx, n*podsPerNode, 8, func(ctx context.Context, i int) error {
 		sn := c.nodes[i/podsPerNode]
 		ns := nsName(i / podsPerNode)
-		_, err := kube.CoreV1().Pods(ns).Create(ctx, podObject(ns, podName(sn.name, i%podsPerNode), sn.name), metav1.CreateOptions{})
+		err := retry(ctx, func() error {
+			_, err := kube.CoreV1().Pods(ns).Create(ctx, podObject(ns, podName(sn.name, i%podsPerNode), sn.name), metav1.CreateOptions{})
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("create pod: %w", err)
 		}
@@ -227,4 +235,22 @@ func deviceClasses() []*resourceapi.DeviceClass {
 				Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
 	}
 	return []*resourceapi.DeviceClass{dc("sim-gpu", gpuDriver), dc("rdma-nic", "rdma.kube-rdma.io")}
+}
+
+// retry calls create until it succeeds or finds the object there (an
+// earlier try that timed out may have made it), 6 tries with backoff: an
+// API server on a loaded 2-core machine loses its etcd connection now and
+// then (gRPC keepalive), and one lost pod must not end a 20-minute run.
+func retry(ctx context.Context, create func() error) error {
+	for i := 0; ; i++ {
+		err := create()
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if i == 5 || ctx.Err() != nil {
+			return err
+		}
+		slog.Warn("create failed; trying again", "err", err, "in", time.Second<<i)
+		sleep(ctx, time.Second<<i)
+	}
 }

@@ -78,7 +78,9 @@ func startControlPlane(ctx context.Context, bin, dir string) (*controlPlane, err
 		"--token-auth-file", filepath.Join(dir, "tokens.csv"), "--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", filepath.Join(dir, "sa.key"), "--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
-		"--service-cluster-ip-range", "10.96.0.0/24", "--profiling=false", "--allow-privileged=true"); err != nil {
+		"--service-cluster-ip-range", "10.96.0.0/24", "--profiling=false", "--allow-privileged=true",
+		// 127.0.0.1 may not be the kubernetes Service's endpoint: no reconciler.
+		"--endpoint-reconciler-type", "none"); err != nil {
 		return cp, err
 	}
 	if err := waitHTTP(ctx, cp.apiURL+"/readyz", cp.token, 90*time.Second); err != nil {
