@@ -17,6 +17,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
+	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
@@ -136,6 +137,13 @@ func setup(ctx context.Context, cp *controlPlane, n, bigEvery, podsPerNode int, 
 		return nil, err
 	}
 	slog.Info("nodes, leases and slices", "nodes", n, "took", time.Since(start).Round(time.Second))
+	for _, sn := range c.nodes {
+		sn.pacer = dra.NewPacer(dra.DefaultPublishInterval, func(ctx context.Context) error {
+			_, err := sn.syncSlices(ctx, kube)
+			return err
+		})
+		go sn.pacer.Run(ctx)
+	}
 	client := nodestate.NewClient(kube.CoreV1(), rdma.RDMAV1alpha1())
 	for _, sn := range c.nodes {
 		p := nodestate.New(nodestate.Config{NodeName: sn.name, Source: sn, Pods: sn, Writer: client,

@@ -201,10 +201,9 @@ func quantile(xs []float64, q float64) float64 {
 }
 
 // storm flaps port 1 of the first DRA device on share of the nodes once a
-// second for d: the publisher and the slice writer see each flap as the
-// node watcher's poll would report it. It returns the nodes that flapped
-// and the flaps made (fewer than nodes x seconds when the API server falls
-// behind: a round starts when the last one's slice writes are done).
+// second for d: the publisher and the slice pacer of each node see each
+// flap as the node watcher's poll would report it. It returns the nodes
+// that flapped and the flaps made.
 func (c *cluster) storm(ctx context.Context, share float64, d time.Duration) (nodes, flaps int, err error) {
 	var set []*simNode
 	for _, i := range rand.Perm(len(c.nodes)) {
@@ -212,12 +211,6 @@ func (c *cluster) storm(ctx context.Context, share float64, d time.Duration) (no
 			break
 		}
 		set = append(set, c.nodes[i])
-	}
-	flip := func(ctx context.Context, i int) error {
-		n := set[i]
-		n.flap(n.topo.draMembers[0].Name)
-		_, err := n.syncSlices(ctx, c.kube)
-		return err
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -227,16 +220,18 @@ func (c *cluster) storm(ctx context.Context, share float64, d time.Duration) (no
 			return len(set), flaps, ctx.Err()
 		case <-tick.C:
 		}
-		if err := parallel(ctx, len(set), 16, flip); err != nil {
-			return len(set), flaps, err
+		for _, n := range set {
+			n.flap(n.topo.draMembers[0].Name)
+			n.pacer.Kick()
 		}
 		flaps += len(set)
 	}
 	// Leave every port up again.
-	return len(set), flaps, parallel(ctx, len(set), 16, func(ctx context.Context, i int) error {
-		if n := set[i]; !n.health()[n.topo.draMembers[0].Name] {
-			return flip(ctx, i)
+	for _, n := range set {
+		if !n.health()[n.topo.draMembers[0].Name] {
+			n.flap(n.topo.draMembers[0].Name)
+			n.pacer.Kick()
 		}
-		return nil
-	})
+	}
+	return len(set), flaps, nil
 }

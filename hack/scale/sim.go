@@ -35,7 +35,10 @@ type simNode struct {
 	healthy map[string]bool
 	changed chan struct{}
 
-	// Owned by the slice writer.
+	// pacer calls syncSlices as dra.Driver's pacer calls its helper's
+	// PublishResources: at most once per dra.DefaultPublishInterval.
+	pacer *dra.Pacer
+	// Owned by syncSlices (setup's first call, then the pacer's).
 	slices []*resourceapi.ResourceSlice
 }
 
