@@ -175,7 +175,7 @@ test-apiserver:
 # kube-apiserver, kube-scheduler and kube-controller-manager (make local-node-build), N nodes
 # with the RDMANodeState of the real publisher and the ResourceSlices of the real DRA device
 # builder, measured (etcd bytes, writes, kubectl rdma, DRA scheduling) and printed. make scale
-# runs N=1,000 and 5,000 (about 30 min on 2 cores) and redraws docs/scale.png from
+# runs N=1,000 and 5,000 (about 20 min on 2 cores) and redraws docs/scale.png from
 # docs/scale.json; make scale-short is N=50 in under 2 minutes, for CI. Not in make test.
 SCALE_N ?= 1000,5000
 SCALE_ARGS ?=

@@ -36,7 +36,7 @@ type controlPlane struct {
 // nodeGrace is the controller manager's node-monitor-grace-period: a Node
 // whose Lease is older turns NotReady. The simulator renews each Lease every
 // leaseRenew (renewal.go says why it is not the kubelet's 10 s).
-const nodeGrace = 5 * time.Minute
+const nodeGrace = 10 * time.Minute
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

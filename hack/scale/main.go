@@ -179,6 +179,9 @@ func measureAll(ctx context.Context, o options, c *cluster, r *Result) error {
 	if err := c.etcdFigures(ctx, r); err != nil {
 		return err
 	}
+	if r.NotReady, err = c.notReady(ctx); err != nil {
+		return err
+	}
 
 	slog.Info("port-flap storm", "share", o.stormShare, "for", o.storm)
 	before, err = c.cp.writes(ctx)
@@ -210,6 +213,9 @@ func measureAll(ctx context.Context, o options, c *cluster, r *Result) error {
 		return err
 	}
 
+	if r.NotReadyAfter, err = c.notReady(ctx); err != nil {
+		return err
+	}
 	pods := min(o.schedPods, len(c.nodes)*8*3/8)
 	for _, aligned := range []bool{true, false} {
 		name := map[bool]string{true: "aligned", false: "unaligned"}[aligned]

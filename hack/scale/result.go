@@ -21,6 +21,12 @@ type Result struct {
 	BigNodes int     `json:"bigNodes"`
 	Date     string  `json:"date"`
 	SetupS   float64 `json:"setupS"`
+	// NotReady counts the nodes not Ready after the steady-state window,
+	// NotReadyAfter before the scheduling runs: either above 0 means the
+	// simulator fell behind with the Leases, and the figures after it are
+	// not those of a healthy cluster.
+	NotReady      int `json:"notReady"`
+	NotReadyAfter int `json:"notReadyBeforeScheduling"`
 	// EtcdBytes is the stored size (key + value) per node by object kind,
 	// "@1024" for the 1,024-device nodes; EtcdObjects counts the objects.
 	EtcdBytes   map[string]float64 `json:"etcdBytesPerNode"`
@@ -90,6 +96,10 @@ func (c *cluster) etcdFigures(ctx context.Context, r *Result) error {
 
 func (r Result) print(w io.Writer) {
 	fmt.Fprintf(w, "\n== N=%d nodes (%d of them the 1,024-device node), set up in %.0f s\n", r.N, r.BigNodes, r.SetupS)
+	if r.NotReady > 0 || r.NotReadyAfter > 0 {
+		fmt.Fprintf(w, "WARNING: %d nodes NotReady after the steady state, %d before scheduling: the simulator fell behind with the Leases\n",
+			r.NotReady, r.NotReadyAfter)
+	}
 	fmt.Fprintln(w, "etcd bytes per node (key+value):")
 	for _, k := range slices.Sorted(maps.Keys(r.EtcdBytes)) {
 		fmt.Fprintf(w, "  %-28s %9.0f  (%d objects)\n", k, r.EtcdBytes[k], r.EtcdObjects[k])

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"strings"
 
@@ -34,11 +35,12 @@ type result struct {
 		RSSMiB  float64 `json:"rssMiB"`
 	} `json:"kubectl"`
 	Sched []struct {
-		Claim   string  `json:"claim"`
-		PerS    float64 `json:"scheduledPerS"`
-		P50S    float64 `json:"p50S"`
-		P99S    float64 `json:"p99S"`
-		Aligned float64 `json:"alignedShare"`
+		Claim     string  `json:"claim"`
+		Scheduled int     `json:"scheduled"`
+		PerS      float64 `json:"scheduledPerS"`
+		P50S      float64 `json:"p50S"`
+		P99S      float64 `json:"p99S"`
+		Aligned   float64 `json:"alignedShare"`
 	} `json:"sched"`
 }
 
@@ -69,11 +71,11 @@ func kubectl(cmd string, rss bool) func(r result) float64 {
 func sched(claim string, f func(perS, p50, p99, aligned float64) float64) func(r result) float64 {
 	return func(r result) float64 {
 		for _, s := range r.Sched {
-			if s.Claim == claim {
+			if s.Claim == claim && s.Scheduled > 0 {
 				return f(s.PerS, s.P50S, s.P99S, s.Aligned)
 			}
 		}
-		return 0
+		return math.NaN() // not measured: no pod was scheduled
 	}
 }
 
@@ -166,7 +168,9 @@ func run(in, out string) error {
 		for _, r := range rs {
 			maxN = max(maxN, float64(r.N))
 			for _, s := range pn.series {
-				maxY = max(maxY, s.y(r))
+				if y := s.y(r); !math.IsNaN(y) {
+					maxY = max(maxY, y)
+				}
 			}
 		}
 		// Room for the legend above the lines.
@@ -175,9 +179,14 @@ func run(in, out string) error {
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
 		for j, s := range pn.series {
-			xy := make(plotter.XYs, len(rs))
-			for k, r := range rs {
-				xy[k] = plotter.XY{X: float64(r.N), Y: s.y(r)}
+			var xy plotter.XYs
+			for _, r := range rs {
+				if y := s.y(r); !math.IsNaN(y) {
+					xy = append(xy, plotter.XY{X: float64(r.N), Y: y})
+				}
+			}
+			if len(xy) == 0 {
+				continue
 			}
 			l, pts, err := plotter.NewLinePoints(xy)
 			if err != nil {
