@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver scale scale-short scale-bin lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
 
 all: build
 
@@ -170,6 +170,23 @@ krew-dist:
 
 test-apiserver:
 	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer|TestWriterAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./pkg/claimstatus/ ./deploy/helm/
+
+# The control plane at N simulated GPU nodes (docs/scale.md): the local-node build's etcd,
+# kube-apiserver, kube-scheduler and kube-controller-manager (make local-node-build), N nodes
+# with the RDMANodeState of the real publisher and the ResourceSlices of the real DRA device
+# builder, measured (etcd bytes, writes, kubectl rdma, DRA scheduling) and printed. make scale
+# runs N=1,000 and 5,000 (about 20 min on 2 cores) and redraws docs/scale.png from
+# docs/scale.json; make scale-short is N=50 in under 2 minutes, for CI. Not in make test.
+SCALE_N ?= 1000,5000
+SCALE_ARGS ?=
+scale-bin:
+	$(RELEASE_BUILD) -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
+	$(GO) build -o $(BIN)/kube-rdma-scale ./hack/scale
+scale: scale-bin
+	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n $(SCALE_N) -out docs/scale.json $(SCALE_ARGS)
+	cd hack/scale/plot && $(GO) run . -in ../../../docs/scale.json -out ../../../docs/scale.png
+scale-short: scale-bin
+	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n 50 -steady 15s -storm 15s -sched-pods 60 -sched-rate 10 $(SCALE_ARGS)
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node);
 # ARGS goes to its go test, e.g. ARGS='-run TestCluster/faults'.

@@ -56,7 +56,10 @@ type DriverConfig struct {
 	// (an Unprepare that never came: the daemon was down when the kubelet
 	// sent it) is unprepared, so its devices are free again.
 	ReconcileInterval time.Duration
-	Logger            *slog.Logger
+	// PublishInterval is the least time between two publications of the
+	// ResourceSlices; 0 means DefaultPublishInterval (pace.go).
+	PublishInterval time.Duration
+	Logger          *slog.Logger
 }
 
 // Driver is the DRA front end (agent.FrontEnd): the kubelet plugin
@@ -73,10 +76,10 @@ type Driver struct {
 	index   *Index
 	health  []kubeletplugin.DeviceHealth
 	changed chan struct{} // closed when health changes
-	// want is the latest publication Publish asked for; publishLoop hands it
-	// to the helper. kick wakes publishLoop (one pending wake is enough).
-	want *resourceslice.DriverResources
-	kick chan struct{}
+	// want is the latest publication Publish asked for; the pacer hands it
+	// to the helper (publish), kicked by Publish.
+	want  *resourceslice.DriverResources
+	pacer *Pacer
 	// pubErr is the last publication's error, nil once one went through.
 	pubErr error
 
@@ -103,6 +106,9 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	}
 	if cfg.ReconcileInterval <= 0 {
 		cfg.ReconcileInterval = 30 * time.Second
+	}
+	if cfg.PublishInterval <= 0 {
+		cfg.PublishInterval = DefaultPublishInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -135,50 +141,42 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("start dra kubelet plugin: %w", err)
 	}
 	d.helper = h
-	d.kick = make(chan struct{}, 1)
-	go d.publishLoop(ctx)
+	d.pacer = NewPacer(cfg.PublishInterval, d.publish)
+	d.pacer.Result = d.published
+	go d.pacer.Run(ctx)
 	go d.reconcileLoop(ctx)
 	return d, nil
 }
 
-// publishLoop hands the latest publication to the helper, off the daemon's
-// Run goroutine: the helper's first PublishResources starts its ResourceSlice
-// controller and waits for its informer to sync, that is for the API server.
-// Called from Publish, an API server that does not answer held the whole
-// daemon (no device plugin pool socket, /healthz 503) until it answered.
-// Later calls only update the running controller. A failed one is tried
-// again after a backoff (1 s doubling to 30 s) or at the next Publish.
-func (d *Driver) publishLoop(ctx context.Context) {
-	backoff := time.Second
-	var retry <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.kick:
-		case <-retry:
-		}
-		retry = nil
-		d.mu.Lock()
-		res := d.want
-		d.mu.Unlock()
-		if res == nil {
-			continue
-		}
-		err := d.helper.PublishResources(ctx, *res)
-		d.mu.Lock()
-		was := d.pubErr
-		d.pubErr = err
-		d.mu.Unlock()
-		switch {
-		case err != nil:
-			d.log.Error("publish resource slices; trying again", "err", err, "in", backoff)
-			retry = time.After(backoff)
-			backoff = min(2*backoff, 30*time.Second)
-		case was != nil:
-			d.log.Info("resource slices published again")
-			backoff = time.Second
-		}
+// publish hands the latest publication to the helper, off the daemon's Run
+// goroutine (the pacer's): the helper's first PublishResources starts its
+// ResourceSlice controller and waits for its informer to sync, that is for
+// the API server. Called from Publish, an API server that does not answer
+// held the whole daemon (no device plugin pool socket, /healthz 503) until
+// it answered. Later calls only update the running controller. The pacer
+// calls it at most once per PublishInterval and tries a failed one again
+// after a backoff (1 s doubling to 30 s) or at the next Publish.
+func (d *Driver) publish(ctx context.Context) error {
+	d.mu.Lock()
+	res := d.want
+	d.mu.Unlock()
+	if res == nil {
+		return nil
+	}
+	return d.helper.PublishResources(ctx, *res)
+}
+
+// published records a publication's outcome.
+func (d *Driver) published(err error) {
+	d.mu.Lock()
+	was := d.pubErr
+	d.pubErr = err
+	d.mu.Unlock()
+	switch {
+	case err != nil:
+		d.log.Error("publish resource slices; trying again", "err", err)
+	case was != nil:
+		d.log.Info("resource slices published again")
 	}
 }
 
@@ -205,7 +203,7 @@ func (d *Driver) Stop() { d.stop.Do(d.helper.Stop) }
 // names collide are left out and reported in the error; the rest is
 // published. It does not wait for the API server: the claims' lookups and
 // health are in place when it returns, the ResourceSlices follow when the
-// API server answers (publishLoop; PublishErr says how the last went).
+// API server answers (the pacer, pace.go; PublishErr says how the last went).
 func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	ix := &Index{}
@@ -239,10 +237,7 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[str
 	d.health = health
 	d.want = &res
 	d.mu.Unlock()
-	select {
-	case d.kick <- struct{}{}:
-	default: // a wake is pending: it takes the latest
-	}
+	d.pacer.Kick()
 	return errors.Join(errs...)
 }
 
