@@ -210,9 +210,8 @@ var rpingLine = regexp.MustCompile(`(?m)^ping data: rdma-ping-[0-9]+: `)
 
 // doctorVerdictOK says whether a `kubectl rdma doctor` line is acceptable for the cross-node
 // pods: PASS; SKIP (a check that does not apply: the GPU<->NIC level of a pod without a GPU);
-// and in the shared RDMA netns mode the warning that an exclusive pool is in that mode, which
-// the rxe cluster runs in because in the exclusive mode a pod gets no rxe device (README,
-// "What it leaves out").
+// and in the shared RDMA netns mode the warning that an exclusive pool is in that mode (the
+// cluster's default mode, where rdma_cm works: see rdmaCMSkip).
 func doctorVerdictOK(check, got, netnsMode string) bool {
 	switch {
 	case strings.HasPrefix(got, "PASS"), strings.HasPrefix(got, "SKIP"):

@@ -168,7 +168,13 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pings := e.rping(t, ex, ns, names[0], names[1])
+	pings, rdmaCM := 0, "rdma_cm"
+	if why := rdmaCMSkip(c); why != "" {
+		rdmaCM = "rdma_cm skipped"
+		t.Logf("rping skipped: %s", why)
+	} else {
+		pings = e.rping(t, ex, ns, names[0], names[1])
+	}
 
 	checks := []int{}
 	for _, n := range names {
@@ -185,8 +191,8 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 		}
 		checks = append(checks, len(lines))
 	}
-	line := fmt.Sprintf("cross-node: pod start median %.1f s worst %.1f s (%d pods); kubectl rdma bw %s -> %s %.2f Gb/sec, host-to-host %.2f Gb/sec, ratio %.2f; rping (rdma_cm) %d/%d; doctor %v checks, failed: %v",
-		med.Seconds(), worst.Seconds(), len(starts), c.nodes[1], c.nodes[0], pod, host, pod/host, pings, rpingCountWant, checks, t.Failed())
+	line := fmt.Sprintf("cross-node: pod start median %.1f s worst %.1f s (%d pods); kubectl rdma bw %s -> %s %.2f Gb/sec, host-to-host %.2f Gb/sec, ratio %.2f; rping (%s) %d/%d; doctor %v checks, failed: %v",
+		med.Seconds(), worst.Seconds(), len(starts), c.nodes[1], c.nodes[0], pod, host, pod/host, rdmaCM, pings, rpingCountWant, checks, t.Failed())
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, n := range names {
@@ -195,6 +201,20 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 }
 
 const rpingCountWant = 10
+
+// rdmaCMSkip says why rdma_cm cannot connect between the cluster's pods, "" where it can: in
+// the exclusive RDMA netns mode the CNI moves each pod's re-created soft-RoCE device into the
+// pod's netns, and on the guests' kernel (7.3) a moved rxe device has no GSI QP (QP1: the
+// kernel logs rxe_create_qp err -22, "Couldn't create ib_mad QP1"), so rdma_cm's connection
+// management has nothing to talk through (docs/cni.md, "Limits"). Verbs traffic over RC QPs
+// exchanged out of band (ib_write_bw without -R, kubectl rdma bw) is not affected.
+func rdmaCMSkip(c rxeClusterDesc) string {
+	if c.netnsMode == "exclusive" {
+		return "exclusive RDMA netns mode: a soft-RoCE device moved into a pod's netns has no GSI QP " +
+			"on the guests' kernel, so rdma_cm cannot connect (docs/cni.md, Limits)"
+	}
+	return ""
+}
 
 // testDRAToDevicePluginPod: a pod with a claim of the first node's device (DRA front end, the
 // CNI in DRA mode) and a pod with the second node's device (device plugin, the CNI on its
@@ -221,19 +241,26 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pings := e.rping(t, ex, ns, a.Name, b.Name)
+	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
+	pings, rdmaCM, perfName := 0, "rdma_cm", "ib_write_bw -R"
+	if why := rdmaCMSkip(c); why != "" {
+		// The same traffic with its QPs exchanged over TCP instead.
+		perf, rdmaCM, perfName = slices.Delete(perf, 1, 2), "rdma_cm skipped", "ib_write_bw"
+		t.Logf("rping and ib_write_bw -R skipped, ib_write_bw without -R instead: %s", why)
+	} else {
+		pings = e.rping(t, ex, ns, a.Name, b.Name)
+	}
 	ip := e.net1Addr(t, ex, ns, a.Name)
 	// The claim's status says where its device went (KEP-4817, pkg/claimstatus).
 	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", ip)
 	t.Logf("claim %s: status.devices %s/%s: %+v", claim.Name, st.Pool, st.Device, *st.NetworkData)
-	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
 	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
 	gbps, err := perftestGbps(out)
 	if err != nil || gbps <= 0 {
-		t.Fatalf("ib_write_bw -R %s -> %s: %v Gb/sec (%v)\n%s", b.Name, a.Name, gbps, err, out)
+		t.Fatalf("%s %s -> %s: %v Gb/sec (%v)\n%s", perfName, b.Name, a.Name, gbps, err, out)
 	}
-	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (rdma_cm) %d/%d, ib_write_bw -R %.2f Gb/sec",
-		c.nodes[0], claim.Name, c.nodes[1], pings, rpingCountWant, gbps)
+	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (%s) %d/%d, %s %.2f Gb/sec",
+		c.nodes[0], claim.Name, c.nodes[1], rdmaCM, pings, rpingCountWant, perfName, gbps)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, p := range []*corev1.Pod{a, b} {
