@@ -186,7 +186,7 @@ scale: scale-bin
 	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n $(SCALE_N) -out docs/scale.json $(SCALE_ARGS)
 	cd hack/scale/plot && $(GO) run . -in ../../../docs/scale.json -out ../../../docs/scale.png
 scale-short: scale-bin
-	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n 50 -steady 15s -storm 15s -sched-pods 60 -sched-rate 10 $(SCALE_ARGS)
+	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n 50 -steady 15s -storm 15s -sched-pods 60 -sched-rate 10 -check $(SCALE_ARGS)
 
 # The e2e suite (e2e/suite) on a real single-node cluster built here (root; e2e/local-node);
 # ARGS goes to its go test, e.g. ARGS='-run TestCluster/faults'.

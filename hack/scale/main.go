@@ -40,6 +40,7 @@ type options struct {
 	schedPods   int
 	schedRate   float64
 	keep        bool
+	check       bool
 }
 
 func main() {
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&o.schedPods, "sched-pods", 400, "pods per DRA scheduling run (at most 3/8 of the GPUs)")
 	flag.Float64Var(&o.schedRate, "sched-rate", 20, "pods created per second in the DRA scheduling runs")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's state directory")
+	flag.BoolVar(&o.check, "check", false, "exit 1 when a run breaks a bound that holds on any machine (steady writes, the writers' interval in the storm, aligned claims; make scale-short)")
 	flag.Parse()
 	for f := range strings.SplitSeq(ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -78,6 +80,7 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	var all []Result
+	var failed []string
 	for _, n := range o.ns {
 		r, err := runOne(ctx, o, n)
 		if err != nil {
@@ -85,11 +88,17 @@ func run(ctx context.Context, o options) error {
 		}
 		r.print(os.Stdout)
 		all = append(all, r)
+		if v := r.violations(); o.check && len(v) > 0 {
+			failed = append(failed, fmt.Sprintf("N=%d: %s", n, strings.Join(v, "; ")))
+		}
 		if o.out != "" {
 			if err := writeResults(o.out, all); err != nil {
 				return err
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("bounds broken (-check): %s", strings.Join(failed, "; "))
 	}
 	return nil
 }

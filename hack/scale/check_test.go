@@ -1,0 +1,45 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestViolations(t *testing.T) {
+	good := func() Result {
+		return Result{
+			Steady: map[string]float64{"leases": 0.5},
+			Storm: Storm{Flaps: 75, PerFlappingNodeMinute: map[string]float64{
+				"leases": 0.5, "rdmanodestates/status": 17.9, "resourceslices": 23.9}},
+			Sched: []Sched{{Claim: "aligned", Pods: 60, Scheduled: 60, Aligned: 1},
+				{Claim: "unaligned", Pods: 60, Scheduled: 58, Aligned: 0.9}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Result)
+		want   []string
+	}{
+		{"healthy run", func(*Result) {}, nil},
+		{"steady write", func(r *Result) { r.Steady["rdmanodestates/status"] = 0.02; r.SteadyPublisherWrites = 1 },
+			[]string{"steady state: the publishers wrote 1 times, want 0",
+				"steady state: rdmanodestates/status 0.0200 writes per node per minute, want 0"}},
+		{"slices over their pace", func(r *Result) { r.Storm.PerFlappingNodeMinute["resourceslices"] = 60 },
+			[]string{"storm: resourceslices 60.00 writes per flapping node per minute, over the writers' bound 32"}},
+		{"no storm", func(r *Result) { r.Storm = Storm{} }, []string{"storm: no port flapped"}},
+		{"misaligned", func(r *Result) { r.Sched[0].Aligned, r.Sched[0].Scheduled = 0.95, 59 },
+			[]string{"aligned claims: 59 of 60 pods scheduled",
+				"aligned claims: 95.0% of the NICs under their GPU's switch, want 100%"}},
+		{"nodes not ready", func(r *Result) { r.NotReadyAfter = 3 },
+			[]string{"0 nodes NotReady after the steady state, 3 before scheduling"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := good()
+			tc.change(&r)
+			if diff := cmp.Diff(tc.want, r.violations()); diff != "" {
+				t.Errorf("violations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
