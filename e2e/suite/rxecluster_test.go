@@ -171,7 +171,10 @@ func (c rxeClusterDesc) draPhase() phase {
 			t.Fatal(err)
 		}
 	}
-	p.tests = []namedTest{{"ClaimToDevicePluginPod", func(t *testing.T, e *env) { testDRAToDevicePluginPod(t, e, c) }}}
+	p.tests = []namedTest{
+		{"ClaimToDevicePluginPod", func(t *testing.T, e *env) { testDRAToDevicePluginPod(t, e, c) }},
+		{"PortDownTaint", func(t *testing.T, e *env) { testRXEDRATaint(t, e, c) }},
+	}
 	p.after = func(t *testing.T, e *env) { e.waitNoDRASlices(t) }
 	return p
 }

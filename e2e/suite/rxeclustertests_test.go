@@ -346,3 +346,68 @@ func kubeconfigFlags() *genericclioptions.ConfigFlags {
 	f.KubeConfig = &kc
 	return f
 }
+
+// draTaintLimit is how soon after the hook takes a link down the API server must show its
+// device tainted. The figure is an upper bound of the daemon's part: it also holds the hook's
+// command into the guest (under TCG, a few hundred ms) and this test's 50 ms polling.
+const draTaintLimit = 2 * time.Second
+
+// testRXEDRATaint takes the link of the first node's soft-RoCE device down in the guest while
+// the DRA front end serves it: its device in the ResourceSlice gets the port-down taint
+// (NoSchedule) within draTaintLimit, as the API server shows it; with the link back up the
+// taint goes.
+func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
+	devs, err := e.draDevices(t.Context(), draDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return attrString(d, attrRDMA) == c.device })
+	if i < 0 {
+		t.Fatalf("%s is not published by %s on %s", c.device, draDriver, e.node)
+	}
+	target := devs[i].Name
+	e.waitTaint(t, target, false)
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := runHook(ctx, e.hook, "port-state", c.device, "1", "up"); err != nil {
+				t.Errorf("restore the port: %v", err)
+			}
+		}
+	})
+	tainted := func(want bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		e.mustHook(t, 30*time.Second, "port-state", c.device, "1", map[bool]string{true: "down", false: "up"}[want])
+		hook := time.Since(start)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for {
+			d, err := e.draDevice(ctx, draDriver, target)
+			if err == nil && slices.ContainsFunc(d.Taints, func(x resourceapi.DeviceTaint) bool {
+				return x.Key == taintPort && x.Effect == resourceapi.DeviceTaintEffectNoSchedule
+			}) == want {
+				took := time.Since(start)
+				t.Logf("%s tainted %v %s after the hook started (the hook took %s)", target, want, took.Round(time.Millisecond), hook.Round(time.Millisecond))
+				return took
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("device %s: tainted %v not within a minute (last error %v)", target, want, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	down := tainted(true)
+	if down > draTaintLimit {
+		t.Errorf("device %s tainted %s after its link went down, want within %s", target, down, draTaintLimit)
+	}
+	up := tainted(false)
+	restored = true
+	line := fmt.Sprintf("dra: %s's link down: device %s tainted within %.2f s (hook included); taint gone %.2f s after the link came back",
+		c.device, target, down.Seconds(), up.Seconds())
+	t.Log(line)
+	e.appendReport(t, line)
+}
