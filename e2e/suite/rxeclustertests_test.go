@@ -24,9 +24,12 @@ import (
 // Unhealthy (its health interval is 500 ms).
 const portDetectLimit = time.Second
 
+// portDetectSamples is how many times testPortDownDetection takes the link down.
+const portDetectSamples = 3
+
 // testPortDownDetection takes the link of the first node's RDMA NIC down in the guest (hook
-// port-wait: the link change and the daemon's /state, polled in the guest, timed there): the
-// device must be Unhealthy within portDetectLimit, the RDMANodeState and `kubectl rdma nodes`
+// port-wait: the link change and the daemon's /state, polled in the guest, timed there), three
+// times: the device must be Unhealthy within portDetectLimit (the median), the RDMANodeState and `kubectl rdma nodes`
 // must show it, and it must be Healthy again after the link comes back.
 func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	restored := false
@@ -48,9 +51,17 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 		}
 		return time.Duration(secs * float64(time.Second))
 	}
-	down := wait("down")
+	// Three flaps, the median held to the limit: one sample of a TCG guest sharing two host
+	// cores with the rest of the run measures the host's load as much as the daemon.
+	var downs []time.Duration
+	for range portDetectSamples - 1 {
+		downs = append(downs, wait("down"))
+		wait("up")
+	}
+	downs = append(downs, wait("down"))
+	down, slowest := medianWorst(downs)
 	if down > portDetectLimit {
-		t.Errorf("%s Unhealthy %s after its link went down, want within %s", c.device, down, portDetectLimit)
+		t.Errorf("%s Unhealthy a median %s after its link went down (%v), want within %s", c.device, down, downs, portDetectLimit)
 	}
 	start := time.Now()
 	e.waitNodeState(t, "the device unhealthy", func(s *v1alpha1.RDMANodeState) error {
@@ -73,8 +84,8 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 		}
 		return nil
 	})
-	line := fmt.Sprintf("port down: %s Unhealthy after %.2f s (daemon /state), in the RDMANodeState %.1f s later; Healthy %.2f s after the link came back",
-		c.device, down.Seconds(), inState.Seconds(), up.Seconds())
+	line := fmt.Sprintf("port down: %s Unhealthy after %.2f s median of %d, worst %.2f (daemon /state), in the RDMANodeState %.1f s later; Healthy %.2f s after the link came back",
+		c.device, down.Seconds(), len(downs), slowest.Seconds(), inState.Seconds(), up.Seconds())
 	t.Log(line)
 	e.appendReport(t, line)
 }
