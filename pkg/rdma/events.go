@@ -7,6 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Link and address notifications. The device plugin's node watcher follows
@@ -88,7 +89,12 @@ func WatchLinks(ctx context.Context, ns netns.NsHandle, fn func(link string)) er
 // 1,024-device node, an idle daemon beside a pod-churning e2e spent 2.8-8.9%
 // of a core instead of about 0.5%).
 func WatchAddrs(ctx context.Context, ns netns.NsHandle, fn func(link string)) error {
-	h, err := netlink.NewHandleAt(ns)
+	// NETLINK_ROUTE only: without a family the handle opens one socket per
+	// family netlink knows (route, xfrm, netfilter), and on a kernel built
+	// without one of them (the soft-RoCE guests' 7.3 has no xfrm_user) the
+	// whole watcher failed with "protocol not supported", leaving the node
+	// watcher on its 500 ms re-read.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
 	}
