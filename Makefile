@@ -243,6 +243,11 @@ shellcheck:
 	@$(SHELLCHECK) --version | sed -n 's/^version: /make shellcheck: shellcheck /p'
 	git ls-files -z '*.sh' .ci/run | xargs -0 $(SHELLCHECK) -x
 
+# The GitHub Actions workflows (.github/workflows): actionlint (pinned, built from the module proxy
+# into $(E2E_CACHE)/bin), which runs shellcheck on every run: block; it fails without shellcheck.
+actionlint:
+	E2E_CACHE=$(E2E_CACHE) SHELLCHECK=$(SHELLCHECK) bash hack/actionlint.sh
+
 ci:
 	bash .ci/run
 
