@@ -33,7 +33,9 @@ type graceNIC struct {
 // 0010:03:00.0 (ibP16p3s0) and 0012:03:00.0 (ibP18p3s0), and two
 // BlueField-3 for north-south traffic at 0006:03:00.0 and 0016:03:00.0
 // (the same addresses and names in the network-operator's udev rule tests
-// and public GB200 node reports). Bus 03 below a domain's root port means a
+// and public GB200 node reports; NVIDIA's multi-node NVLink tuning guide,
+// "Understanding Your Grace-Blackwell Systems": 4 GPUs per 1RU compute tray,
+// the two BF-3 carry the external network on 400G ports). Bus 03 below a domain's root port means a
 // switch (upstream and downstream port) between them. Domains 0000-000f
 // belong to Grace 0 and 0010-001f to Grace 1: numa_node is set per domain.
 //
@@ -70,6 +72,7 @@ func GB200() Topology {
 		port := activeIB()
 		if n.class == classDPU {
 			port = rocePort(n.netdev, [4]byte{10, 4, byte(i), 1}, StateActive)
+			port.Rate = "400 Gb/sec (4X NDR)"
 		}
 		t.RDMA = append(t.RDMA, RDMA{Name: fmt.Sprintf("mlx5_%d", i), Parent: addr, NodeGUID: guid(0x800 + i), Ports: []Port{port}})
 	}
