@@ -30,7 +30,9 @@ mkdir -p "$work/arm64" "$work/host"
 
 commit=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
 vpkg=github.com/kube-rdma/kube-rdma/internal/version
-ldflags="-s -w -X $vpkg.Version=$VERSION -X $vpkg.Commit=$commit"
+# The commit's date, not now: the same commit links the same binaries, and the build cache holds.
+date=$(TZ=UTC git -C "$REPO" log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo unknown)
+ldflags="-s -w -X $vpkg.Version=$VERSION -X $vpkg.Commit=$commit -X $vpkg.Date=$date"
 build() { # GOARCH OUT PKG
   (cd "$REPO" && CGO_ENABLED=0 GOOS=linux GOARCH=$1 go build -tags grpcnotrace -trimpath \
     -ldflags "$ldflags" -o "$2" "$3") || die "build $3 for $1"
@@ -49,7 +51,8 @@ for b in device-plugin kube-rdma kubectl-rdma; do
   out=$("$QEMU" "$f" --version) || die "$b --version under qemu failed"
   printf '%s\n' "$out" | sed "s/^/  arm64 $b: /"
   # cli.Version's first line: "<binary> <version> (commit <commit>, built <date>, <go version>)".
-  [[ $(head -1 <<<"$out") == "$b $VERSION (commit $commit,"* ]] || die "$b --version: want \"$b $VERSION (commit $commit, ...\""
+  [[ $(head -1 <<<"$out") == "$b $VERSION (commit $commit, built $date, go"* ]] ||
+    die "$b --version: want \"$b $VERSION (commit $commit, built $date, go...\""
 done
 
 root=$work/gb200
