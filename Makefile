@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver scale scale-short scale-bin lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver scale scale-short scale-bin lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist arm64-check actionlint
 
 all: build
 
@@ -168,6 +168,13 @@ local-node-build:
 krew-dist:
 	bash hack/krew-dist.sh
 
+# The shipped binaries cross-built for linux/arm64 (Grace nodes) with the release flags, each
+# one's --version run under qemu-aarch64-static, and device-plugin discover -o json on the GB200
+# sample node (nodesim.GB200) identical from the amd64 and the arm64 build (hack/arm64-check.sh).
+# Debian: apt-get install qemu-user-static.
+arm64-check:
+	bash hack/arm64-check.sh
+
 test-apiserver:
 	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer|TestWriterAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./pkg/claimstatus/ ./deploy/helm/
 
@@ -235,6 +242,11 @@ shellcheck:
 	@command -v $(SHELLCHECK) >/dev/null || { echo "make shellcheck: $(SHELLCHECK) not found (Debian: apt-get install shellcheck)"; exit 1; }
 	@$(SHELLCHECK) --version | sed -n 's/^version: /make shellcheck: shellcheck /p'
 	git ls-files -z '*.sh' .ci/run | xargs -0 $(SHELLCHECK) -x
+
+# The GitHub Actions workflows (.github/workflows): actionlint (pinned, built from the module proxy
+# into $(E2E_CACHE)/bin), which runs shellcheck on every run: block; it fails without shellcheck.
+actionlint:
+	E2E_CACHE=$(E2E_CACHE) SHELLCHECK=$(SHELLCHECK) bash hack/actionlint.sh
 
 ci:
 	bash .ci/run

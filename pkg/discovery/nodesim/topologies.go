@@ -341,6 +341,8 @@ func Named(name string) (Topology, bool) {
 		return VM(), true
 	case "azure", "azure-nd-h100-v5":
 		return Azure(), true
+	case "gb200", "gb200-nvl72":
+		return GB200(), true
 	case "synthetic":
 		return Synthetic(8, 16, 63), true
 	}
@@ -349,5 +351,5 @@ func Named(name string) (Topology, bool) {
 
 // Names lists the names Named accepts, one per topology.
 func Names() []string {
-	return []string{"hgx", "dgx", "roce", "soft-roce", "port-down", "vm", "azure", "synthetic"}
+	return []string{"hgx", "dgx", "roce", "soft-roce", "port-down", "vm", "azure", "gb200", "synthetic"}
 }
