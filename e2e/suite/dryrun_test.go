@@ -58,7 +58,7 @@ func (e *env) chartDryRun(t *testing.T, nadCRD string) {
 		{"--set", "dra.enabled=true", "--set-json",
 			`config.pools=[{"name":"ib","mode":"exclusive","frontend":"dra","selectors":{"linkLayers":["InfiniBand"]}}]`},
 	} {
-		out, err := e.runHelm(ctx, append([]string{"template", e.helm.release, e.helm.chart}, args...)...)
+		out, err := e.runHelm(ctx, append(append([]string{"template", e.helm.release}, e.helm.chartRef(e.helm.chart)...), args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -256,8 +256,8 @@ func (e *env) upgradeAndRestore(t *testing.T) {
 // upgrade runs helm upgrade with the chart's defaults and the values file
 // (--reset-values: nothing of the previous revision is reused).
 func (e *env) upgrade(ctx context.Context, values string) error {
-	_, err := e.runHelm(ctx, "upgrade", e.helm.release, e.helm.chart, "--reset-values", "-f", values,
-		"--wait", "--timeout", rollout.String())
+	args := append([]string{"upgrade", e.helm.release}, e.helm.chartRef(e.helm.chart)...)
+	_, err := e.runHelm(ctx, append(args, "--reset-values", "-f", values, "--wait", "--timeout", rollout.String())...)
 	return err
 }
 

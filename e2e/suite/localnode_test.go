@@ -53,6 +53,9 @@ import (
 // localNodeDesc is the local node's hook description, parsed.
 type localNodeDesc struct {
 	node, testImage, imageRepo, imageTag string
+	// fromRegistry: the harness pushed the image and the chart to a registry (image-digest,
+	// chart: registry_test.go); the chart's defaults name the image, containerd pulls it.
+	fromRegistry bool
 	nodeRun, fixture, cniState, rdmaIPAM string
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
@@ -133,6 +136,7 @@ func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 		return l, fmt.Errorf("hook describe: image %q: want REPOSITORY:TAG", d["image"])
 	}
 	l.imageRepo, l.imageTag = d["image"][:i], d["image"][i+1:]
+	l.fromRegistry = d["image-digest"] != ""
 	if d["prev-chart"] != "" {
 		l.prevRelease, l.prevChart = d["prev-release"], d["prev-chart"]
 		i := strings.LastIndex(d["prev-image"], ":")
@@ -190,7 +194,7 @@ func (l localNodeDesc) common(c *config) {
 // nodeValues are what every phase's install shares: the image, the node's paths and the API
 // server's own address.
 func (l localNodeDesc) nodeValues() values {
-	return values{
+	v := values{
 		"image":  values{"repository": l.imageRepo, "tag": l.imageTag, "pullPolicy": "Never"},
 		"config": values{"resourcePrefix": "rdma.kube-rdma.io"},
 		"devicePlugin": values{
@@ -211,6 +215,10 @@ func (l localNodeDesc) nodeValues() values {
 			// (netns_mounts_under_state_dir).
 			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/netns"}},
 	}
+	if l.fromRegistry {
+		delete(v, "image") // the chart's defaults: the image its release pushed beside it
+	}
+	return v
 }
 
 // prevNodeValues are nodeValues without what the previous release's chart does not know (its
@@ -250,6 +258,7 @@ func (l localNodeDesc) devicePluginPhase() phase {
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
 			report: "chart installed, DaemonSet ready: %s s"}},
 		tests: []namedTest{
+			{"ImageFromRegistry", testImageFromRegistry},
 			{"Allocatable", testAllocatable},
 			{"PodWithDevices", testPodWithDevices},
 			{"Pending", testPending},

@@ -45,7 +45,12 @@ type pool struct {
 	count int64  // expected allocatable
 }
 
-type helmConfig struct{ bin, release, namespace, chart string }
+type helmConfig struct {
+	bin, release, namespace, chart string
+	// chartArgs go with chart to helm: --version and --plain-http of a chart from a registry
+	// (registry_test.go).
+	chartArgs []string
+}
 
 // config is what the tests of a phase expect; the phase sets it (phases_test.go).
 type config struct {

@@ -89,6 +89,9 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := e.helm.registryChart(d); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.setNode(t.Context(), h.node); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +188,8 @@ func (e *env) install(t *testing.T, phase string, r release) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	args = append([]string{"install", r.name, orDefault(r.chart, e.helm.chart), "--create-namespace", "--wait", "--timeout", "180s"}, args...)
+	args = append(append([]string{"install", r.name}, e.helm.chartRef(orDefault(r.chart, e.helm.chart))...),
+		append([]string{"--create-namespace", "--wait", "--timeout", "180s"}, args...)...)
 	if _, err := e.runHelm(t.Context(), args...); err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,8 @@ func testUpgradeUnderLoad(t *testing.T, e *env) {
 	}
 	prev := u.prevRelease[:min(12, len(u.prevRelease))]
 	upgrade := func(ctx context.Context) error {
-		args := append([]string{"upgrade", e.helm.release, e.helm.chart, "--reset-values"}, files...)
+		args := append(append([]string{"upgrade", e.helm.release}, e.helm.chartRef(e.helm.chart)...), "--reset-values")
+		args = append(args, files...)
 		_, err := e.runHelm(ctx, append(args, "--wait", "--timeout", rollout.String())...)
 		return err
 	}
