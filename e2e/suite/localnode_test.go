@@ -55,7 +55,7 @@ type localNodeDesc struct {
 	node, testImage, imageRepo, imageTag string
 	// fromRegistry: the harness pushed the image and the chart to a registry (image-digest,
 	// chart: registry_test.go); the chart's defaults name the image, containerd pulls it.
-	fromRegistry bool
+	fromRegistry                         bool
 	nodeRun, fixture, cniState, rdmaIPAM string
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
