@@ -43,7 +43,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -149,7 +149,7 @@ func (cp *controlPlane) start(name string, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("%s log: %w", name, err)
 	}
-	defer log.Close()
+	defer func() { _ = log.Close() }()
 	cmd := exec.Command("nice", append([]string{"-n", "19", filepath.Join(cp.bin, name)}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -197,7 +197,7 @@ func waitHTTP(ctx context.Context, url, token string, within time.Duration) erro
 		}
 		resp, err := c.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

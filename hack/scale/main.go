@@ -84,7 +84,7 @@ func run(ctx context.Context, o options) error {
 	for _, n := range o.ns {
 		r, err := runOne(ctx, o, n)
 		if err != nil {
-			return fmt.Errorf("N=%d: %w", n, err)
+			return fmt.Errorf("at %d nodes: %w", n, err)
 		}
 		r.print(os.Stdout)
 		all = append(all, r)
@@ -140,7 +140,7 @@ func runOne(ctx context.Context, o options, n int) (Result, error) {
 		return r, fmt.Errorf("state dir: %w", err)
 	}
 	if !o.keep {
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 	}
 	slog.Info("control plane", "nodes", n, "dir", dir)
 	cp, err := startControlPlane(ctx, o.bin, dir)

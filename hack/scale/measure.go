@@ -38,7 +38,7 @@ func (cp *controlPlane) writes(ctx context.Context) (map[string]float64, error) 
 	if err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -112,7 +112,7 @@ func (cp *controlPlane) etcdBytes(ctx context.Context, prefix string, class func
 			More bool `json:"more"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil {
 			return nil, nil, fmt.Errorf("etcd range %s: %w", prefix, err)
 		}
@@ -148,8 +148,8 @@ func timeCommands(ctx context.Context, kubeconfig string, runs int, cmds [][]str
 	if err != nil {
 		return nil, fmt.Errorf("rss file: %w", err)
 	}
-	rss.Close()
-	defer os.Remove(rss.Name())
+	_ = rss.Close()
+	defer func() { _ = os.Remove(rss.Name()) }()
 	for range runs {
 		for i, argv := range cmds {
 			cmd := exec.CommandContext(ctx, "/usr/bin/time", append([]string{"-f", "%M", "-o", rss.Name()}, argv...)...)

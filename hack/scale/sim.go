@@ -175,8 +175,7 @@ func nodeObject(name string, i int) *corev1.Node {
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 			NodeInfo: corev1.NodeSystemInfo{MachineID: fmt.Sprintf("%032x", i+1), SystemUUID: fmt.Sprintf("4c4c4544-%04x-4e10-8058-c2c04f4b3233", i),
 				BootID: fmt.Sprintf("5a3e1f2c-%04x-4d5e-9f00-1c2d3e4f5a6b", i), KernelVersion: "6.8.0-60-generic",
-				OSImage: "Ubuntu 24.04.2 LTS", ContainerRuntimeVersion: "containerd://2.2.9", KubeletVersion: "v1.34.10",
-				KubeProxyVersion: "", OperatingSystem: "linux", Architecture: "amd64"},
+				OSImage: "Ubuntu 24.04.2 LTS", ContainerRuntimeVersion: "containerd://2.2.9", KubeletVersion: "v1.34.10", OperatingSystem: "linux", Architecture: "amd64"},
 		},
 	}
 }

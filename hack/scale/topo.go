@@ -52,7 +52,7 @@ func scanTopology(t nodesim.Topology) (*topo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodesim dir: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	tree, err := nodesim.Build(dir, t)
 	if err != nil {
 		return nil, fmt.Errorf("nodesim %s: %w", t.Name, err)
