@@ -3,7 +3,7 @@
 # runs `make release` twice against it with the same VERSION, and checks what a user of the
 # release gets:
 #   - the image index lists linux/amd64 and linux/arm64 (crane manifest, printed), and both
-#     runs pushed the same index digest (reproducible);
+#     runs pushed the same index digest and the same chart digest (reproducible);
 #   - each platform's config (crane config) has its architecture, the run configuration and
 #     the org.opencontainers.image.* annotations are on the index and on each manifest;
 #   - the chart is pullable from oci://REGISTRY/charts and its image is REGISTRY/kube-rdma;
@@ -27,14 +27,16 @@ crane=$(bash "$REPO/e2e/local-node/build.sh" crane)/crane
 helm=$(bash "$REPO/e2e/local-node/build.sh" helm)/helm
 OUT=$REPO/dist/release/$VERSION
 
-digests=()
+digests=() charts=()
 for run in 1 2; do
   log "make release, run $run"
   make -C "$REPO" --no-print-directory release VERSION="$VERSION" REGISTRY="$REGISTRY" >&2
   digests+=("$(jq -r .index "$OUT/image.json")")
-  log "run $run: index ${digests[-1]}"
+  charts+=("$(cat "$OUT/chart/oci-digest")")
+  log "run $run: index ${digests[-1]}, chart ${charts[-1]}"
 done
 [[ ${digests[0]} == "${digests[1]}" ]] || die "the two runs pushed different indexes: ${digests[*]}"
+[[ ${charts[0]} == "${charts[1]}" ]] || die "the two runs pushed different charts: ${charts[*]}"
 
 image=$REGISTRY/kube-rdma:$VER
 log "crane manifest $image"

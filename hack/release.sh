@@ -10,6 +10,7 @@
 #   image.json               digests: index, each platform's manifest, config and layer, SBOMs
 #   sbom/linux_ARCH/NAME.cdx.json   CycloneDX SBOM of each binary (its Go modules)
 #   chart/kube-rdma-X.Y.Z.tgz       the chart, version and appVersion X.Y.Z
+#   chart/oci-digest         with REGISTRY: the digest of the pushed chart's manifest
 #   krew/                    kubectl-rdma archives for every platform of deploy/krew/rdma.yaml
 #                            and the krew manifest with their sha256 (hack/krew-dist.sh)
 #   summary.txt              what it printed last
@@ -113,12 +114,25 @@ fi
 mkdir -p "$OUT/chart"
 "$HELM" package "$stage/kube-rdma" --version "$VER" --app-version "$VER" -d "$OUT/chart" >&2 || die "helm package"
 tgz=$OUT/chart/kube-rdma-$VER.tgz
+# Reproducible: helm stamps each file with the time of packaging, and helm push takes the
+# chart's org.opencontainers.image.created from the archive's mtime. Repack it with sorted
+# entries, owner 0:0, every time SOURCE_DATE_EPOCH, gzip without name or time.
+repack=$stage/repack
+mkdir -p "$repack"
+tar -xzf "$tgz" -C "$repack"
+(cd "$repack" && find . -type f | sed 's|^\./||' | LC_ALL=C sort |
+  tar --no-recursion --owner=0 --group=0 --numeric-owner --mode=0644 --mtime="@$SOURCE_DATE_EPOCH" -T - -cf -) |
+  gzip -n -9 >"$tgz.tmp"
+mv "$tgz.tmp" "$tgz"
+touch -d "@$SOURCE_DATE_EPOCH" "$tgz"
 rendered=$("$HELM" template kube-rdma "$tgz" | awk '$1 == "image:" {print $2; exit}')
 [[ $rendered == "\"$image\"" || $rendered == "$image" ]] || die "the packaged chart renders image $rendered, want $image"
 chart_digest=
 if [[ -n $REGISTRY ]]; then
   pushed=$("$HELM" push "$tgz" "oci://$REGISTRY/charts" "${plain_http[@]}" 2>&1) || { echo "$pushed" >&2; die "helm push"; }
   chart_digest=$(awk '$1 == "Digest:" {print $2}' <<<"$pushed")
+  [[ $chart_digest == sha256:* ]] || { echo "$pushed" >&2; die "helm push printed no digest"; }
+  echo "$chart_digest" >"$OUT/chart/oci-digest"
   log "chart pushed: oci://$REGISTRY/charts/kube-rdma:$VER $chart_digest"
 fi
 
