@@ -97,7 +97,7 @@ func platformImageOf(t *tree, p v1.Platform, cfg v1.Config, epoch time.Time, ann
 			return nil, err
 		}
 		return io.NopCloser(&buf), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching) // compressed once, not per use
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
