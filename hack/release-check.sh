@@ -66,9 +66,10 @@ for arch in amd64 arm64; do
   [[ $(jq -r '.annotations["org.opencontainers.image.version"]' <<<"$man") == "$VER" ]] || die "$arch manifest version annotation"
   [[ $(jq -r '.annotations["org.opencontainers.image.created"]' <<<"$man") == $(jq -r .created <<<"$cfg") ]] ||
     die "$arch: the created annotation is not the config's created"
+  # crane export writes directories without their trailing slash.
   files=$("$crane" export "$ref" - | tar -tvf - | awk '{print $1, $2, $NF}')
   for want in "-rwxr-xr-x 0/0 usr/local/bin/device-plugin" "-rwxr-xr-x 0/0 usr/local/bin/kube-rdma" \
-    "-rwxr-xr-x 0/0 usr/local/bin/kubectl-rdma" "-rw-r--r-- 0/0 etc/passwd" "drwxrwxrwt 0/0 tmp/"; do
+    "-rwxr-xr-x 0/0 usr/local/bin/kubectl-rdma" "-rw-r--r-- 0/0 etc/passwd" "drwxrwxrwt 0/0 tmp"; do
     grep -qxF -- "$want" <<<"$files" || die "$arch image: no entry '$want' in: $files"
   done
 done

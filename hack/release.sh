@@ -119,7 +119,7 @@ tgz=$OUT/chart/kube-rdma-$VER.tgz
 # entries, owner 0:0, every time SOURCE_DATE_EPOCH, gzip without name or time.
 repack=$stage/repack
 mkdir -p "$repack"
-tar -xzf "$tgz" -C "$repack"
+tar -xzmf "$tgz" -C "$repack"
 (cd "$repack" && find . -type f | sed 's|^\./||' | LC_ALL=C sort |
   tar --no-recursion --owner=0 --group=0 --numeric-owner --mode=0644 --mtime="@$SOURCE_DATE_EPOCH" -T - -cf -) |
   gzip -n -9 >"$tgz.tmp"

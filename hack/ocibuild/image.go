@@ -61,12 +61,18 @@ func build(sp spec) (*built, error) {
 		}
 		b.images = append(b.images, platformImage{platform: p, image: img, tree: t})
 		p := p
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+		adds = append(adds, mutate.IndexAddendum{Add: image{img}, Descriptor: v1.Descriptor{Platform: &p}})
 	}
 	idx = mutate.AppendManifests(idx, adds...)
 	b.index = mutate.Annotations(idx, anns).(v1.ImageIndex)
 	return b, nil
 }
+
+// image is an image whose index entry has no artifactType: go-containerregistry otherwise
+// writes the config's media type there, which the image spec reserves for artifacts.
+type image struct{ v1.Image }
+
+func (image) ArtifactType() (string, error) { return "", nil }
 
 // tree is the platform's file system: the directories, files and trees of sp in that order
 // (a later entry for a path replaces an earlier one).

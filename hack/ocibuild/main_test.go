@@ -143,8 +143,8 @@ func TestIndex(t *testing.T) {
 	var platforms []v1.Platform
 	for _, d := range im.Manifests {
 		platforms = append(platforms, *d.Platform)
-		if d.MediaType != "application/vnd.oci.image.manifest.v1+json" {
-			t.Errorf("%s: media type %s", d.Digest, d.MediaType)
+		if d.MediaType != "application/vnd.oci.image.manifest.v1+json" || d.ArtifactType != "" {
+			t.Errorf("%s: media type %s, artifact type %q", d.Digest, d.MediaType, d.ArtifactType)
 		}
 	}
 	if diff := cmp.Diff([]v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}, platforms); diff != "" {
