@@ -89,8 +89,14 @@ n=$(grep -c '^application/vnd.cyclonedx+json ' <<<"$refs" || true)
 [[ $n == 6 ]] || die "$n CycloneDX referrers of the index, want 6 (3 binaries x 2 platforms)"
 mode=$(jq -r .referrers "$OUT/image.json")
 log "the registry keeps referrers by: $mode (api: the Referrers API; tag: the sha256-<hex> fallback tag)"
+# Each SBOM lists exactly the modules `go version -m` reads from its binary.
 for sb in $(jq -r '.sboms[].file' "$OUT/image.json"); do
-  jq -e '.bomFormat == "CycloneDX" and (.components | length) > 10' "$sb" >/dev/null || die "$sb is not a CycloneDX SBOM with the modules"
+  bin=$OUT/bin/$(basename "$(dirname "$sb")")/$(basename "$sb" .cdx.json)
+  want=$(go version -m "$bin" | awk '$1 == "dep" {m[NR] = $2 "@" $3} $1 == "=>" {delete m[NR - 1]; m[NR] = $2 "@" $3} END {for (k in m) print m[k]}' | LC_ALL=C sort)
+  got=$(jq -r '.components[] | select(.name != "stdlib") | "\(.name)@\(.version)"' "$sb" | LC_ALL=C sort)
+  [[ $(jq -r .bomFormat "$sb") == CycloneDX && -n $want && $got == "$want" ]] ||
+    die "$sb does not list the modules of $bin: $(diff <(echo "$want") <(echo "$got") || true)"
+  log "$(basename "$(dirname "$sb")")/$(basename "$sb"): $(wc -l <<<"$got") modules, as go version -m $(basename "$bin")"
 done
 
 log "krew manifest checksums"
