@@ -2,7 +2,9 @@
 # an init container installs into the node's CNI bin directory, and kubectl-rdma.
 # Built by `docker build .` where a Docker engine is available. CI here has none:
 # e2e/local-node/images.sh builds an image with the same binaries and the same
-# entrypoint, as an OCI layout tar, with hack/ocibuild.
+# entrypoint, as an OCI layout tar, with hack/ocibuild (go-containerregistry), and
+# `make release` the published one, linux/amd64 and linux/arm64 in one index
+# (docs/release.md).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # elsewhere a dropped error is `_ =` in place, with a comment when not obvious.
 ERRCHECK := github.com/kisielk/errcheck@v1.30.0
 
-.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver scale scale-short scale-bin lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist arm64-check actionlint
+.PHONY: all build weight demo test fuzz fuzz-short bench bench-ghw dp-idle bench-cni promtool-test e2e-rxe e2e-local e2e-rxe-cluster test-apiserver scale scale-short scale-bin lint ci clean manifests helm-check local-node-build shellcheck generate verify-generate krew-dist arm64-check actionlint release release-check
 
 all: build
 
@@ -161,8 +161,6 @@ helm-check:
 local-node-build:
 	E2E_CACHE=$(E2E_CACHE) bash e2e/local-node/build.sh
 
-# The node-state publisher and kubectl-rdma against a real kube-apiserver and etcd (envtest)
-# from local-node-build's cache (make test runs them too, when that cache exists).
 # kubectl-rdma's krew archives and manifest in dist/krew (every platform of deploy/krew/rdma.yaml),
 # installed and uninstalled by krew (built from the module proxy) as a check. CI: linux/amd64 only.
 krew-dist:
@@ -175,6 +173,21 @@ krew-dist:
 arm64-check:
 	bash hack/arm64-check.sh
 
+# A release (docs/release.md): the kube-rdma image for linux/amd64 and linux/arm64 as one OCI
+# index (hack/ocibuild, reproducible), a CycloneDX SBOM per binary and platform, the chart with
+# this version, the krew archives and manifest, under dist/release/$(VERSION). With REGISTRY
+# (host:port/path) the image goes to REGISTRY/kube-rdma:<VERSION without v>, the SBOMs as its
+# referrers, the chart to oci://REGISTRY/charts, its image.repository REGISTRY/kube-rdma.
+# make release-check runs it twice against a local registry (hack/registry.sh) and checks it.
+REGISTRY ?=
+release:
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) bash hack/release.sh
+
+release-check:
+	bash hack/release-check.sh
+
+# The node-state publisher and kubectl-rdma against a real kube-apiserver and etcd (envtest)
+# from local-node-build's cache (make test runs them too, when that cache exists).
 test-apiserver:
 	KUBEBUILDER_ASSETS=$(E2E_CACHE)/bin/current HELM=$(HELM) $(GO) test -count=1 -run 'TestAgainstAPIServer|TestPublishToAPIServer|TestAdmissionPolicyAgainstAPIServer|TestStatusAuthAgainstAPIServer|TestWriterAgainstAPIServer' -v ./pkg/kubectlrdma/ ./pkg/nodestate/ ./pkg/statusauth/ ./pkg/claimstatus/ ./deploy/helm/
 

@@ -5,6 +5,10 @@
 #
 #   bash e2e/local-node/build.sh [COMPONENT...]     # default: all; prints the bin directory
 #
+# all: kubernetes etcd helm containerd debs. Only when named: registry (the CNCF distribution
+# registry, hack/registry.sh) and crane (go-containerregistry's CLI, at the kube-rdma go.mod's
+# version), for make release-check.
+#
 # Each component is a throw-away Go module under e2e/local-node/modules/<name> (go.mod pins the
 # release, go.sum pins every dependency, tools.go names the commands). Its binaries go to
 #   $E2E_CACHE/bin/<name>-<version>-<hash of go.mod and go.sum and this script's flags>/
@@ -23,6 +27,8 @@ HERE=$(dirname "$SELF")
 E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
 E2E_BUILD_JOBS=${E2E_BUILD_JOBS:-1}
 ALL=(kubernetes etcd helm containerd debs)
+# Built only when named (make release, make release-check).
+EXTRA=(registry crane)
 
 log() { printf '%s local-node-build: %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -115,6 +121,23 @@ build_containerd() {
     $p/cmd/containerd $p/cmd/containerd-shim-runc-v2 $p/cmd/ctr
 }
 
+# The CNCF distribution registry (hack/registry.sh runs it for make release-check), and crane
+# to read what a release pushed. Neither is in the default set: name them.
+build_registry() {
+  local v p=github.com/distribution/distribution/v3
+  v=$(required_version registry $p)
+  go_component registry "$v" "-s -w -X $p/version.version=$v -X $p/version.mainpkg=$p" "" registry $p/cmd/registry
+}
+
+build_crane() {
+  local v want m=github.com/google/go-containerregistry
+  v=$(required_version crane $m)
+  # The same go-containerregistry as hack/ocibuild links: what pushes and what reads agree.
+  want=$(awk -v m="$m" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' "$HERE/../../go.mod" | head -1)
+  [[ $v == "$want" ]] || die "crane: modules/crane/go.mod has $m $v, the kube-rdma go.mod $want"
+  go_component crane "$v" "-s -w -X $m/cmd/crane/cmd.Version=$v" "" crane $m/cmd/crane
+}
+
 # Debian packages of the host's suite, unpacked (never installed) into the cache: runc and the
 # CNI plugins the node's primary network uses.
 DEBS=(runc containernetworking-plugins)
@@ -156,7 +179,7 @@ main() {
   local c comps=("$@")
   [[ ${#comps[@]} -gt 0 ]] || comps=("${ALL[@]}")
   for c in "${comps[@]}"; do
-    [[ " ${ALL[*]} " == *" $c "* ]] || die "unknown component $c (known: ${ALL[*]})"
+    [[ " ${ALL[*]} ${EXTRA[*]} " == *" $c "* ]] || die "unknown component $c (known: ${ALL[*]} ${EXTRA[*]})"
   done
   mkdir -p "$E2E_CACHE/bin"
   for c in "${comps[@]}"; do

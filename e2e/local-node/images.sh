@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # e2e/local-node/images.sh: build the images the local-node e2e imports into containerd, as
-# OCI image layout tar files, without a container engine (hack/ocibuild):
+# OCI image layout tar files, without a container engine (hack/ocibuild, on
+# go-containerregistry; the same builder make release uses):
 #
 #   localhost/kube-rdma:e2e   this repository's static binaries, as the Dockerfile's image
 #   localhost/kube-rdma:e2e-fakerdma   the same built with the tag kuberdma_e2e: RDMA netlink
@@ -14,6 +15,11 @@
 #   bash e2e/local-node/images.sh [OUT_DIR]     # default: $E2E_CACHE/images
 #
 # Import with: ctr -n k8s.io images import OUT_DIR/<name>.tar
+#
+# E2E_REGISTRY=host:port/path also pushes the two kube-rdma images, as one-platform image
+# indexes, to E2E_REGISTRY/kube-rdma:$TAG and E2E_REGISTRY/kube-rdma:$TAG-fakerdma (plain
+# HTTP for 127.0.0.1: start one with hack/registry.sh start); their index digests go to
+# OUT_DIR/kube-rdma.json and OUT_DIR/kube-rdma-fakerdma.json (.index, .reference).
 set -Eeuo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -56,14 +62,23 @@ install -m 0755 "$WORK/fakerdma/kube-rdma" "$OUT/kube-rdma-cni-e2e"
 mkdir -p "$WORK/etc"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$WORK/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$WORK/etc/group"
-"$WORK/ocibuild" -o "$OUT/kube-rdma.tar" -name "localhost/kube-rdma:$TAG" \
+# push IMAGE: ocibuild's arguments that push IMAGE (kube-rdma or kube-rdma-fakerdma) to
+# E2E_REGISTRY, when set.
+push() {
+  [[ -n ${E2E_REGISTRY:-} ]] || return 0
+  local tag=$TAG${1#kube-rdma}
+  echo -push "${E2E_REGISTRY%/}/kube-rdma:$tag" -summary "$OUT/$1.json"
+}
+# shellcheck disable=SC2046  # push's words are separate arguments, none with spaces
+"$WORK/ocibuild" -o "$OUT/kube-rdma.tar" -name "localhost/kube-rdma:$TAG" $(push kube-rdma) \
   -file "$WORK/bin/device-plugin:/usr/local/bin/device-plugin:0755" \
   -file "$WORK/bin/kube-rdma:/usr/local/bin/kube-rdma:0755" \
   -file "$WORK/bin/kubectl-rdma:/usr/local/bin/kubectl-rdma:0755" \
   -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
   -dir /tmp:1777 -user 0:0 \
   -entrypoint '["/usr/local/bin/device-plugin"]' -cmd '["run"]'
-"$WORK/ocibuild" -o "$OUT/kube-rdma-fakerdma.tar" -name "localhost/kube-rdma:$TAG-fakerdma" \
+# shellcheck disable=SC2046  # as above
+"$WORK/ocibuild" -o "$OUT/kube-rdma-fakerdma.tar" -name "localhost/kube-rdma:$TAG-fakerdma" $(push kube-rdma-fakerdma) \
   -file "$WORK/fakerdma/device-plugin:/usr/local/bin/device-plugin:0755" \
   -file "$WORK/fakerdma/kube-rdma:/usr/local/bin/kube-rdma:0755" \
   -file "$WORK/bin/kubectl-rdma:/usr/local/bin/kubectl-rdma:0755" \

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // entry is one path of the image's file system.
@@ -111,8 +112,8 @@ func (t *tree) addTree(dir, dst string) error {
 }
 
 // writeTar writes the tree as a tar stream: sorted paths, each parent directory before its
-// children, owner root, times zero.
-func (t *tree) writeTar(w io.Writer) error {
+// children, owner 0:0 without names, every time mtime.
+func (t *tree) writeTar(w io.Writer, mtime time.Time) error {
 	all := map[string]entry{}
 	for p, e := range t.entries {
 		all[p] = e
@@ -132,7 +133,7 @@ func (t *tree) writeTar(w io.Writer) error {
 	tw := tar.NewWriter(w)
 	for _, p := range paths {
 		e := all[p]
-		h := &tar.Header{Name: p, Mode: e.perm, Typeflag: e.kind, Format: tar.FormatPAX}
+		h := &tar.Header{Name: p, Mode: e.perm, Typeflag: e.kind, ModTime: mtime, Format: tar.FormatPAX}
 		switch e.kind {
 		case tar.TypeDir:
 			h.Name = p + "/"

@@ -17,7 +17,10 @@
 //     cmd/device-plugin wires them in;
 //   - the agent's observers (pkg/nri/..., pkg/nodestate/...,
 //     pkg/netdevwatch/..., pkg/claimstatus/...) link no front
-//     end (pkg/deviceplugin/..., pkg/dra/...): they read the agent's view.
+//     end (pkg/deviceplugin/..., pkg/dra/...): they read the agent's view;
+//   - the shipped binaries (cmd/device-plugin, cmd/cni, cmd/kubectl-rdma)
+//     link no build tooling: nothing under hack/, not go-containerregistry
+//     nor cyclonedx-go (hack/ocibuild's, in the same go.mod).
 //
 // Only what a package links counts: `go list -deps` leaves out its
 // _test.go files, so an external test package may run the agent with a
@@ -85,7 +88,22 @@ var Rules = []Rule{
 			return linksAny(dep, "a front end", "deviceplugin", "dra")
 		},
 	},
+	{
+		Name: "shipped binaries link no build tooling",
+		From: []string{Module + "/cmd/device-plugin", Module + "/cmd/cni", Module + "/cmd/kubectl-rdma"},
+		Forbids: func(dep Package) string {
+			for _, p := range releaseTooling {
+				if under(dep.ImportPath, p) {
+					return "build tooling (" + p + ")"
+				}
+			}
+			return ""
+		},
+	},
 }
+
+// releaseTooling are the import paths only build tools may link.
+var releaseTooling = []string{Module + "/hack", "github.com/google/go-containerregistry", "github.com/CycloneDX/cyclonedx-go"}
 
 // linksAny says why dep may not be linked when it is one of the packages
 // pkg/<name> or below them: what, and the package; "" when it is none.

@@ -37,7 +37,8 @@ func TestModule(t *testing.T) {
 	// The rules must have something to check: a module without the
 	// contracts or the CNI would pass vacuously.
 	for _, want := range []string{Module + "/pkg/hostapi/attachment", Module + "/pkg/hostapi/claimrecord", Module + "/pkg/hostapi/allocdir", Module + "/pkg/hostapi/nodepools", Module + "/pkg/cni", Module + "/cmd/cni",
-		Module + "/pkg/agent", Module + "/pkg/agent/config", Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch", Module + "/pkg/claimstatus"} {
+		Module + "/pkg/agent", Module + "/pkg/agent/config", Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch", Module + "/pkg/claimstatus",
+		Module + "/cmd/device-plugin", Module + "/cmd/kubectl-rdma", Module + "/hack/ocibuild"} {
 		if !strings.Contains(string(out), `"ImportPath": "`+want+`"`) {
 			t.Errorf("go list does not list %s", want)
 		}
@@ -74,9 +75,14 @@ func TestCheckFails(t *testing.T) {
 		{ImportPath: m + "/pkg/nri", Deps: []string{m + "/pkg/agent", m + "/pkg/deviceplugin/sub"}},
 		{ImportPath: m + "/pkg/nodestate", Deps: []string{m + "/pkg/agent", m + "/pkg/nodewatch", m + "/pkg/helper", m + "/pkg/dra"}},
 		{ImportPath: m + "/pkg/deviceplugin", Deps: []string{m + "/pkg/agent", m + "/pkg/dra"}}, // a front end: no rule
+		{ImportPath: m + "/cmd/kubectl-rdma", Deps: []string{"github.com/google/go-containerregistry/pkg/v1", "fmt"}},
+		{ImportPath: m + "/cmd/device-plugin", Deps: []string{m + "/hack/ocibuild/x"}},
+		{ImportPath: m + "/hack/ocibuild", Deps: []string{"github.com/google/go-containerregistry/pkg/v1"}}, // a build tool: no rule
 	}
 	want := []string{
 		m + "/cmd/cni links " + m + "/pkg/nodewatch/sub, a front end or the agent (pkg/nodewatch) (rule: the CNI plugin links no front end and not the agent)",
+		m + "/cmd/device-plugin links " + m + "/hack/ocibuild/x, build tooling (" + m + "/hack) (rule: shipped binaries link no build tooling)",
+		m + "/cmd/kubectl-rdma links github.com/google/go-containerregistry/pkg/v1, build tooling (github.com/google/go-containerregistry) (rule: shipped binaries link no build tooling)",
 		m + "/pkg/agent links " + m + "/pkg/dra, a front end or an observer of the agent (pkg/dra) (rule: the agent links no front end and no observer)",
 		m + "/pkg/agent/config links " + m + "/pkg/nri, a front end or an observer of the agent (pkg/nri) (rule: the agent links no front end and no observer)",
 		m + "/pkg/cni/x links " + m + "/pkg/dra, a front end or the agent (pkg/dra) (rule: the CNI plugin links no front end and not the agent)",

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools names the command of the distribution registry that e2e/local-node/build.sh
+// builds, so that `go mod tidy` records its dependencies. It is never compiled.
+package tools
+
+import (
+	_ "github.com/distribution/distribution/v3/cmd/registry"
+)
