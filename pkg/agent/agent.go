@@ -340,13 +340,17 @@ func (d *Agent) watchRefusals(ctx context.Context) <-chan struct{} {
 		if !ok {
 			continue
 		}
+		// Taken now, before the first applyConfig asks Refusal: a change
+		// after that closes this channel.
+		ch := r.Refusals()
 		go func() {
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-r.Refusals():
+				case <-ch:
 				}
+				ch = r.Refusals()
 				select {
 				case poke <- struct{}{}:
 				default:
