@@ -45,6 +45,10 @@ type draConfig struct {
 	// portDevice: RDMA device of alignPool the taint test takes down (port 1); best the one
 	// an unconstrained claim would get first.
 	portDevice string
+	// sharedPool: a shared dra pool of one NIC published for sharedSlots claims at once
+	// (DRA consumable capacity): testDRASharedNIC's.
+	sharedPool  string
+	sharedSlots int
 }
 
 // needDRA returns the DRA phase's configuration and waits until the node publishes every

@@ -37,7 +37,7 @@ import (
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh);
 //	prev-fakerdma-image: its fakerdma variant, once imported too
 //
-// Eight phases, each with the chart's values and the answers computed here from the fixture:
+// Nine phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), then upgrade, upgrade-gpu-aligned and upgrade-dra:
@@ -45,8 +45,9 @@ import (
 // working tree, rolled back and upgraded again while pods are created (skipped without
 // prev-*; upgrade-gpu-aligned also without prev-fakerdma-image), and faults (the
 // device-plugin phase's values, then one fault after another, each followed by one invariant
-// check: faults_test.go), and faults-dra (the dra phase's values, the DRA front end's faults:
-// drafaults_test.go).
+// check: faults_test.go), faults-dra (the dra phase's values, the DRA front end's faults:
+// drafaults_test.go), and dra-shared (one HCA in a shared dra pool of 3 slots: three claims
+// share it through DRA consumable capacity: drashared_test.go).
 // cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
 // kept it.
 
@@ -178,7 +179,7 @@ func localNode(d map[string]string) (harness, error) {
 		node:  l.node,
 		setup: l.setup,
 		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(),
-			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase()},
+			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase(), l.draSharedPhase()},
 	}, nil
 }
 
@@ -531,6 +532,33 @@ func (l localNodeDesc) draPhase() phase {
 	}
 }
 
+// draSharedPhase: one NIC (the first HCA) in ib-shared, a shared pool of frontend dra with 3
+// slots: the DRA front end publishes it for 3 claims at once through consumable capacity
+// (the node's components run with DRAConsumableCapacity, up.sh). No CNI: the pods get the
+// NIC's device nodes and NCCL's variables (a child netdev each is the CNI's, pkg/cni's tests).
+func (l localNodeDesc) draSharedPhase() phase {
+	const pool, slots = "ib-shared", 3
+	v := values{
+		"config": values{"pools": []values{
+			{"name": pool, "mode": "shared", "slots": slots, "frontend": "dra",
+				"selectors": values{"linkLayers": []string{"InfiniBand"}, "rdmaDevices": []string{l.fix.ib[0]}}},
+		}},
+		"dra": values{"enabled": true},
+	}
+	return phase{
+		name: "dra-shared",
+		config: func(c *config) {
+			l.common(c)
+			c.pools, c.ncclPools = nil, []string{pool}
+			c.dra = &draConfig{pools: map[string]int{pool: 1}, sharedPool: pool, sharedSlots: slots}
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "dra-shared: chart installed with dra.enabled (pool ib-shared: shared, frontend dra, 3 slots, one HCA), DaemonSet ready: %s s"}},
+		tests: []namedTest{{"DRASharedNIC", testDRASharedNIC}},
+		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
+	}
+}
+
 // draValues are the dra phase's chart values (beside nodeValues), what its tests expect of
 // them and its setup (fakegpudra and its DeviceClass).
 func (l localNodeDesc) draValues() (values, func(c *config), func(t *testing.T, e *env)) {
@@ -682,7 +710,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra", "dra-shared"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	var c config

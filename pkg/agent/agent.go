@@ -280,6 +280,7 @@ func (d *Agent) Run(ctx context.Context) error {
 		}
 	}()
 
+	refusals := d.watchRefusals(ctx)
 	snap, changed := d.node.Latest()
 	d.applyConfig(d.conf, snap)
 	d.log.Info("device plugin started", "node", d.cfg.NodeName, "pools", len(d.conf.Pools),
@@ -316,6 +317,9 @@ func (d *Agent) Run(ctx context.Context) error {
 			d.push(snap)
 		case <-confEvents:
 			d.reload()
+		case <-refusals:
+			d.log.Info("a front end's refusals changed; pools handed out again")
+			d.applyConfig(d.conf, d.raw)
 		case <-files.C:
 			d.restoreFiles()
 			if d.lent.missing() {
@@ -325,6 +329,36 @@ func (d *Agent) Run(ctx context.Context) error {
 			d.push(d.raw)
 		}
 	}
+}
+
+// watchRefusals returns a channel that gets a value when a front end's
+// refusals change (PoolRefuser), until ctx ends.
+func (d *Agent) watchRefusals(ctx context.Context) <-chan struct{} {
+	poke := make(chan struct{}, 1)
+	for _, name := range sortedKeys(d.cfg.FrontEnds) {
+		r, ok := d.cfg.FrontEnds[name].(PoolRefuser)
+		if !ok {
+			continue
+		}
+		// Taken now, before the first applyConfig asks Refusal: a change
+		// after that closes this channel.
+		ch := r.Refusals()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ch:
+				}
+				ch = r.Refusals()
+				select {
+				case poke <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	return poke
 }
 
 func (d *Agent) readNetnsMode() {

@@ -117,7 +117,8 @@ func (d *Agent) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADevi
 }
 
 // refusal says why a pool is not served on this node, "" when it is. A
-// pool is refused when the agent has not its front end. Otherwise only
+// pool is refused when the agent has not its front end, or its front end
+// refuses it (PoolRefuser). Otherwise only
 // gpuAligned pools are refused: every container gets the device nodes of
 // every NIC of the pool, and only the exclusive netns mode makes an RDMA
 // device unusable outside the network namespace it is in.
@@ -128,6 +129,11 @@ func (d *Agent) refusal(p config.Pool) string {
 				"start it with --dra, or give the pool frontend devicePlugin", p.Name)
 		}
 		return fmt.Sprintf("pool %q has frontend %s but the daemon runs without that front end; the pool is not served", p.Name, fe)
+	}
+	if r, ok := d.cfg.FrontEnds[frontendOf(p)].(PoolRefuser); ok {
+		if msg := r.Refusal(p); msg != "" {
+			return msg
+		}
 	}
 	if !p.GPUAligned() {
 		return ""

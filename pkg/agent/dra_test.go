@@ -16,6 +16,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -157,4 +158,62 @@ func TestDRAPoolRefusedWithoutFrontend(t *testing.T) {
 	if _, ok := e.Kubelet.Devices("rdma.example.com/ib"); ok {
 		t.Errorf("the dra pool reached the kubelet")
 	}
+}
+
+// refusingDRA is a fakeDRA that refuses the shared pools once told to
+// (agent.PoolRefuser), as the DRA front end does when the API server
+// lacks DRAConsumableCapacity.
+type refusingDRA struct {
+	fakeDRA
+	rmu     sync.Mutex
+	refuse  bool
+	changed chan struct{}
+}
+
+func (f *refusingDRA) Refusal(p config.Pool) string {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	if f.refuse && p.Mode == config.Shared {
+		return "pool " + p.Name + " refused: no DRAConsumableCapacity"
+	}
+	return ""
+}
+
+func (f *refusingDRA) Refusals() <-chan struct{} {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	return f.changed
+}
+
+func (f *refusingDRA) startRefusing() {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	f.refuse = true
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// TestDRAPoolRefusedByTheFrontEnd: a front end's refusal learned after
+// start (a shared dra pool on an API server without consumable capacity)
+// takes the pool from the front end and puts the reason in /state's
+// problems; the exclusive dra pool stays.
+func TestDRAPoolRefusedByTheFrontEnd(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n"+
+		"- {name: ib, mode: shared, frontend: dra, slots: 3, selectors: {linkLayers: [InfiniBand], rdmaDevices: [mlx5_0]}}\n"+
+		"- {name: ib2, mode: exclusive, frontend: dra, nccl: false, selectors: {linkLayers: [InfiniBand], rdmaDevices: [mlx5_1]}}\n")
+	fake := &refusingDRA{changed: make(chan struct{})}
+	e := start(t, nodesim.HGX(), func(c *agenttest.Config) { c.ConfigFile = conf; c.DRA = fake })
+	poll(t, 2*time.Second, "both dra pools served", func() bool {
+		p, _ := fake.get()
+		return cmp.Equal(p, map[string][]string{"ib": {"mlx5_0"}, "ib2": {"mlx5_1"}})
+	})
+	fake.startRefusing()
+	poll(t, 2*time.Second, "the shared pool taken away", func() bool {
+		p, _ := fake.get()
+		return cmp.Equal(p, map[string][]string{"ib2": {"mlx5_1"}})
+	})
+	poll(t, 2*time.Second, "the refusal in /state's problems", func() bool {
+		return slices.ContainsFunc(e.Agent.State().Problems, func(p string) bool { return strings.Contains(p, "DRAConsumableCapacity") })
+	})
 }

@@ -33,6 +33,19 @@ type FrontEnd interface {
 	Stop()
 }
 
+// PoolRefuser is a front end that may refuse a pool of its own on what it
+// learns after Start (the DRA front end: an API server without the
+// feature gate a shared pool needs). The agent asks Refusal of every pool
+// of the front end with its own refusals (Assignment.Refused, the problem
+// on /state), and hands every front end its pools again when the channel
+// of Refusals is closed (a new one is taken then).
+type PoolRefuser interface {
+	// Refusal says why the front end does not serve the pool, "" when it does.
+	Refusal(p config.Pool) string
+	// Refusals is closed when Refusal's answers may have changed.
+	Refusals() <-chan struct{}
+}
+
 // FileKeeper is a front end that writes files another process reads and
 // may move aside when they do not decode (the device plugin's pool.json of
 // gpuAligned pools, read by the CNI plugin: internal/quarantine). The agent

@@ -42,7 +42,8 @@ type PoolView struct {
 	Binding        config.Binding
 	// NoNCCL: the pool does not set NCCL's variables (config nccl: false).
 	NoNCCL bool
-	// Slots is a shared pool's slot count; 0 for an exclusive pool.
+	// Slots is a shared pool's slot count (of a dra pool: the claims each
+	// member takes at once); 0 for an exclusive pool.
 	Slots int
 	// Members are the pool's RDMA device names.
 	Members []string
@@ -109,6 +110,9 @@ func (d *Agent) publishView(snap *nodewatch.Snapshot) {
 			continue
 		}
 		pv := PoolView{Name: a.Pool.Name, Mode: a.Pool.Mode, NoNCCL: !a.Pool.SetsNCCL(), Memlock: a.Pool.MemlockLimit()}
+		if a.Pool.Mode == config.Shared {
+			pv.Slots = a.Pool.SlotCount() // claims a member takes at once
+		}
 		for _, m := range a.Members {
 			pv.Members = append(pv.Members, m.Name)
 		}

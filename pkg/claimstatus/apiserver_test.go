@@ -337,7 +337,7 @@ func TestWriterAgainstAPIServer(t *testing.T) {
 		t.Errorf("retry: requests (-want +got):\n%s", diff)
 	}
 	// The API server's own check: an entry names a device allocated in the claim.
-	bad := applyConfig(claimRef{"train", "other", rec.UID}, entries{{pool, "pci-0000-99-00-0"}: {IfName: "net1", Ready: true}}, map[devKey]time.Time{{pool, "pci-0000-99-00-0"}: now})
+	bad := applyConfig(claimRef{"train", "other", rec.UID}, entries{{Pool: pool, Device: "pci-0000-99-00-0"}: {IfName: "net1", Ready: true}}, map[devKey]time.Time{{Pool: pool, Device: "pci-0000-99-00-0"}: now})
 	if err := NewKube(kube, "node-a").ApplyStatus(ctx, bad); err == nil || errors.Is(err, ErrClaimGone) {
 		t.Errorf("apply of a device not allocated = %v, want refused", err)
 	} else {

@@ -323,7 +323,7 @@ func retriable(err error) bool {
 func applyConfig(ref claimRef, want entries, since map[devKey]time.Time) *resourceac.ResourceClaimApplyConfiguration {
 	status := resourceac.ResourceClaimStatus()
 	keys := slices.SortedFunc(maps.Keys(want), func(a, b devKey) int {
-		return strings.Compare(a.Pool+"/"+a.Device, b.Pool+"/"+b.Device)
+		return strings.Compare(a.Pool+"/"+a.Device+"/"+a.ShareID, b.Pool+"/"+b.Device+"/"+b.ShareID)
 	})
 	for _, k := range keys {
 		info := want[k]
@@ -334,8 +334,12 @@ func applyConfig(ref claimRef, want entries, since map[devKey]time.Time) *resour
 		if info.IPs != "" {
 			nd.WithIPs(strings.Split(info.IPs, ",")...)
 		}
-		status.WithDevices(resourceac.AllocatedDeviceStatus().
-			WithDriver(claimrecord.DriverName).WithPool(k.Pool).WithDevice(k.Device).
+		entry := resourceac.AllocatedDeviceStatus().
+			WithDriver(claimrecord.DriverName).WithPool(k.Pool).WithDevice(k.Device)
+		if k.ShareID != "" {
+			entry.WithShareID(k.ShareID)
+		}
+		status.WithDevices(entry.
 			WithNetworkData(nd).
 			WithConditions(metav1ac.Condition().WithType(ConditionReady).WithStatus(metav1.ConditionTrue).
 				WithReason(ReasonAttached).WithMessage("netdev " + info.IfName + " is in the pod").

@@ -17,9 +17,11 @@ import (
 // whose object has another UID is a claim created again, not this one.
 type claimRef struct{ Namespace, Name, UID string }
 
-// devKey is a status.devices entry's key for our driver (no shareID: a
-// device of ours is allocated whole).
-type devKey struct{ Pool, Device string }
+// devKey is a status.devices entry's key for our driver: the device, and
+// the allocation's share of it for a device of a shared pool (KEP-4817's
+// AllocatedDeviceStatus.shareID; "" for a device allocated whole), so the
+// entries of the claims sharing a NIC are each their own pod's.
+type devKey struct{ Pool, Device, ShareID string }
 
 // netInfo is what an entry says: the pod's interface, its addresses
 // (CIDRs, joined by ","), its MAC, and whether it carries our Ready
@@ -70,7 +72,7 @@ func want(pools []string, claims []claimrecord.Record, recs []attachment.Attachm
 				name = n
 			}
 			if info, ok := attached(c, name, recs); ok {
-				out[ref][devKey{d.Pool, d.Device}] = info
+				out[ref][devKey{d.Pool, d.Device, d.ShareID}] = info
 			}
 		}
 	}
@@ -102,10 +104,13 @@ func attached(c claimrecord.Record, name string, recs []attachment.Attachment) (
 func observed(c *resourceapi.ResourceClaim) (entries, map[devKey]time.Time) {
 	out, since := entries{}, map[devKey]time.Time{}
 	for _, d := range c.Status.Devices {
-		if d.Driver != claimrecord.DriverName || d.ShareID != nil {
+		if d.Driver != claimrecord.DriverName {
 			continue
 		}
-		k := devKey{d.Pool, d.Device}
+		k := devKey{Pool: d.Pool, Device: d.Device}
+		if d.ShareID != nil {
+			k.ShareID = *d.ShareID
+		}
 		var info netInfo
 		if n := d.NetworkData; n != nil {
 			info = netInfo{IfName: n.InterfaceName, IPs: strings.Join(n.IPs, ","), MAC: n.HardwareAddress}

@@ -32,7 +32,7 @@ func TestWant(t *testing.T) {
 		want  map[claimRef]entries
 	}{
 		{name: "attached", pools: []string{"roce"}, recs: []attachment.Attachment{rec(pod, true, net1)},
-			want: map[claimRef]entries{ref: {{roce, "pci-0000-3b-00-0"}: {IfName: "net1", IPs: "10.0.0.2/24", MAC: "02:00:00:00:00:01", Ready: true}}}},
+			want: map[claimRef]entries{ref: {{Pool: roce, Device: "pci-0000-3b-00-0"}: {IfName: "net1", IPs: "10.0.0.2/24", MAC: "02:00:00:00:00:01", Ready: true}}}},
 		{name: "no chained dra pool", recs: []attachment.Attachment{rec(pod, true, net1)}, want: map[claimRef]entries{}},
 		{name: "add in flight", pools: []string{"roce"}, recs: []attachment.Attachment{rec(pod, false, net1)}, want: map[claimRef]entries{ref: {}}},
 		{name: "another pod's", pools: []string{"roce"}, recs: []attachment.Attachment{rec(otherPod, true, net1)}, want: map[claimRef]entries{ref: {}}},
@@ -43,7 +43,7 @@ func TestWant(t *testing.T) {
 			want: map[claimRef]entries{ref: {}}},
 		{name: "renamed since Prepare", pools: []string{"roce"}, names: map[string]string{"0000:3b:00.1": "mlx5_7"},
 			recs: []attachment.Attachment{rec(pod, true, attachment.Device{RDMA: "mlx5_7", PodIfName: "net2"}, attachment.Device{RDMA: "mlx5_1", PodIfName: "wrong"})},
-			want: map[claimRef]entries{ref: {{roce, "pci-0000-3b-00-1"}: {IfName: "net2", Ready: true}}}},
+			want: map[claimRef]entries{ref: {{Pool: roce, Device: "pci-0000-3b-00-1"}: {IfName: "net2", Ready: true}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := want(tc.pools, []claimrecord.Record{claim}, tc.recs, tc.names)
@@ -51,5 +51,35 @@ func TestWant(t *testing.T) {
 				t.Errorf("want (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWantShared: two claims that share a NIC of a shared dra pool each
+// get the entry of their own pod's child, keyed by their shareID.
+func TestWantShared(t *testing.T) {
+	pool := claimrecord.DRAPool("node-a", "roce")
+	dev := func(share string) []claimrecord.Device {
+		return []claimrecord.Device{{Pool: pool, Device: "pci-0000-3b-00-0", RDMA: "mlx5_0", PCIAddress: "0000:3b:00.0", ShareID: share}}
+	}
+	claims := []claimrecord.Record{
+		{UID: "c1", Namespace: "ns", Name: "a", PodUIDs: []string{"pod-a"}, Devices: dev("share-a")},
+		{UID: "c2", Namespace: "ns", Name: "b", PodUIDs: []string{"pod-b"}, Devices: dev("share-b")},
+	}
+	rec := func(pod, ifName, mac string) attachment.Attachment {
+		return attachment.Attachment{Key: attachment.Key{ContainerID: pod, IfName: "eth0"}, Pod: &attachment.PodRef{UID: pod}, Complete: true,
+			Devices: []attachment.Device{{RDMA: "mlx5_0", Child: "macvlan", PodIfName: ifName, PodMAC: mac}}}
+	}
+	got := want([]string{"roce"}, claims, []attachment.Attachment{rec("pod-a", "net1", "02:00:00:00:00:0a"), rec("pod-b", "net1", "02:00:00:00:00:0b")}, nil)
+	wantEntries := map[claimRef]entries{
+		{"ns", "a", "c1"}: {{Pool: pool, Device: "pci-0000-3b-00-0", ShareID: "share-a"}: {IfName: "net1", MAC: "02:00:00:00:00:0a", Ready: true}},
+		{"ns", "b", "c2"}: {{Pool: pool, Device: "pci-0000-3b-00-0", ShareID: "share-b"}: {IfName: "net1", MAC: "02:00:00:00:00:0b", Ready: true}},
+	}
+	if diff := cmp.Diff(wantEntries, got); diff != "" {
+		t.Errorf("want (-want +got):\n%s", diff)
+	}
+	// The entry as applied names the share.
+	ac := applyConfig(claimRef{"ns", "a", "c1"}, got[claimRef{"ns", "a", "c1"}], nil)
+	if s := ac.Status.Devices[0].ShareID; s == nil || *s != "share-a" {
+		t.Errorf("applied entry's shareID %v, want share-a", s)
 	}
 }

@@ -202,7 +202,7 @@ func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel
 			return netconf.PlanNames(conf, args.IfName, ids)
 		}, gr, nil
 	}
-	ids, shared, err := p.selectDevices(ctx, conf, pod, res, log)
+	ids, shared, sharedDRA, err := p.selectDevices(ctx, conf, pod, res, log)
 	if err != nil || len(ids) == 0 {
 		return nil, nil, err
 	}
@@ -211,7 +211,7 @@ func (p *Plugin) planDevices(ctx context.Context, conf *netconf.Conf, args *skel
 		return nil, nil, err
 	}
 	for i := range plan {
-		plan[i].Shared = shared
+		plan[i].Shared = shared || sharedDRA[plan[i].DeviceID]
 	}
 	return func(map[string]attachment.Key) ([]netconf.Assignment, error) { return plan, nil }, nil, nil
 }

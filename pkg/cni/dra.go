@@ -22,9 +22,15 @@ import (
 // claimedDevices returns the RDMA names, in natural order, of the devices
 // of every claim reserved for the pod, leaving out admin-access results
 // (they hold no device). None is an empty answer, not an error.
-func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) ([]string, error) {
+//
+// shared names those the claim holds a share of (a shared pool of frontend
+// dra: the record's shareID): other claims' pods hold the NIC too, so the
+// pod gets a child of its netdev (shared.go), created in and deleted from
+// its own netns only; with sharedNetdev none such a device is left out (the
+// pod has its device nodes, no netdev), as a shared device plugin pool's.
+func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) (ids []string, shared map[string]bool, err error) {
 	if pod.UID == "" {
-		return nil, fmt.Errorf("%w: draClaimsDir mode needs K8S_POD_UID in CNI_ARGS", ErrBadEnvironment)
+		return nil, nil, fmt.Errorf("%w: draClaimsDir mode needs K8S_POD_UID in CNI_ARGS", ErrBadEnvironment)
 	}
 	recs, damaged, err := claimrecord.ReadAll(conf.DRAClaimsDir)
 	for _, d := range damaged {
@@ -34,13 +40,12 @@ func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, lo
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		// The driver creates it at start: no driver, no claims to find.
-		return nil, fmt.Errorf("%w: DRA claims dir %s does not exist (is the node agent running with --dra, its plugin dir at this host path?): %w",
+		return nil, nil, fmt.Errorf("%w: DRA claims dir %s does not exist (is the node agent running with --dra, its plugin dir at this host path?): %w",
 			ErrNotAvailable, conf.DRAClaimsDir, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var ids []string
 	for _, r := range recs {
 		if !r.ForPod(pod.UID) {
 			continue
@@ -51,11 +56,21 @@ func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, lo
 			}
 			what := fmt.Sprintf("claim %s/%s (uid %s): device %s of pool %s", r.Namespace, r.Name, r.UID, d.Device, d.Pool)
 			if d.ID() == "" {
-				return nil, fmt.Errorf("%s: the record names no RDMA device (prepared by an older node agent?): %w", what, ErrDeviceNotFound)
+				return nil, nil, fmt.Errorf("%s: the record names no RDMA device (prepared by an older node agent?): %w", what, ErrDeviceNotFound)
 			}
 			dev, err := res.LookupRDMA(d.ID())
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", what, lookupError(d.ID(), err))
+				return nil, nil, fmt.Errorf("%s: %w", what, lookupError(d.ID(), err))
+			}
+			if d.Shared() && conf.SharedNetdev == netconf.SharedNone {
+				log.Info("sharedNetdev none: a shared device's pod gets no netdev", "claim", r.Namespace+"/"+r.Name, "device", d.Device, "rdma", dev.Name)
+				continue
+			}
+			if d.Shared() {
+				if shared == nil {
+					shared = map[string]bool{}
+				}
+				shared[dev.Name] = true
 			}
 			if !slices.Contains(ids, dev.Name) {
 				ids = append(ids, dev.Name)
@@ -64,7 +79,7 @@ func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, lo
 		log.Info("dra claim of the pod", "claim", r.Namespace+"/"+r.Name, "uid", r.UID, "devices", len(r.Devices))
 	}
 	netconf.SortDevices(ids)
-	return ids, nil
+	return ids, shared, nil
 }
 
 // errNoClaims is ADD's answer in DRA mode, when not chained, for a pod

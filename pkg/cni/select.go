@@ -73,12 +73,19 @@ func (p *Plugin) allocated(ctx context.Context, conf *netconf.Conf, pod podRef, 
 //
 // shared says the devices came from a shared pool (a slot of the device
 // plugin's shared pool: shared.go): the pod gets a child of each one's
-// netdev, which stays on the host.
-func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) (ids []string, shared bool, err error) {
+// netdev, which stays on the host. In DRA mode sharedDRA names the devices
+// of which the pod's claims hold a share (claimedDevices), shared is false.
+func (p *Plugin) selectDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) (ids []string, shared bool, sharedDRA map[string]bool, err error) {
 	if conf.FromDRA() {
-		ids, err := p.claimedDevices(conf, pod, res, log)
-		return ids, false, err
+		ids, sharedDRA, err := p.claimedDevices(conf, pod, res, log)
+		return ids, false, sharedDRA, err
 	}
+	ids, shared, err = p.selectPluginDevices(ctx, conf, pod, res, log)
+	return ids, shared, nil, err
+}
+
+// selectPluginDevices is selectDevices for the device plugin's pools.
+func (p *Plugin) selectPluginDevices(ctx context.Context, conf *netconf.Conf, pod podRef, res Resolver, log *slog.Logger) (ids []string, shared bool, err error) {
 	if !conf.Standalone() {
 		return p.selectDeviceID(ctx, conf, pod, res, log)
 	}

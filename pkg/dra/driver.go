@@ -82,6 +82,11 @@ type Driver struct {
 	pacer *Pacer
 	// pubErr is the last publication's error, nil once one went through.
 	pubErr error
+	// noCapacity is the DRA pool whose published devices lost
+	// allowMultipleAllocations (no DRAConsumableCapacity); refused is
+	// closed when it is set (share.go).
+	noCapacity string
+	refused    chan struct{}
 
 	stop sync.Once
 }
@@ -123,7 +128,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	if err := os.MkdirAll(claims, 0o700); err != nil {
 		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{})}
+	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{}), refused: make(chan struct{})}
 	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	opts := []kubeletplugin.Option{
@@ -199,12 +204,13 @@ func ClaimsDir(pluginDir string) string { return filepath.Join(pluginDir, "claim
 func (d *Driver) Stop() { d.stop.Do(d.helper.Stop) }
 
 // Publish replaces the published pools: configured pool name -> members;
-// noNCCL names the pools that do not set NCCL's variables. Devices whose
+// opts are the pools' options (none: NCCL's variables, one claim per
+// device). Devices whose
 // names collide are left out and reported in the error; the rest is
 // published. It does not wait for the API server: the claims' lookups and
 // health are in place when it returns, the ResourceSlices follow when the
 // API server answers (the pacer, pace.go; PublishErr says how the last went).
-func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[string]bool, healthy map[string]bool) error {
+func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, opts map[string]PoolOptions, healthy map[string]bool) error {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	ix := &Index{}
 	var health []kubeletplugin.DeviceHealth
@@ -214,9 +220,12 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, noNCCL map[str
 		devs, e := Devices(pools[name], healthy)
 		errs = append(errs, e...)
 		InPool(devs, name)
+		if n := opts[name].Shares; n > 0 {
+			Share(devs, n)
+		}
 		pool := PoolName(d.cfg.NodeName, name)
 		ix.Add(pool, devs)
-		if noNCCL[name] {
+		if opts[name].NoNCCL {
 			ix.SetNoNCCL(pool)
 		}
 		var sl []resourceslice.Slice
@@ -276,8 +285,11 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 	if c.Status.Allocation != nil {
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver == DriverName {
-				claim.Results = append(claim.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device,
-					AdminAccess: r.AdminAccess != nil && *r.AdminAccess})
+				res := Result{Request: r.Request, Pool: r.Pool, Device: r.Device, AdminAccess: r.AdminAccess != nil && *r.AdminAccess}
+				if r.ShareID != nil {
+					res.ShareID = string(*r.ShareID)
+				}
+				claim.Results = append(claim.Results, res)
 			}
 		}
 	}
@@ -309,8 +321,10 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 }
 
 // HandleError implements kubeletplugin.DRAPlugin. Every background error
-// of the helper (publishing slices) is retried by it; this only logs.
+// of the helper (publishing slices) is retried by it; this logs, and
+// learns of an API server without DRAConsumableCapacity (share.go).
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	d.noteDropped(err)
 	d.log.Warn("dra kubelet plugin: "+msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
 }
 

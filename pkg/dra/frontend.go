@@ -4,10 +4,14 @@ import (
 	"context"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
-var _ agent.FrontEnd = (*Driver)(nil)
+var (
+	_ agent.FrontEnd    = (*Driver)(nil)
+	_ agent.PoolRefuser = (*Driver)(nil)
+)
 
 // Start implements agent.FrontEnd: StartDriver has registered the driver
 // with the kubelet already, so that its claims' records are there before
@@ -20,17 +24,19 @@ func (d *Driver) Start(context.Context, agent.Node) error { return nil }
 // is a taint change).
 func (d *Driver) Update(u agent.Update) error {
 	pools := map[string][]discovery.RDMADevice{}
-	noNCCL := map[string]bool{}
+	opts := map[string]PoolOptions{}
 	for _, a := range u.Pools {
 		if a.Refused != "" {
 			continue
 		}
 		pools[a.Pool.Name] = append([]discovery.RDMADevice{}, a.Members...)
-		if !a.Pool.SetsNCCL() {
-			noNCCL[a.Pool.Name] = true
+		o := PoolOptions{NoNCCL: !a.Pool.SetsNCCL()}
+		if a.Pool.Mode == config.Shared {
+			o.Shares = a.Pool.SlotCount()
 		}
+		opts[a.Pool.Name] = o
 	}
-	return d.Publish(pools, noNCCL, u.Healthy)
+	return d.Publish(pools, opts, u.Healthy)
 }
 
 // Status implements agent.FrontEnd: nil, the devices reach the kubelet as

@@ -30,7 +30,7 @@ var (
 	// publish (any more).
 	ErrUnknownDevice = errors.New("unknown device")
 	// ErrInUse: the allocation names a device another prepared claim
-	// holds; devices are exclusive.
+	// holds alone, or holds alone a device another claim holds.
 	ErrInUse = errors.New("device in use by another claim")
 )
 
@@ -62,6 +62,10 @@ type Result struct {
 	// claim that uses the device; it neither holds the device nor is
 	// refused for it.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// ShareID is the allocation's share of a device of a shared pool
+	// (allocation result shareID): the claims with one each hold the
+	// device together.
+	ShareID string `json:"shareID,omitempty"`
 }
 
 // Prepared is one allocated device and the CDI devices a container that
@@ -134,8 +138,8 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		if !ok {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s", c.Namespace, c.Name, ErrUnknownDevice, r.Device, r.Pool)
 		}
-		if other, ok := held[poolDevice{r.Pool, r.Device}]; ok && !r.AdminAccess {
-			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s is claim %s's", c.Namespace, c.Name, ErrInUse, r.Device, r.Pool, other)
+		if other, ok := held[poolDevice{r.Pool, r.Device}]; ok && !r.AdminAccess && !(other.shared && r.ShareID != "") {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w: %s in pool %s is claim %s's", c.Namespace, c.Name, ErrInUse, r.Device, r.Pool, other.claim)
 		}
 		if _, ok := byRequest[r.Request]; !ok {
 			requests = append(requests, r.Request)
@@ -146,7 +150,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 			ncclRequest[r.Request] = true
 		}
 		rec.Devices = append(rec.Devices, claimrecord.Device{Request: r.Request, Pool: r.Pool, Device: r.Device,
-			AdminAccess: r.AdminAccess, RDMA: d.Name, PCIAddress: d.PCIAddress, AuxDevice: d.AuxDevice})
+			AdminAccess: r.AdminAccess, RDMA: d.Name, PCIAddress: d.PCIAddress, AuxDevice: d.AuxDevice, ShareID: r.ShareID})
 	}
 	spec := cdispec.Spec{Kind: CDIKind, Devices: []cdispec.Device{}}
 	if containeredits.Present(p.DevRoot, containeredits.RDMACM) {
@@ -252,20 +256,33 @@ func (p *Preparer) PreparedClaims() ([]string, error) {
 
 type poolDevice struct{ pool, device string }
 
-// held maps every device of a prepared claim other than uid to its claim.
-func (p *Preparer) held(uid string) (map[poolDevice]string, error) {
+// holder is a prepared claim holding a device: shared when every claim
+// that holds it holds a share (a shareID), so another share may join.
+type holder struct {
+	claim  string
+	shared bool
+}
+
+// held maps every device of a prepared claim other than uid to a claim
+// holding it.
+func (p *Preparer) held(uid string) (map[poolDevice]holder, error) {
 	recs, err := p.records()
 	if err != nil {
 		return nil, err
 	}
-	out := map[poolDevice]string{}
+	out := map[poolDevice]holder{}
 	for _, r := range recs {
 		if r.UID == uid {
 			continue
 		}
 		for _, d := range r.Devices {
-			if !d.AdminAccess {
-				out[poolDevice{d.Pool, d.Device}] = r.Namespace + "/" + r.Name
+			if d.AdminAccess {
+				continue
+			}
+			k := poolDevice{d.Pool, d.Device}
+			h, seen := out[k]
+			if !seen || (h.shared && !d.Shared()) {
+				out[k] = holder{claim: r.Namespace + "/" + r.Name, shared: d.Shared()}
 			}
 		}
 	}

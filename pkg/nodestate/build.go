@@ -90,9 +90,19 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 	}
 	var shares map[string]int
 	st.Claims, shares = claims(in.Claims, devs, in.Attachments)
+	// A shared dra pool publishes each member for Slots claims at once.
+	capacity := map[string]int{}
+	for _, p := range in.View.DRAPools {
+		for _, m := range p.Members {
+			if p.Mode == config.Shared && p.Slots > 0 {
+				capacity[m] = p.Slots
+			}
+		}
+	}
 	for i := range st.Devices {
-		if n := shares[st.Devices[i].Name]; n > 0 {
-			st.Devices[i].Shares = &v1alpha1.Shares{Used: n}
+		n, c := shares[st.Devices[i].Name], capacity[st.Devices[i].Name]
+		if n > 0 || c > 0 {
+			st.Devices[i].Shares = &v1alpha1.Shares{Used: n, Capacity: c}
 		}
 	}
 	st.Pools = pools(in.View.Pools, st.Allocations)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
@@ -197,5 +199,31 @@ func TestPublisherClaims(t *testing.T) {
 	}
 	if r := p.Report(); r.ClaimRecordsError != "" {
 		t.Errorf("report after the records read again: %+v", r)
+	}
+}
+
+// TestBuildSharedDRACapacity: the members of a shared dra pool show the
+// claims they take at once (the pool's slots) beside the claims holding
+// them, also when none does; an exclusive dra pool's show no capacity.
+func TestBuildSharedDRACapacity(t *testing.T) {
+	v := testView()
+	v.DRAPools = []agent.PoolView{
+		{Name: "roce-dra", Mode: config.Shared, Slots: 3, Members: []string{"mlx5_30", "mlx5_10"}},
+		{Name: "ib-dra", Mode: config.Exclusive, Members: []string{"mlx5_2"}},
+	}
+	dev := func(share string) claimrecord.Device {
+		d := claimDev("nic", "n1/roce-dra", "pci-0000-81-00-2", "mlx5_30", "0000:81:00.2")
+		d.ShareID = share
+		return d
+	}
+	recs := []claimrecord.Record{claimRec("u-a", "ns", "a", nil, dev("s-a")), claimRec("u-b", "ns", "b", nil, dev("s-b"))}
+	st := Build(Input{View: v, Claims: recs, Now: now})
+	shares := map[string]*v1alpha1.Shares{}
+	for _, d := range st.Devices {
+		shares[d.Name] = d.Shares
+	}
+	want := map[string]*v1alpha1.Shares{"mlx5_30": {Used: 2, Capacity: 3}, "mlx5_10": {Capacity: 3}, "mlx5_2": nil}
+	if diff := cmp.Diff(want, shares); diff != "" {
+		t.Errorf("devices' shares (-want +got):\n%s", diff)
 	}
 }

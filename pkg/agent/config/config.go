@@ -24,7 +24,9 @@ const (
 	// rxe); a pod gets the devices it was allocated and nothing else.
 	Exclusive Mode = "exclusive"
 	// Shared advertises the pool's whole device set as Slots kubelet
-	// devices; every pod that gets a slot gets all of the set.
+	// devices; every pod that gets a slot gets all of the set. A shared
+	// pool of frontend dra publishes each device for Slots claims at once
+	// instead (DRA consumable capacity: docs/dra.md, "Shared pools").
 	Shared Mode = "shared"
 )
 
@@ -63,7 +65,8 @@ const (
 	// to the kubelet as an extended resource.
 	DevicePlugin Frontend = "devicePlugin"
 	// DRA publishes the pool's devices in ResourceSlices and prepares
-	// claims for them (pkg/dra, docs/dra.md). Exclusive pools only.
+	// claims for them (pkg/dra, docs/dra.md): a device of an exclusive
+	// pool goes to one claim, one of a shared pool to up to Slots claims.
 	DRA Frontend = "dra"
 )
 
@@ -72,7 +75,9 @@ type Pool struct {
 	Name string `json:"name"`
 	Mode Mode   `json:"mode"`
 	// Slots is the number of kubelet devices a shared pool advertises
-	// (DefaultSlots when 0); it must be 0 for an exclusive pool.
+	// (DefaultSlots when 0); for a shared pool of frontend dra, the number
+	// of claims one device takes at once (its kube-rdma.io/shares
+	// capacity). It must be 0 for an exclusive pool.
 	Slots int `json:"slots,omitempty"`
 	// Binding is "" or GPUAligned (exclusive pools only).
 	Binding Binding `json:"binding,omitempty"`

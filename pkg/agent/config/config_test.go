@@ -140,8 +140,11 @@ func TestParseBad(t *testing.T) {
 			`pools[0].binding: "numa" is not gpuAligned (or empty)`},
 		{"unknown frontend", head + "- name: a\n  mode: exclusive\n  frontend: both\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].frontend: "both" is not devicePlugin or dra: a pool is served by exactly one front end`},
-		{"dra on a shared pool", head + "- name: a\n  mode: shared\n  frontend: dra\n  selectors: {vendors: [15b3]}\n",
-			"pools[0].frontend: dra serves exclusive pools only: sharing a NIC between claims needs consumable capacity, which the DRA front end does not publish yet"},
+		{"shared dra pool with too many shares", head + "- name: a\n  mode: shared\n  frontend: dra\n  slots: 10001\n  selectors: {vendors: [15b3]}\n",
+			"pools[0].slots: 10001 is out of range 0..10000"},
+		{"shared dra pool overlapping a shared pool", head + noNCCL("roce", "shared", "{linkLayers: [Ethernet]}") +
+			"- name: nics\n  mode: shared\n  frontend: dra\n  nccl: false\n  selectors: {vendors: [15b3]}\n",
+			`pools[1].selectors: pool "nics" may select the same devices as pool "roce" (pools[0]), and one of them has frontend dra: a device is served by exactly one front end; give both a selector field with no value in common`},
 		{"dra with gpuAligned", head + "- name: a\n  mode: exclusive\n  frontend: dra\n  binding: gpuAligned\n  selectors: {vendors: [15b3]}\n",
 			"pools[0].frontend: dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)"},
 		{"dra pool overlapping a shared pool", head + noNCCL("roce", "shared", "{linkLayers: [Ethernet]}") + dra("nics", "{vendors: [15b3]}", true),
@@ -279,6 +282,31 @@ func TestAssign(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, names(got)); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSharedDRAPool: a shared pool of frontend dra is accepted (it was
+// refused before the DRA front end published consumable capacity); its
+// slots are the claims a device takes at once.
+func TestSharedDRAPool(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       int
+	}{
+		{"slots given", "resourcePrefix: x.io\npools:\n- {name: roce, mode: shared, frontend: dra, slots: 3, selectors: {linkLayers: [Ethernet]}}\n", 3},
+		{"slots default", "resourcePrefix: x.io\npools:\n- {name: roce, mode: shared, frontend: dra, selectors: {linkLayers: [Ethernet]}}\n", DefaultSlots},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := c.Pools[0]
+			if !p.DRA() || p.Mode != Shared || p.SlotCount() != tt.want {
+				t.Errorf("pool %+v: DRA %v, mode %s, slots %d; want a shared dra pool of %d", p, p.DRA(), p.Mode, p.SlotCount(), tt.want)
 			}
 		})
 	}

@@ -94,9 +94,6 @@ func (c Config) Validate() error {
 		switch p.Frontend {
 		case "", DevicePlugin:
 		case DRA:
-			if p.Mode == Shared {
-				add(f+".frontend", "dra serves exclusive pools only: sharing a NIC between claims needs consumable capacity, which the DRA front end does not publish yet")
-			}
 			if p.GPUAligned() {
 				add(f+".frontend", "dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)")
 			}

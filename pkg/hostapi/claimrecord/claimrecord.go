@@ -99,7 +99,17 @@ type Device struct {
 	PCIAddress string `json:"pciAddress,omitempty"`
 	// AuxDevice is an SF's auxiliary device ("mlx5_core.sf.2").
 	AuxDevice string `json:"auxDevice,omitempty"`
+	// ShareID is the allocation's share of a device that several claims
+	// hold at once (a shared pool of frontend dra: DRA consumable
+	// capacity); "" for a device the claim holds alone. The CNI plugin gives
+	// a pod a child netdev of a shared device, never the device's own. An
+	// optional key of version 2: a reader that does not know it takes the
+	// device for one the claim holds alone (it refuses the second claim).
+	ShareID string `json:"shareID,omitempty"`
 }
+
+// Shared reports whether other claims may hold the device too.
+func (d Device) Shared() bool { return d.ShareID != "" }
 
 // ID is the most stable name of the device on the node, the one its DRA
 // device name is derived from: an SF's auxiliary device, a PF's or VF's

@@ -1,0 +1,143 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// capShares is the consumable capacity a shared dra pool's devices are published with
+// (pkg/dra.CapacityShares).
+const capShares resourceapi.QualifiedName = "kube-rdma.io/shares"
+
+// testDRASharedNIC: the DRA phase's sharedPool publishes its one NIC for sharedSlots claims at
+// once (allowMultipleAllocations, capacity kube-rdma.io/shares). sharedSlots pods, each with a
+// claim of one share, run on the NIC at once, each claim with a shareID of its own, and each
+// container gets the NIC's device nodes and NCCL_IB_HCA; one pod more stays Pending. Port 1 of
+// the NIC going down taints the one device every sharer's claim holds (the running pods stay:
+// NoSchedule); back up, the taint goes. A sharer deleted, the waiting pod gets the share.
+func testDRASharedNIC(t *testing.T, e *env) {
+	c := e.needDRA(t)
+	if c.sharedPool == "" || c.sharedSlots < 1 || c.pools[c.sharedPool] != 1 {
+		t.Fatalf("the phase names no shared pool of one NIC (sharedPool %q, slots %d, pools %v)", c.sharedPool, c.sharedSlots, c.pools)
+	}
+	devs, err := e.draDevices(t.Context(), draDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nic resourceapi.Device
+	for _, d := range devs {
+		if attrString(d, attrPool) == c.sharedPool {
+			nic = d
+		}
+	}
+	if nic.AllowMultipleAllocations == nil || !*nic.AllowMultipleAllocations {
+		t.Fatalf("device %s of shared pool %s: allowMultipleAllocations %v (is DRAConsumableCapacity on?)", nic.Name, c.sharedPool, nic.AllowMultipleAllocations)
+	}
+	if q, ok := nic.Capacity[capShares]; !ok || q.Value.Value() != int64(c.sharedSlots) {
+		t.Fatalf("device %s capacity %+v, want %s: %d", nic.Name, nic.Capacity, capShares, c.sharedSlots)
+	}
+	ns := e.namespace(t)
+	req := request("nic", draClass(c.sharedPool))
+	req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{capShares: resource.MustParse("1")}}
+	e.createTemplate(t, ns, "share", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}})
+
+	pods := make([]string, c.sharedSlots)
+	shares := map[string]string{} // shareID -> pod
+	start := time.Now()
+	for i := range pods {
+		pods[i] = fmt.Sprintf("sharer-%d", i)
+		e.createPod(t, e.claimPod(ns, pods[i], "share"))
+	}
+	for _, p := range pods {
+		e.waitRunning(t, ns, p)
+	}
+	allRunning := time.Since(start).Round(time.Millisecond)
+	for _, p := range pods {
+		r := e.shareOf(t, ns, p, nic.Name)
+		if other, dup := shares[r]; dup {
+			t.Errorf("pods %s and %s have share %s", other, p, r)
+		}
+		shares[r] = p
+		e.checkNICContainer(t, ns, p, nic)
+	}
+
+	// One more: no share left.
+	extra := "sharer-extra"
+	e.createPod(t, e.claimPod(ns, extra, "share"))
+	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+		pod, err := e.core.Pods(ns).Get(ctx, extra, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return unschedulable(pod, "")
+	})
+	if err == nil {
+		err = e.staysPending(t.Context(), ns, extra, 5*time.Second)
+	}
+	if err != nil {
+		t.Fatalf("a claim beyond the NIC's %d shares: %v", c.sharedSlots, err)
+	}
+
+	// Port down: the taint is on the one device every sharer holds.
+	rdma := attrString(nic, attrRDMA)
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := runHook(ctx, e.hook, "port-state", rdma, "1", "up"); err != nil {
+				t.Errorf("restore the port: %v", err)
+			}
+		}
+	})
+	e.mustHook(t, 30*time.Second, "port-state", rdma, "1", "down")
+	e.waitTaint(t, nic.Name, true)
+	for _, p := range pods {
+		if r := e.shareOf(t, ns, p, nic.Name); shares[r] != p {
+			t.Errorf("pod %s's share changed to %s", p, r)
+		}
+		pod, err := e.core.Pods(ns).Get(t.Context(), p, metav1.GetOptions{})
+		if err != nil || pod.Status.Phase != corev1.PodRunning {
+			t.Errorf("sharer %s with the NIC tainted NoSchedule: %v, phase %v; want it running", p, err, pod.Status.Phase)
+		}
+	}
+	e.mustHook(t, 30*time.Second, "port-state", rdma, "1", "up")
+	restored = true
+	e.waitTaint(t, nic.Name, false)
+
+	// A sharer goes: the waiting pod gets its share.
+	e.deletePod(t, ns, pods[0])
+	e.waitRunning(t, ns, extra)
+	r := e.shareOf(t, ns, extra, nic.Name)
+	if _, dup := shares[r]; dup {
+		t.Errorf("the waiting pod got share %s of %s", r, shares[r])
+	}
+	e.checkNICContainer(t, ns, extra, nic)
+	line := fmt.Sprintf("dra-shared: %d pods shared NIC %s (%s) of pool %s, all running %s after creation, each with its own shareID; one more Pending until a sharer went; port down tainted the one device every sharer holds",
+		c.sharedSlots, rdma, nic.Name, c.sharedPool, allRunning)
+	t.Log(line)
+	e.appendReport(t, line)
+}
+
+// shareOf is the shareID of the pod's claim's one result, which must be a share of device
+// with one share consumed.
+func (e *env) shareOf(t *testing.T, ns, pod, device string) string {
+	t.Helper()
+	claim := e.podClaim(t, ns, pod)
+	r := allocated(t, claim)["nic"]
+	if r.Device != device || r.ShareID == nil {
+		t.Fatalf("pod %s's claim %s: result %+v, want a share of %s", pod, claim.Name, r, device)
+	}
+	if q := r.ConsumedCapacity[capShares]; q.Value() != 1 {
+		t.Errorf("pod %s's claim consumed %v, want 1 of %s", pod, r.ConsumedCapacity, capShares)
+	}
+	return strings.TrimSpace(string(*r.ShareID))
+}
