@@ -137,6 +137,11 @@ gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)
 EOF
+  # The release the chart and image come from (run.sh: make release to the local registry).
+  if [[ $E2E_FROM_REGISTRY == 1 ]]; then
+    printf 'chart oci://%s/charts/kube-rdma\nchart-version %s\nchart-plain-http yes\nimage-digest %s\n' \
+      "$REGISTRY_PATH" "${RELEASE_VERSION#v}" "$(jq -r .index "$RELEASE_DIST/image.json")"
+  fi
   # The CNI plugin built with kuberdma_e2e (images.sh): its fault hook parks an ADD.
   if [[ -x $E2E_CACHE/images/kube-rdma-cni-e2e ]]; then
     echo "cni-e2e-binary $E2E_CACHE/images/kube-rdma-cni-e2e"

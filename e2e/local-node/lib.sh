@@ -33,8 +33,24 @@ PEER_NETNS=${PEER_NETNS:-kube-rdma-e2e-peers}
 GPU_DRA_DRIVER=gpu.e2e.kube-rdma.io
 FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
 # The images images.sh builds: the chart's (and its -fakerdma variant) and the pods'.
-IMAGE=localhost/kube-rdma:e2e
 TEST_IMAGE=localhost/rdma-test:e2e
+# The chart and its image come from a registry on 127.0.0.1, as users install a release
+# (docs/release.md): run.sh starts it (hack/registry.sh), images.sh pushes the -fakerdma
+# variant there, `make release` the image index and the chart; containerd pulls the image by its
+# tag, the suite installs oci://.../charts/kube-rdma (hook.sh describe: chart, image-digest).
+# E2E_FROM_REGISTRY=0: the image imported into containerd and the repository's chart directory,
+# as before.
+E2E_FROM_REGISTRY=${E2E_FROM_REGISTRY:-1}
+REGISTRY_PORT=${E2E_REGISTRY_PORT:-35000}
+REGISTRY_ADDR=127.0.0.1:$REGISTRY_PORT
+REGISTRY_PATH=$REGISTRY_ADDR/kube-rdma
+RELEASE_VERSION=v0.0.0-e2e
+RELEASE_DIST=$E2E_CACHE/release
+if [[ $E2E_FROM_REGISTRY == 1 ]]; then
+  IMAGE=$REGISTRY_PATH/kube-rdma:${RELEASE_VERSION#v}
+else
+  IMAGE=localhost/kube-rdma:e2e
+fi
 # The previous release (e2e/previous-release, its first line that is not a comment): prev.sh
 # builds its chart and images from `git archive` of the commit into PREV_DIR (reused while the
 # commit stays), up.sh imports its kube-rdma image, hook.sh describe names both for the suite's

@@ -25,7 +25,20 @@ node_lock
 # Before the trap below: a node someone else runs is theirs to stop, not this run's.
 ! node_in_use || die "a local node is running ($NODE_RUN; started by up.sh without run.sh?): down.sh stops it"
 bash "$HERE/build.sh" >/dev/null
-bash "$HERE/images.sh" >/dev/null
+if [[ $E2E_FROM_REGISTRY == 1 ]]; then
+  # The registry, the e2e images (the -fakerdma variant under the release's tag), then the
+  # release itself: its image index replaces the plain e2e image's tag, its chart names it.
+  T_REL=$(date +%s)
+  bash "$REPO/hack/registry.sh" stop "$REGISTRY_PORT" # a killed run's: start from nothing
+  bash "$REPO/hack/registry.sh" start "$REGISTRY_PORT" >/dev/null
+  E2E_REGISTRY=$REGISTRY_PATH E2E_IMAGE_TAG=${RELEASE_VERSION#v} bash "$HERE/images.sh" >/dev/null
+  # One krew platform and no krew install: CI's krew step checks those.
+  (cd "$REPO" && KREW_PLATFORMS=linux/amd64 KREW_CHECK=0 RELEASE_DIST=$RELEASE_DIST \
+    VERSION=$RELEASE_VERSION REGISTRY=$REGISTRY_PATH bash hack/release.sh >/dev/null)
+  log "release $RELEASE_VERSION in the registry $REGISTRY_PATH: index $(jq -r .index "$RELEASE_DIST/image.json") ($(($(date +%s) - T_REL)) s)"
+else
+  bash "$HERE/images.sh" >/dev/null
+fi
 T_PREV=$(date +%s)
 bash "$HERE/prev.sh"
 T_PREV=$(($(date +%s) - T_PREV))
@@ -46,6 +59,9 @@ finish() {
     log "node left running (E2E_KEEP_NODE=1): KUBECONFIG=$KUBECONFIG; stop it with $HERE/down.sh"
   else
     bash "$HERE/down.sh" || rc=1
+    if [[ $E2E_FROM_REGISTRY == 1 ]]; then
+      bash "$REPO/hack/registry.sh" stop "$REGISTRY_PORT" || rc=1
+    fi
   fi
   [[ ! -s ${REPORT:-} ]] || sed 's/^/  /' "$REPORT" >&2
   log "e2e-local: exit $rc after $(($(date +%s) - T0)) s (builds and images: $T_BUILD s, of which the previous release $T_PREV s)"

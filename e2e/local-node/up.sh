@@ -224,6 +224,12 @@ NETNS_DIR=$NODE_RUN/containerd/state/netns
 mkdir -p "$NETNS_DIR"
 mount --bind "$NETNS_DIR" "$NETNS_DIR"
 mount --make-rshared "$NETNS_DIR"
+mkdir -p "$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR"
+cat >"$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR/hosts.toml" <<EOF
+server = "http://$REGISTRY_ADDR"
+[host."http://$REGISTRY_ADDR"]
+  capabilities = ["pull", "resolve"]
+EOF
 cat >"$NODE_RUN/containerd/config.toml" <<EOF
 version = 3
 root = "$NODE_RUN/containerd/root"
@@ -236,6 +242,9 @@ state = "$NODE_RUN/containerd/state"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    # hosts.toml per registry: the local one (lib.sh REGISTRY_ADDR) speaks plain HTTP.
+    config_path = "$NODE_RUN/containerd/certs.d"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "localhost/pause:e2e"
 
@@ -271,7 +280,10 @@ EOF
 # The shim finds runc through PATH.
 start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
 wait_for "containerd serving" 30 ctr version
-for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
+imports=(pause rdma-test)
+# From the registry (lib.sh E2E_FROM_REGISTRY), the kubelet has containerd pull ours.
+[[ $E2E_FROM_REGISTRY == 1 ]] || imports+=(kube-rdma kube-rdma-fakerdma)
+for i in "${imports[@]}"; do
   ctr images import --all-platforms "$IMAGES/$i.tar" >>"$NODE_RUN/logs/images.log" 2>&1
 done
 # The previous release's images (prev.sh), for the suite's upgrade phases: kube-rdma, and
