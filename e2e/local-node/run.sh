@@ -26,12 +26,15 @@ node_lock
 ! node_in_use || die "a local node is running ($NODE_RUN; started by up.sh without run.sh?): down.sh stops it"
 bash "$HERE/build.sh" >/dev/null
 if [[ $E2E_FROM_REGISTRY == 1 ]]; then
-  # The registry, the e2e images (the -fakerdma variant under the release's tag), then the
+  # The registry, the e2e images (the -fakerdma variant also under the release's tag), then the
   # release itself: its image index replaces the plain e2e image's tag, its chart names it.
   T_REL=$(date +%s)
   bash "$REPO/hack/registry.sh" stop "$REGISTRY_PORT" # a killed run's: start from nothing
   bash "$REPO/hack/registry.sh" start "$REGISTRY_PORT" >/dev/null
-  E2E_REGISTRY=$REGISTRY_PATH E2E_IMAGE_TAG=${RELEASE_VERSION#v} bash "$HERE/images.sh" >/dev/null
+  E2E_REGISTRY=$REGISTRY_PATH bash "$HERE/images.sh" >/dev/null
+  # The suite asks for the -fakerdma variant under the chart's tag plus -fakerdma.
+  "$(bash "$HERE/build.sh" crane)/crane" copy "$REGISTRY_PATH/kube-rdma:e2e-fakerdma" \
+    "$REGISTRY_PATH/kube-rdma:${RELEASE_VERSION#v}-fakerdma" 2>/dev/null
   # One krew platform and no krew install: CI's krew step checks those.
   (cd "$REPO" && KREW_PLATFORMS=linux/amd64 KREW_CHECK=0 RELEASE_DIST=$RELEASE_DIST \
     VERSION=$RELEASE_VERSION REGISTRY=$REGISTRY_PATH bash hack/release.sh >/dev/null)
