@@ -85,29 +85,52 @@ verb_port_state() {
 }
 
 # link_set DEV PORT up|down: a guest script that sets the state of DEV's netdev, which must be
-# in the guest's root netns (the tests take down a free device's) and not eth0.
+# in the guest's root netns (the tests take down a free device's) and not eth0. It leaves t0
+# (/proc/uptime) and w0 (the wall clock, seconds.microseconds: busybox date has no %N, its
+# adjtimex prints the kernel's time) taken just before the change.
 link_set() {
-  echo "nd=\$(cat /sys/class/infiniband/$1/ports/$2/gid_attrs/ndevs/0 2>/dev/null) || { echo 'no port $2 on $1' >&2; exit 1; }
-[ -e /sys/class/net/\$nd ] || { echo \"\$nd is not in the root netns\" >&2; exit 1; }
-[ \$nd != eth0 ] || { echo 'eth0 carries the control traffic' >&2; exit 1; }
-t0=\$(cut -d' ' -f1 /proc/uptime)
-$IP link set \$nd $3 || exit 1"
+  local s
+  s=$(cat <<'EOS'
+nd=$(cat /sys/class/infiniband/@DEV@/ports/@PORT@/gid_attrs/ndevs/0 2>/dev/null) || { echo 'no port @PORT@ on @DEV@' >&2; exit 1; }
+[ -e /sys/class/net/$nd ] || { echo "$nd is not in the root netns" >&2; exit 1; }
+[ $nd != eth0 ] || { echo 'eth0 carries the control traffic' >&2; exit 1; }
+t0=$(cut -d' ' -f1 /proc/uptime)
+w0=$(busybox adjtimex | awk '/tv_sec/ { s = $2 } /tv_usec/ { u = $2 } END { printf "%d.%06d", s, u }')
+@IP@ link set $nd @STATE@ || exit 1
+EOS
+)
+  s=${s//@DEV@/$1}; s=${s//@PORT@/$2}; s=${s//@STATE@/$3}
+  echo "${s//@IP@/$IP}"
 }
 
 # port-wait DEV up|down: port-state, then wait until the daemon's /state (in the guest, every
-# 20 ms) reports the device Healthy or Unhealthy; prints the seconds from the link change.
+# 20 ms) reports the device Healthy or Unhealthy; prints the seconds from the link change to
+# the poll that saw it, the wall clock of the change (seconds.microseconds) and the device's
+# healthSince in that /state: when the daemon's re-read found it.
 verb_port_wait() {
   [[ $# == 2 ]] || die "usage: port-wait DEV up|down"
-  local dev=$1 state=$2 want=Healthy
+  local dev=$1 state=$2 want=Healthy s
   [[ $state == down ]] && want=Unhealthy
   [[ $state == up || $state == down ]] || die "port-wait: state $state is not up or down"
-  gx "$(link_set "$dev" 1 "$state")
+  # The first pool device naming DEV: /state is indented JSON, each device's health and
+  # healthSince come before its rdmaDevices, one name per line.
+  s=$(cat <<'EOS'
 i=0
-until wget -q -O- http://127.0.0.1:$METRICS_PORT/state 2>/dev/null | grep -q '\"health\": \"$want\"'; do
-  i=\$((i + 1)); [ \$i -lt 1000 ] || { echo 'the daemon did not report $dev $want' >&2; exit 1; }; sleep 0.02
+while :; do
+  got=$(wget -q -O- http://127.0.0.1:@PORT@/state 2>/dev/null | awk -v dev='"@DEV@"' '
+    $1 == dev || $1 == dev "," { print h, s; exit }
+    $1 == "\"health\":" { h = $2 }
+    $1 == "\"healthSince\":" { s = $2 }' | tr -d '",')
+  case $got in "@WANT@ "*) break ;; esac
+  i=$((i + 1)); [ $i -lt 1000 ] || { echo "the daemon did not report @DEV@ @WANT@ (last: $got)" >&2; exit 1; }; sleep 0.02
 done
-t1=\$(cut -d' ' -f1 /proc/uptime)
-awk -v a=\$t0 -v b=\$t1 'BEGIN {printf \"%.2f\\n\", b - a}'"
+t1=$(cut -d' ' -f1 /proc/uptime)
+awk -v a="$t0" -v b="$t1" -v w="$w0" -v s="${got#* }" 'BEGIN { printf "%.2f %s %s\n", b - a, w, s }'
+EOS
+)
+  s=${s//@DEV@/$dev}; s=${s//@WANT@/$want}
+  gx "$(link_set "$dev" 1 "$state")
+${s//@PORT@/$METRICS_PORT}"
 }
 
 verb_restart_kubelet() {

@@ -129,3 +129,23 @@ func TestDoctorVerdictOK(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePortWait(t *testing.T) {
+	w, err := parsePortWait("1.45 1795745394.454000 2026-11-27T02:09:54.754000123Z\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.seen != 1450*time.Millisecond || w.daemon != 300000123*time.Nanosecond {
+		t.Errorf("seen %s daemon %s, want 1.45s and 300.000123ms", w.seen, w.daemon)
+	}
+	// A daemon in another zone: the same instant.
+	if w, err := parsePortWait("0.50 1795745394.454000 2026-11-27T03:09:54.554+01:00"); err != nil || w.daemon != 100*time.Millisecond {
+		t.Errorf("offset zone: %+v %v, want daemon 100ms", w, err)
+	}
+	for _, bad := range []string{"", "0.5", "0.5 1795745394 2026-11-27T02:09:54Z", "0.5 1795745394.45 2026-11-27T02:09:54Z",
+		"x 1795745394.454000 2026-11-27T02:09:54Z", "0.5 1795745394.454000 yesterday", "0.5 1795745394.454000"} {
+		if _, err := parsePortWait(bad); err == nil {
+			t.Errorf("parsePortWait(%q): no error", bad)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -46,14 +47,21 @@ type DRAPoolState struct {
 type DRADeviceState struct {
 	RDMADevice string `json:"rdmaDevice"`
 	Healthy    bool   `json:"healthy"`
+	// HealthSince is when the daemon saw the device's health take its
+	// current value.
+	HealthSince *time.Time `json:"healthSince,omitempty"`
 }
 
 // DeviceState is one kubelet device.
 type DeviceState struct {
-	ID          string   `json:"id"`
-	Health      string   `json:"health"`
-	RDMADevices []string `json:"rdmaDevices"`
-	NUMANodes   []int64  `json:"numaNodes,omitempty"`
+	ID     string `json:"id"`
+	Health string `json:"health"`
+	// HealthSince is when the daemon saw the health of the device's RDMA
+	// devices take its current value (the latest of them): the daemon's
+	// own detection time, before the kubelet or /state is told.
+	HealthSince *time.Time `json:"healthSince,omitempty"`
+	RDMADevices []string   `json:"rdmaDevices"`
+	NUMANodes   []int64    `json:"numaNodes,omitempty"`
 }
 
 // State returns a copy of the current state.
@@ -82,8 +90,8 @@ func (d *Agent) publishState() {
 			a := byName[st.Name]
 			ps := PoolState{Name: st.Name, Resource: a.Resource, Mode: a.Pool.Mode, Binding: a.Pool.Binding, Devices: []DeviceState{}}
 			for _, dev := range st.Devices {
-				ds := DeviceState{ID: dev.ID, Health: healthString(dev.Healthy), RDMADevices: append([]string{}, dev.RDMADevices...),
-					NUMANodes: dev.NUMANodes}
+				ds := DeviceState{ID: dev.ID, Health: healthString(dev.Healthy), HealthSince: d.healthSince(dev.RDMADevices...),
+					RDMADevices: append([]string{}, dev.RDMADevices...), NUMANodes: dev.NUMANodes}
 				ps.Devices = append(ps.Devices, ds)
 				if a.Pool.Mode == config.Shared {
 					break // the slots are identical; one stands for all
@@ -100,7 +108,8 @@ func (d *Agent) publishState() {
 		}
 		ps := DRAPoolState{Name: a.Pool.Name, Devices: []DRADeviceState{}}
 		for _, r := range a.Members {
-			ps.Devices = append(ps.Devices, DRADeviceState{RDMADevice: r.Name, Healthy: d.snap != nil && d.snap.Healthy[r.Name]})
+			ps.Devices = append(ps.Devices, DRADeviceState{RDMADevice: r.Name, Healthy: d.snap != nil && d.snap.Healthy[r.Name],
+				HealthSince: d.healthSince(r.Name)})
 		}
 		draPools = append(draPools, ps)
 	}
@@ -119,6 +128,21 @@ func (d *Agent) assignments() map[string]Assignment {
 	for _, as := range d.pools {
 		for _, a := range as {
 			out[a.Pool.Name] = a
+		}
+	}
+	return out
+}
+
+// healthSince is the latest of the named RDMA devices' HealthSince in the
+// current snapshot; nil when none is known.
+func (d *Agent) healthSince(names ...string) *time.Time {
+	if d.snap == nil {
+		return nil
+	}
+	var out *time.Time
+	for _, n := range names {
+		if t, ok := d.snap.HealthSince[n]; ok && (out == nil || t.After(*out)) {
+			out = &t
 		}
 	}
 	return out

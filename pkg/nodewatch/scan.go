@@ -98,7 +98,7 @@ func (w *Watcher) rescan(now time.Time) error {
 	w.scratch = make(map[string]bool, len(ports))
 	w.states.Read(w.scratch)
 	w.healthDirty = false
-	w.publish(node, maps.Clone(w.scratch), true)
+	w.publish(now, node, maps.Clone(w.scratch), true)
 	return nil
 }
 

@@ -12,6 +12,8 @@
 package nodewatch
 
 import (
+	"time"
+
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
@@ -31,4 +33,9 @@ type Snapshot struct {
 	// Healthy maps each RDMA device name to its health (see
 	// discovery.RDMADevice.Healthy: present and every port ACTIVE).
 	Healthy map[string]bool
+	// HealthSince maps each RDMA device name to when the watcher saw its
+	// health take its current value (the re-read that found the change,
+	// or the first scan that found the device): the daemon's own detection
+	// time, which /state serves and the port-down e2e measures.
+	HealthSince map[string]time.Time
 }

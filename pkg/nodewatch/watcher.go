@@ -270,7 +270,7 @@ func (w *Watcher) refresh(now time.Time, req gidRequest) {
 			w.log.Info("device health changed", "device", name, "healthy", ok)
 		}
 	}
-	w.publish(node, maps.Clone(w.scratch), devicesChanged)
+	w.publish(now, node, maps.Clone(w.scratch), devicesChanged)
 }
 
 // rereadPorts re-reads every device's ports; it returns a new node when any
@@ -310,11 +310,23 @@ func equalPorts(a, b discovery.RDMADevice) bool {
 		})
 }
 
-// publish makes a new snapshot current and wakes every consumer.
-func (w *Watcher) publish(node *discovery.Node, health map[string]bool, devicesChanged bool) {
+// publish makes a new snapshot current and wakes every consumer; now is
+// when the re-read or scan that found it started.
+func (w *Watcher) publish(now time.Time, node *discovery.Node, health map[string]bool, devicesChanged bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := &Snapshot{Node: node, Healthy: health}
+	s := &Snapshot{Node: node, Healthy: health, HealthSince: make(map[string]time.Time, len(health))}
+	for name, ok := range health {
+		s.HealthSince[name] = now
+		if w.cur == nil {
+			continue
+		}
+		if was, seen := w.cur.Healthy[name]; seen && was == ok {
+			if t, set := w.cur.HealthSince[name]; set {
+				s.HealthSince[name] = t
+			}
+		}
+	}
 	if w.cur != nil {
 		s.Gen, s.DevicesGen = w.cur.Gen+1, w.cur.DevicesGen
 	}

@@ -12,14 +12,16 @@ import (
 )
 
 // TestSnapshots: health changes publish a new Gen, port changes a new
-// DevicesGen, nothing changed publishes nothing, and a published snapshot
-// never changes.
+// DevicesGen, nothing changed publishes nothing, a published snapshot
+// never changes, and HealthSince moves only for a device whose health did.
 func TestSnapshots(t *testing.T) {
 	tree, err := nodesim.Build(t.TempDir(), nodesim.RoCESRIOV())
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}})
+	t0 := time.Date(2026, 11, 27, 2, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return t0 }
 	if err := w.Scan(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,8 @@ func TestSnapshots(t *testing.T) {
 	if err := tree.SetPortState("mlx5_9", 1, nodesim.StateDown, nodesim.PhysDisabled); err != nil {
 		t.Fatal(err)
 	}
-	w.refresh(time.Now(), gidRequest{})
+	t2 := t0.Add(1500 * time.Millisecond)
+	w.refresh(t2, gidRequest{})
 	down, _ := w.Latest()
 	select {
 	case <-changed:
@@ -58,8 +61,25 @@ func TestSnapshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.refresh(time.Now(), gidRequest{all: true})
+	w.refresh(t2.Add(time.Second), gidRequest{all: true})
 	gids, _ := w.Latest()
+	other := first.Node.RDMADevices[0].Name
+	if other == "mlx5_9" {
+		other = first.Node.RDMADevices[1].Name
+	}
+	for _, c := range []struct {
+		what string
+		s    *Snapshot
+		dev  string
+		want time.Time
+	}{
+		{"first scan", first, "mlx5_9", t0}, {"port down", down, "mlx5_9", t2}, {"port down", down, other, t0},
+		{"GIDs changed, health not", gids, "mlx5_9", t2}, {"GIDs changed, health not", gids, other, t0},
+	} {
+		if got := c.s.HealthSince[c.dev]; !got.Equal(c.want) {
+			t.Errorf("%s: %s's HealthSince %s, want %s", c.what, c.dev, got.Format(time.StampMilli), c.want.Format(time.StampMilli))
+		}
+	}
 	if gids.DevicesGen != down.DevicesGen+1 {
 		t.Errorf("devicesGen after a GID change: %d, want %d", gids.DevicesGen, down.DevicesGen+1)
 	}
