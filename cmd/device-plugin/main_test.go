@@ -50,6 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--kubelet-dir", "/x", "extra"}, `run takes no arguments, got ["extra"]`, false},
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus", false},
 		{[]string{"run", "--health-interval", "2s"}, "--health-interval 2s must be in (0, 1s]", true},
+		{[]string{"run", "--cni-shared-netdev", "veth"}, `--cni-shared-netdev "veth" is not macvlan, ipvlan or none`, true},
 		{[]string{"run", "--log-level", "loud"}, "--log-level", true},
 		{[]string{"run", "--cni-reclaim-state-dir", "/x", "--cni-reclaim-interval", "0s"}, "--cni-reclaim-interval 0s must be positive", true},
 		{[]string{"run", "--cni-reclaim-state-dir", "/x", "--cni-bin-dir", ""}, "--cni-reclaim-state-dir needs --cni-bin-dir", true},

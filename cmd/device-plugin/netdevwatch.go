@@ -90,7 +90,7 @@ func startNetdevWatch(ctx context.Context, cfg runConfig, a apiConn, d *agent.Ag
 	if err != nil || !ok || cfg.Allocations == nil {
 		return nil, func() {}, err
 	}
-	c := netdevwatch.Config{Source: d, Pods: cfg.Allocations, Records: store, ChainedPool: cfg.nodeState.cniPool,
+	c := netdevwatch.Config{Source: d, Pods: cfg.Allocations, Records: store, ChainedPool: cfg.nodeState.cniPool, SharedNetdev: cfg.nodeState.sharedNetdev(),
 		Interval: cfg.netdevWatch.interval, Grace: cfg.netdevWatch.grace, Logger: cfg.Logger}
 	if cr, ok := draClaims(cfg); ok {
 		c.Claims = cr

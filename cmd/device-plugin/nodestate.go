@@ -9,8 +9,10 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/internal/version"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/netdevwatch"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
@@ -25,6 +27,23 @@ type nodeStateFlags struct {
 	cniState  string
 	cniMode   string
 	cniPool   string
+	// cniSharedNetdev: the chained entry's sharedNetdev (--cni-shared-netdev).
+	cniSharedNetdev string
+}
+
+// sharedNetdev reports whether the chained entry gives pods of shared
+// pools child netdevs (sharedNetdev macvlan or ipvlan).
+func (f *nodeStateFlags) sharedNetdev() bool {
+	return f.cniSharedNetdev != string(netconf.SharedNone)
+}
+
+// parse checks --cni-shared-netdev.
+func (f *nodeStateFlags) parse() error {
+	switch netconf.SharedNetdev(f.cniSharedNetdev) {
+	case netconf.SharedMacvlan, netconf.SharedIPVLAN, netconf.SharedNone:
+		return nil
+	}
+	return cli.Usagef("run: --cni-shared-netdev %q is not macvlan, ipvlan or none", f.cniSharedNetdev)
 }
 
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
@@ -33,6 +52,7 @@ func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
 	fs.StringVar(&f.cniPool, "cni-chained-pool", "", "with --cni-mode=chained: the pool whose devices the chained entry attaches (the chart's cni.chained.pool), published as status.cni.chainedPool")
+	fs.StringVar(&f.cniSharedNetdev, "cni-shared-netdev", string(netconf.DefaultSharedNetdev), "with --cni-chained-pool: the chained entry's sharedNetdev (the chart's cni.pluginConfig.sharedNetdev): macvlan or ipvlan, pods of shared pools (and shared DRA claims) get a child netdev of each NIC and are checked for it; none, the plugin's default, they get device nodes only and are not")
 	fs.StringVar(&f.cniState, "cni-state-dir", "/var/lib/cni/kube-rdma", "the kube-rdma CNI plugin's state directory, read only: the names of the pods' devices in the pods (allocations' attached devices), and the devices in pods' network namespaces, kept in their pools while the daemon cannot see them; empty: not read")
 }
 

@@ -33,7 +33,8 @@ func startNRI(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func(), 
 		return nil, fmt.Errorf("run: --nri-socket is empty")
 	}
 	c := nri.Config{Socket: cfg.nri.socket, Source: d, DevRoot: cfg.plugin.DevRoot, Logger: cfg.Logger,
-		FailClosed: cfg.netdevWatch.nriFailClosed, ChainedPool: cfg.nodeState.cniPool}
+		FailClosed: cfg.netdevWatch.nriFailClosed, ChainedPool: cfg.nodeState.cniPool,
+		SharedNetdev: cfg.nodeState.sharedNetdev()}
 	if c.FailClosed {
 		// Without --cni-state-dir no pod has an attachment: containers of
 		// pools whose pods get netdevs are refused (the CNI plugin is not

@@ -193,6 +193,9 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	if err := cfg.reclaim.parse(); err != nil {
 		return cfg, err
 	}
+	if err := cfg.nodeState.parse(); err != nil {
+		return cfg, err
+	}
 	if cfg.HealthInterval <= 0 || cfg.HealthInterval > time.Second {
 		return cfg, cli.Usagef("run: --health-interval %s must be in (0, 1s]", cfg.HealthInterval)
 	}

@@ -52,11 +52,16 @@ func TestNodeStateRBAC(t *testing.T) {
 		t.Errorf("chained: containers with a service account token (-want +got):\n%s", diff)
 	}
 	// The chained pool reaches the node state (doctor judges its devices only).
-	if args := daemonSet(t, chained).Template.Spec.Containers[0].Args; !slices.Contains(args, "--cni-chained-pool=ib") {
-		t.Errorf("chained: device plugin args %q lack --cni-chained-pool=ib", args)
+	if args := daemonSet(t, chained).Template.Spec.Containers[0].Args; !slices.Contains(args, "--cni-chained-pool=ib") || !slices.Contains(args, "--cni-shared-netdev=none") {
+		t.Errorf("chained: device plugin args %q lack --cni-chained-pool=ib or --cni-shared-netdev=none", args)
+	}
+	// The entry's sharedNetdev reaches the daemon's fail-closed checks.
+	macvlan := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib,cni.pluginConfig.sharedNetdev=macvlan")
+	if args := daemonSet(t, macvlan).Template.Spec.Containers[0].Args; !slices.Contains(args, "--cni-shared-netdev=macvlan") {
+		t.Errorf("chained, sharedNetdev macvlan: device plugin args %q lack --cni-shared-netdev=macvlan", args)
 	}
 	for _, a := range daemonSet(t, objs).Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--cni-chained-pool") {
+		if strings.HasPrefix(a, "--cni-chained-pool") || strings.HasPrefix(a, "--cni-shared-netdev") {
 			t.Errorf("not chained: device plugin arg %s", a)
 		}
 	}

@@ -36,12 +36,13 @@ type entries map[devKey]netInfo
 
 // chainedPools are the configured pools whose pods get their netdevs from
 // the CNI plugin's chained entry through the DRA front end's claims
-// (netdevcheck.DRAChained): with the view's pools and the chained pool.
+// (netdevcheck.Why.DRA): with the view's pools and the chained pool.
 func chainedPools(v agent.View, chainedPool string) []string {
-	netdev := netdevcheck.WithDRA(netdevcheck.Pools(v.Pools, chainedPool), v.Pools, chainedPool, true)
+	chain := netdevcheck.Chain{Pool: chainedPool}
+	netdev := netdevcheck.WithDRA(netdevcheck.Pools(v.Pools, chain), v.Pools, chain, true)
 	var out []string
 	for pool, why := range netdev {
-		if why == netdevcheck.DRAChained {
+		if why.DRA() {
 			out = append(out, pool)
 		}
 	}

@@ -117,6 +117,10 @@ type Config struct {
 	Records RecordLister
 	// ChainedPool is the chained CNI entry's pool (--cni-chained-pool).
 	ChainedPool string
+	// SharedNetdev: the chained entry gives pods of shared pools child
+	// netdevs (--cni-shared-netdev macvlan or ipvlan); without it they get
+	// none and are not checked (netdevcheck.Chain).
+	SharedNetdev bool
 	// Claims are the DRA front end's claim records; nil when the daemon
 	// runs no DRA front end. With it, a ChainedPool that is not one of the
 	// view's is the DRA front end's (netdevcheck.WithDRA) and the pods of
@@ -221,9 +225,10 @@ func (d *Detector) Run(ctx context.Context) error {
 // updates the series and the findings.
 func (d *Detector) Check(ctx context.Context) error {
 	view, _ := d.cfg.Source.View()
-	netdev := netdevcheck.WithDRA(netdevcheck.Pools(view.Pools, d.cfg.ChainedPool), view.Pools, d.cfg.ChainedPool, d.cfg.Claims != nil)
+	chain := netdevcheck.Chain{Pool: d.cfg.ChainedPool, SharedNetdev: d.cfg.SharedNetdev}
+	netdev := netdevcheck.WithDRA(netdevcheck.Pools(view.Pools, chain), view.Pools, chain, d.cfg.Claims != nil)
 	var ctrs []podresources.ContainerDevices
-	if slices.ContainsFunc(slices.Collect(maps.Values(netdev)), func(w netdevcheck.Why) bool { return w != netdevcheck.DRAChained }) {
+	if slices.ContainsFunc(slices.Collect(maps.Values(netdev)), func(w netdevcheck.Why) bool { return !w.DRA() }) {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		var err error
 		ctrs, err = d.cfg.Pods.List(cctx)
@@ -233,7 +238,7 @@ func (d *Detector) Check(ctx context.Context) error {
 		}
 	}
 	var claims []claimrecord.Record
-	if slices.Contains(slices.Collect(maps.Values(netdev)), netdevcheck.DRAChained) {
+	if slices.ContainsFunc(slices.Collect(maps.Values(netdev)), netdevcheck.Why.DRA) {
 		var err error
 		if claims, err = d.cfg.Claims.Claims(); err != nil {
 			return err

@@ -107,7 +107,7 @@ type ClaimLister interface {
 // one. Claim records that cannot be read refuse a container with a claim's
 // CDI device: failing closed.
 func claimRefusal(pod Pod, ctr Container, devs Devices, claims ClaimLister, records RecordLister) error {
-	if pod.HostNetwork || claims == nil || !slices.Contains(slices.Collect(maps.Values(devs.Netdev)), netdevcheck.DRAChained) {
+	if pod.HostNetwork || claims == nil || !slices.ContainsFunc(slices.Collect(maps.Values(devs.Netdev)), netdevcheck.Why.DRA) {
 		return nil
 	}
 	p := netdevcheck.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, SandboxID: pod.ID}
@@ -125,8 +125,8 @@ func claimRefusal(pod Pod, ctr Container, devs Devices, claims ClaimLister, reco
 	return check(p, held, devs.Netdev, records)
 }
 
-// claimUIDs are the UIDs of the pod's claims with devices of DRAChained
-// pools.
+// claimUIDs are the UIDs of the pod's claims with devices of DRA chained
+// pools that get netdevs.
 func claimUIDs(podUID string, recs []claimrecord.Record, netdev map[string]netdevcheck.Why) []string {
 	var out []string
 	for _, r := range recs {

@@ -145,3 +145,43 @@ func TestDecodeHostNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestFailClosedSharedChainedPool: the chained pool roce is shared. With
+// the entry's sharedNetdev none (the default) its pods get device nodes
+// only, so a container without an attachment record is created; with
+// macvlan or ipvlan they get a child netdev, and it is refused.
+func TestFailClosedSharedChainedPool(t *testing.T) {
+	for _, sharedNetdev := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sharedNetdev none", true: "sharedNetdev macvlan"}[sharedNetdev], func(t *testing.T) {
+			dir := t.TempDir()
+			socket := filepath.Join(dir, "nri.sock")
+			rt := newRuntime(t, socket)
+			t.Cleanup(rt.Stop)
+			p := New(Config{Socket: socket, Source: fakeSource{sharedRoce: true}, Backoff: 10 * time.Millisecond, FailClosed: true,
+				ChainedPool: "roce", SharedNetdev: sharedNetdev, Records: attachment.Store{Dir: filepath.Join(dir, "cni")}, Logger: slog.New(slog.DiscardHandler)})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("plugin Run: %v", err)
+				}
+			})
+			waitFor(t, "registration", func() bool { return p.Report().Connected })
+			roce := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs2", 231, 194), rdmaCM}, nil)
+			var err error
+			waitFor(t, "the runtime to call the plugin", func() bool {
+				var rsp *api.CreateContainerResponse
+				rsp, err = rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: recordedPod(nil), Container: roce})
+				return err != nil || len(rsp.GetAdjust().GetRlimits()) == 1
+			})
+			if !sharedNetdev && err != nil {
+				t.Errorf("CreateContainer of a shared pool's container, sharedNetdev none: %v", err)
+			}
+			if sharedNetdev && (err == nil || !strings.Contains(err.Error(), "pool roce (chained CNI)")) {
+				t.Errorf("CreateContainer of a shared pool's container without its child netdev: %v, want refused", err)
+			}
+		})
+	}
+}

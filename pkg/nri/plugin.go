@@ -50,6 +50,10 @@ type Config struct {
 	FailClosed bool
 	// ChainedPool is the chained CNI entry's pool (--cni-chained-pool).
 	ChainedPool string
+	// SharedNetdev: the chained entry gives pods of shared pools child
+	// netdevs (--cni-shared-netdev macvlan or ipvlan); without it they get
+	// none and are not refused for it (netdevcheck.Chain).
+	SharedNetdev bool
 	// Records are the CNI plugin's attachment records; nil with FailClosed
 	// refuses every container holding devices of a netdev pool.
 	Records RecordLister
@@ -241,6 +245,7 @@ func (p *Plugin) devices() Devices {
 	}
 	v, changed := p.cfg.Source.View()
 	p.devs, p.devsFor = FromView(v, p.cfg.DevRoot), changed
-	p.devs.Netdev = netdevcheck.WithDRA(netdevcheck.Pools(v.Pools, p.cfg.ChainedPool), v.Pools, p.cfg.ChainedPool, p.cfg.Claims != nil)
+	chain := netdevcheck.Chain{Pool: p.cfg.ChainedPool, SharedNetdev: p.cfg.SharedNetdev}
+	p.devs.Netdev = netdevcheck.WithDRA(netdevcheck.Pools(v.Pools, chain), v.Pools, chain, p.cfg.Claims != nil)
 	return p.devs
 }

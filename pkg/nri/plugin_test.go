@@ -19,22 +19,29 @@ import (
 	"log/slog"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
 
 // fakeSource is a daemon with one exclusive pool hca of mlx5_0 (64Gi) and
 // one shared pool roce of mlx5_2 (unlimited).
-type fakeSource struct{}
+// fakeSource serves pools hca and roce (exclusive; shared by 4 with
+// sharedRoce).
+type fakeSource struct{ sharedRoce bool }
 
-func (fakeSource) View() (agent.View, <-chan struct{}) {
+func (f fakeSource) View() (agent.View, <-chan struct{}) {
 	snap := &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
 		{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
 		{Name: "mlx5_2", CharDevices: []string{"/dev/infiniband/uverbs2"}},
 	}}}
+	roce := agent.PoolView{Name: "roce", Members: []string{"mlx5_2"}, Memlock: ^uint64(0), CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}}
+	if f.sharedRoce {
+		roce.Mode, roce.Slots = config.Shared, 4
+	}
 	return agent.View{Snapshot: snap, Pools: []agent.PoolView{
 		{Name: "hca", Members: []string{"mlx5_0"}, Memlock: 64 * gi, CDIDevices: []string{"rdma.kube-rdma.io/hca=0000:18:00.0"}},
-		{Name: "roce", Members: []string{"mlx5_2"}, Memlock: ^uint64(0), CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}},
+		roce,
 	}}, make(chan struct{})
 }
 

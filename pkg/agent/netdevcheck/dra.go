@@ -10,25 +10,45 @@ import (
 
 // DRAChained: the chained pool is the DRA front end's; the CNI plugin
 // attaches the netdevs of the devices of the pod's prepared claims of
-// driver rdma.kube-rdma.io (the chained entry's draClaimsDir). It fits
+// driver rdma.kube-rdma.io (the chained entry's draClaimsDir), but not of
+// a shared device (a claim's share of a NIC of a shared dra pool): the
+// entry's sharedNetdev is none, the plugin's default. It fits
 // status.podsWithoutNetdevs.why (letters and spaces, 32 at most).
 const DRAChained Why = "DRA chained CNI"
 
+// DRAChainedSharedNetdev is DRAChained with the entry's sharedNetdev
+// macvlan or ipvlan: a shared device gets a child netdev too.
+const DRAChainedSharedNetdev Why = "DRA chained CNI shared netdev"
+
+// DRA reports whether w is one of the DRA chained Whys, checked claim by
+// claim from the claim records.
+func (w Why) DRA() bool { return w == DRAChained || w == DRAChainedSharedNetdev }
+
 // WithDRA adds to netdev, Pools' answer, the chained pool as DRAChained
-// when the DRA front end runs (draOn) and the chained pool is not one of
-// the view's: the view has the device plugin's pools only, so a chained
-// pool missing from it is a pool of frontend dra, whose pods' devices are
-// in the claim records, not in PodResources. A chained pool of the device
-// plugin not served yet is harmless there: no claim names it.
-func WithDRA(netdev map[string]Why, pools []agent.PoolView, chainedPool string, draOn bool) map[string]Why {
-	if !draOn || chainedPool == "" || slices.ContainsFunc(pools, func(p agent.PoolView) bool { return p.Name == chainedPool }) {
+// (DRAChainedSharedNetdev with chain.SharedNetdev) when the DRA front end
+// runs (draOn) and the chained pool is not one of the view's: the view has
+// the device plugin's pools only, so a chained pool missing from it is a
+// pool of frontend dra, whose pods' devices are in the claim records, not
+// in PodResources. A chained pool of the device plugin not served yet is
+// harmless there: no claim names it.
+func WithDRA(netdev map[string]Why, pools []agent.PoolView, chain Chain, draOn bool) map[string]Why {
+	if !draOn || chain.Pool == "" || slices.ContainsFunc(pools, func(p agent.PoolView) bool { return p.Name == chain.Pool }) {
 		return netdev
 	}
 	if netdev == nil {
 		netdev = map[string]Why{}
 	}
-	netdev[chainedPool] = DRAChained
+	netdev[chain.Pool] = DRAChained
+	if chain.SharedNetdev {
+		netdev[chain.Pool] = DRAChainedSharedNetdev
+	}
 	return netdev
+}
+
+// netdevDevice reports whether the CNI plugin attaches a netdev for d, a
+// device of a claim of a pool whose Why is why.
+func netdevDevice(why Why, d claimrecord.Device) bool {
+	return !d.AdminAccess && (!d.Shared() || why == DRAChainedSharedNetdev)
 }
 
 // Names maps what a claim record calls a device (claimrecord.Device.ID:
@@ -50,7 +70,7 @@ func Names(v agent.View) map[string]string {
 
 // ClaimHoldings returns what the pod (by UID) holds through its prepared
 // claims of driver rdma.kube-rdma.io in pools of netdev whose Why is
-// DRAChained: per pool, the RDMA names of the claims' devices (names,
+// DRA (shared devices only with DRAChainedSharedNetdev): per pool, the RDMA names of the claims' devices (names,
 // Names' answer, gives the current name; the record's name at Prepare
 // when the device is not in it). Admin-access results hold no device and
 // get no netdev: left out. A claim reserved for the pod after it was
@@ -59,7 +79,7 @@ func Names(v agent.View) map[string]string {
 func ClaimHoldings(podUID string, recs []claimrecord.Record, netdev map[string]Why, names map[string]string) []Holding {
 	var out []Holding
 	for pool, why := range netdev {
-		if why != DRAChained {
+		if !why.DRA() {
 			continue
 		}
 		var devs []string
@@ -68,7 +88,7 @@ func ClaimHoldings(podUID string, recs []claimrecord.Record, netdev map[string]W
 				continue
 			}
 			for _, d := range r.Devices {
-				if d.AdminAccess || !d.OfPool(pool) {
+				if !netdevDevice(why, d) || !d.OfPool(pool) {
 					continue
 				}
 				name := d.RDMA
@@ -88,15 +108,15 @@ func ClaimHoldings(podUID string, recs []claimrecord.Record, netdev map[string]W
 	return out
 }
 
-// ClaimPods returns the UIDs of the pods the records' claims of DRAChained
-// pools of netdev are reserved for, each with the first such claim (a
+// ClaimPods returns the UIDs of the pods the records' claims of DRA
+// pools of netdev (with a device that gets a netdev) are reserved for, each with the first such claim (a
 // claim and its pods share a namespace; the claim's status.reservedFor
 // names the pod).
 func ClaimPods(recs []claimrecord.Record, netdev map[string]Why) map[string]claimrecord.Record {
 	out := map[string]claimrecord.Record{}
 	for _, r := range recs {
 		for pool, why := range netdev {
-			if why != DRAChained || !slices.ContainsFunc(r.Devices, func(d claimrecord.Device) bool { return !d.AdminAccess && d.OfPool(pool) }) {
+			if !why.DRA() || !slices.ContainsFunc(r.Devices, func(d claimrecord.Device) bool { return netdevDevice(why, d) && d.OfPool(pool) }) {
 				continue
 			}
 			for _, uid := range r.PodUIDs {

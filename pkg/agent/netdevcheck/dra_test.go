@@ -1,6 +1,7 @@
 package netdevcheck
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,18 +17,19 @@ import (
 func TestWithDRA(t *testing.T) {
 	views := []agent.PoolView{{Name: "hca"}}
 	for _, tc := range []struct {
-		name    string
-		chained string
-		draOn   bool
-		want    map[string]Why
+		name  string
+		chain Chain
+		draOn bool
+		want  map[string]Why
 	}{
-		{"dra chained pool", "rdma_dra", true, map[string]Why{"rdma_dra": DRAChained}},
-		{"device plugin chained pool", "hca", true, map[string]Why{"hca": Chained}},
-		{"no DRA front end", "rdma_dra", false, map[string]Why{}},
-		{"no chained pool", "", true, map[string]Why{}},
+		{"dra chained pool", Chain{Pool: "rdma_dra"}, true, map[string]Why{"rdma_dra": DRAChained}},
+		{"dra chained pool, shared netdevs", Chain{Pool: "rdma_dra", SharedNetdev: true}, true, map[string]Why{"rdma_dra": DRAChainedSharedNetdev}},
+		{"device plugin chained pool", Chain{Pool: "hca"}, true, map[string]Why{"hca": Chained}},
+		{"no DRA front end", Chain{Pool: "rdma_dra"}, false, map[string]Why{}},
+		{"no chained pool", Chain{}, true, map[string]Why{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := WithDRA(Pools(views, tc.chained), views, tc.chained, tc.draOn)
+			got := WithDRA(Pools(views, tc.chain), views, tc.chain, tc.draOn)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("WithDRA (-want +got):\n%s", diff)
 			}
@@ -60,7 +62,7 @@ func dev(pool, rdma, pci string) claimrecord.Device {
 // CNI: the holdings come from the claim records, the attachments from the
 // CNI plugin's records, the decision from Check as for any chained pool.
 func TestDRAClaims(t *testing.T) {
-	netdev := WithDRA(Pools(nil, "rdma_dra"), nil, "rdma_dra", true)
+	netdev := WithDRA(Pools(nil, Chain{Pool: "rdma_dra"}), nil, Chain{Pool: "rdma_dra"}, true)
 	names := map[string]string{"0000:3b:00.0": "mlx5_7"} // renamed since Prepare (mlx5_3)
 	admin := dev("rdma_dra", "mlx5_5", "")
 	admin.AdminAccess = true
@@ -108,5 +110,49 @@ func TestDRAClaims(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not say %q", msg, want)
 		}
+	}
+}
+
+// TestDRASharedClaims: a claim's share of a NIC of a shared dra pool gets a
+// netdev only with the chained entry's sharedNetdev macvlan or ipvlan;
+// with none (the default) its pod holds nothing to check, and a pod that
+// also has an exclusive device is checked for that one only.
+func TestDRASharedClaims(t *testing.T) {
+	share := func(rdma, id string) claimrecord.Device {
+		d := dev("rdma_dra", rdma, "")
+		d.ShareID = id
+		return d
+	}
+	recs := []claimrecord.Record{
+		claim("c1", []string{"u1"}, share("mlx5_3", "s-1")),
+		claim("c2", []string{"u2"}, share("mlx5_3", "s-2"), dev("rdma_dra", "mlx5_4", "")),
+	}
+	for _, tc := range []struct {
+		name     string
+		chain    Chain
+		wantHeld map[string][]Holding
+		wantPods []string
+	}{
+		{"sharedNetdev none", Chain{Pool: "rdma_dra"},
+			map[string][]Holding{"u2": {{"rdma_dra", []string{"mlx5_4"}}}}, []string{"u2"}},
+		{"sharedNetdev macvlan", Chain{Pool: "rdma_dra", SharedNetdev: true},
+			map[string][]Holding{"u1": {{"rdma_dra", []string{"mlx5_3"}}}, "u2": {{"rdma_dra", []string{"mlx5_3", "mlx5_4"}}}}, []string{"u1", "u2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			netdev := WithDRA(Pools(nil, tc.chain), nil, tc.chain, true)
+			for _, uid := range []string{"u1", "u2"} {
+				if diff := cmp.Diff(tc.wantHeld[uid], ClaimHoldings(uid, recs, netdev, nil)); diff != "" {
+					t.Errorf("ClaimHoldings(%s) (-want +got):\n%s", uid, diff)
+				}
+			}
+			var pods []string
+			for uid := range ClaimPods(recs, netdev) {
+				pods = append(pods, uid)
+			}
+			slices.Sort(pods)
+			if diff := cmp.Diff(tc.wantPods, pods); diff != "" {
+				t.Errorf("ClaimPods (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -37,16 +37,27 @@ const (
 	GPUAligned Why = "gpuAligned"
 )
 
+// Chain is what the node's chained kube-rdma CNI entry attaches.
+type Chain struct {
+	// Pool is the entry's pool (--cni-chained-pool); "" for none.
+	Pool string
+	// SharedNetdev: the entry's sharedNetdev is macvlan or ipvlan
+	// (--cni-shared-netdev), so a pod of a shared pool gets a child netdev
+	// of each NIC. false for none, the plugin's default: such a pod gets
+	// device nodes only and there is no netdev to miss.
+	SharedNetdev bool
+}
+
 // Pools returns the pools of the view whose pods get netdevs through the
-// CNI plugin: the chained pool (chainedPool, "" for none) and every
-// gpuAligned pool.
-func Pools(pools []agent.PoolView, chainedPool string) map[string]Why {
+// CNI plugin: the chained pool (unless it is shared and the entry gives
+// shared pools' pods no netdev) and every gpuAligned pool.
+func Pools(pools []agent.PoolView, chain Chain) map[string]Why {
 	out := map[string]Why{}
 	for _, p := range pools {
 		switch {
 		case p.Binding == config.GPUAligned:
 			out[p.Name] = GPUAligned
-		case p.Name == chainedPool:
+		case p.Name == chain.Pool && (p.Mode != config.Shared || chain.SharedNetdev):
 			out[p.Name] = Chained
 		}
 	}
@@ -154,7 +165,7 @@ const Fix = "delete the pod so that it is created again with the CNI entry in pl
 // Message says what is missing for the pod and what to do, in one line.
 func Message(pod Pod, m Missing) string {
 	how := string(m.Why)
-	if m.Why == DRAChained {
+	if m.Why.DRA() {
 		how = "its DRA claims of driver " + claimrecord.DriverName + ", chained CNI"
 	}
 	return fmt.Sprintf("kube-rdma: pod %s holds rdma device(s) %s of pool %s (%s) but the kube-rdma CNI plugin attached nothing for it: "+

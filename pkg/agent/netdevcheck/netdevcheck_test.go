@@ -12,17 +12,22 @@ import (
 )
 
 func TestPools(t *testing.T) {
-	views := []agent.PoolView{{Name: "hca"}, {Name: "roce"}, {Name: "aligned", Binding: config.GPUAligned}}
+	views := []agent.PoolView{{Name: "hca"}, {Name: "roce"}, {Name: "aligned", Binding: config.GPUAligned},
+		{Name: "shared", Mode: config.Shared, Slots: 8}}
 	for _, tc := range []struct {
-		chained string
-		want    map[string]Why
+		chain Chain
+		want  map[string]Why
 	}{
-		{"", map[string]Why{"aligned": GPUAligned}},
-		{"roce", map[string]Why{"aligned": GPUAligned, "roce": Chained}},
-		{"gone", map[string]Why{"aligned": GPUAligned}},
+		{Chain{}, map[string]Why{"aligned": GPUAligned}},
+		{Chain{Pool: "roce"}, map[string]Why{"aligned": GPUAligned, "roce": Chained}},
+		{Chain{Pool: "roce", SharedNetdev: true}, map[string]Why{"aligned": GPUAligned, "roce": Chained}},
+		{Chain{Pool: "gone"}, map[string]Why{"aligned": GPUAligned}},
+		// sharedNetdev none (the default): a shared pool's pods get device nodes only.
+		{Chain{Pool: "shared"}, map[string]Why{"aligned": GPUAligned}},
+		{Chain{Pool: "shared", SharedNetdev: true}, map[string]Why{"aligned": GPUAligned, "shared": Chained}},
 	} {
-		if diff := cmp.Diff(tc.want, Pools(views, tc.chained)); diff != "" {
-			t.Errorf("Pools(chained %q) (-want +got):\n%s", tc.chained, diff)
+		if diff := cmp.Diff(tc.want, Pools(views, tc.chain)); diff != "" {
+			t.Errorf("Pools(%+v) (-want +got):\n%s", tc.chain, diff)
 		}
 	}
 }
