@@ -219,16 +219,7 @@ func testDRAPortDownTaint(t *testing.T, e *env) {
 	}
 	target := devs[i].Name
 	e.waitTaint(t, target, false)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := runHook(ctx, e.hook, "port-state", c.portDevice, "1", "up"); err != nil {
-				t.Errorf("restore the port: %v", err)
-			}
-		}
-	})
+	restored := e.portUpOnCleanup(t, c.portDevice, nil)
 	e.mustHook(t, 30*time.Second, "port-state", c.portDevice, "1", "down")
 	start := time.Now()
 	d := e.waitTaint(t, target, true)
@@ -264,7 +255,7 @@ func testDRAPortDownTaint(t *testing.T, e *env) {
 	}
 	// Port up: no taint, and the pinned claim gets its device.
 	e.mustHook(t, 30*time.Second, "port-state", c.portDevice, "1", "up")
-	restored = true
+	restored()
 	start = time.Now()
 	e.waitTaint(t, target, false)
 	untainted := time.Since(start).Round(time.Millisecond)

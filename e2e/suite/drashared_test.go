@@ -88,16 +88,7 @@ func testDRASharedNIC(t *testing.T, e *env) {
 
 	// Port down: the taint is on the one device every sharer holds.
 	rdma := attrString(nic, attrRDMA)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := runHook(ctx, e.hook, "port-state", rdma, "1", "up"); err != nil {
-				t.Errorf("restore the port: %v", err)
-			}
-		}
-	})
+	restored := e.portUpOnCleanup(t, rdma, nil)
 	e.mustHook(t, 30*time.Second, "port-state", rdma, "1", "down")
 	e.waitTaint(t, nic.Name, true)
 	for _, p := range pods {
@@ -110,7 +101,7 @@ func testDRASharedNIC(t *testing.T, e *env) {
 		}
 	}
 	e.mustHook(t, 30*time.Second, "port-state", rdma, "1", "up")
-	restored = true
+	restored()
 	e.waitTaint(t, nic.Name, false)
 
 	// A sharer goes: the waiting pod gets its share.

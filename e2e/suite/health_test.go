@@ -28,18 +28,11 @@ func testPortDown(t *testing.T, e *env) {
 	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
 		t.Fatalf("before the port goes down: %v", err)
 	}
-	restored := false
-	t.Cleanup(func() {
-		if restored {
-			return
+	restored := e.portUpOnCleanup(t, e.portDevice, func(ctx context.Context) error {
+		if err := e.waitAllocatable(ctx, 30*time.Second, want); err != nil {
+			return fmt.Errorf("after restoring the port: %w", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := runHook(ctx, e.hook, "port-state", e.portDevice, "1", "up"); err != nil {
-			t.Errorf("restore the port: %v", err)
-		} else if err := e.waitAllocatable(ctx, 30*time.Second, want); err != nil {
-			t.Errorf("after restoring the port: %v", err)
-		}
+		return nil
 	})
 	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "down")
 	start := time.Now()
@@ -61,7 +54,7 @@ func testPortDown(t *testing.T, e *env) {
 	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
 		t.Fatalf("port 1 of %s up again: %v", e.portDevice, err)
 	}
-	restored = true
+	restored()
 }
 
 // oneDropped returns the one exclusive pool whose allocatable is one below
@@ -234,4 +227,26 @@ func TestOneDropped(t *testing.T) {
 			t.Errorf("oneDropped(%v) = %q, %v; want %q", tc.got, got, err, tc.pool)
 		}
 	}
+}
+
+// portUpOnCleanup brings port 1 of dev back up when the test ends, then runs
+// then (nil: nothing), unless the test called the returned function: it
+// brought the port up itself.
+func (e *env) portUpOnCleanup(t *testing.T, dev string, then func(ctx context.Context) error) (restored func()) {
+	done := false
+	t.Cleanup(func() {
+		if done {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := runHook(ctx, e.hook, "port-state", dev, "1", "up"); err != nil {
+			t.Errorf("restore the port: %v", err)
+		} else if then != nil {
+			if err := then(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return func() { done = true }
 }

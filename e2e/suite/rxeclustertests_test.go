@@ -73,16 +73,7 @@ func parsePortWait(out string) (portWait, error) {
 // RDMANodeState and `kubectl rdma nodes` must show it, and it must be Healthy again after
 // the link comes back.
 func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := runHook(ctx, e.hook, "port-state", c.device, "1", "up"); err != nil {
-				t.Errorf("restore the port: %v", err)
-			}
-		}
-	})
+	restored := e.portUpOnCleanup(t, c.device, nil)
 	wait := func(state string) portWait {
 		t.Helper()
 		out := e.mustHook(t, time.Minute, "port-wait", c.device, state)
@@ -127,7 +118,7 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 		t.Errorf("kubectl rdma nodes (exit %d): %s's UNHEALTHY %q (row found: %v), want %s", code, e.node, got, ok, c.device)
 	}
 	up := wait("up")
-	restored = true
+	restored()
 	e.waitNodeState(t, "the device healthy again", func(s *v1alpha1.RDMANodeState) error {
 		if s.Status.Summary.Unhealthy != 0 {
 			return fmt.Errorf("summary.unhealthy %d, want 0", s.Status.Summary.Unhealthy)
@@ -428,16 +419,7 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 	}
 	target := devs[i].Name
 	e.waitTaint(t, target, false)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := runHook(ctx, e.hook, "port-state", c.device, "1", "up"); err != nil {
-				t.Errorf("restore the port: %v", err)
-			}
-		}
-	})
+	restored := e.portUpOnCleanup(t, c.device, nil)
 	tainted := func(want bool) time.Duration {
 		t.Helper()
 		start := time.Now()
@@ -474,7 +456,7 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 		downs = append(downs, tainted(true))
 		up = tainted(false)
 	}
-	restored = true
+	restored()
 	down, slowest := medianWorst(downs)
 	if down > draTaintLimit {
 		t.Errorf("device %s tainted a median %s after its link went down (%v), want within %s", target, down, downs, draTaintLimit)
