@@ -49,6 +49,9 @@ type draConfig struct {
 	// (DRA consumable capacity): testDRASharedNIC's.
 	sharedPool  string
 	sharedSlots int
+	// sharedSubnet: the CNI plugin is chained to the claims with sharedNetdev macvlan, each
+	// sharer gets net1 with an address of this prefix ("192.168.78."); "": no CNI.
+	sharedSubnet string
 }
 
 // needDRA returns the DRA phase's configuration and waits until the node publishes every
@@ -290,9 +293,10 @@ func (e *env) waitTaint(t *testing.T, name string, want bool) resourceapi.Device
 }
 
 // waitClaimNetwork waits until the claim's status.devices has our driver's entry of device r,
-// written by the daemon (pkg/claimstatus), with the pod's interface ifName, an address ip (in
-// CIDR notation) and a Ready condition true, and returns it.
-func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.DeviceRequestAllocationResult, ifName, ip string) resourceapi.AllocatedDeviceStatus {
+// written by the daemon (pkg/claimstatus), with the pod's interface ifName, an address that
+// begins with ipPrefix (CIDR notation: "10.78.0.66/" for one address) and a Ready condition
+// true, and returns it. A share's entry (r.ShareID) must carry its shareID.
+func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.DeviceRequestAllocationResult, ifName, ipPrefix string) resourceapi.AllocatedDeviceStatus {
 	t.Helper()
 	var got resourceapi.AllocatedDeviceStatus
 	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
@@ -301,7 +305,7 @@ func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.Dev
 			return err
 		}
 		i := slices.IndexFunc(c.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool {
-			return d.Driver == draDriver && d.Pool == r.Pool && d.Device == r.Device
+			return d.Driver == draDriver && d.Pool == r.Pool && d.Device == r.Device && shareID(d.ShareID) == shareID(r.ShareID)
 		})
 		if i < 0 {
 			return fmt.Errorf("claim %s: status.devices %+v has no entry of %s/%s", claim, c.Status.Devices, r.Pool, r.Device)
@@ -309,8 +313,8 @@ func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.Dev
 		got = c.Status.Devices[i]
 		n := got.NetworkData
 		if n == nil || n.InterfaceName != ifName || n.HardwareAddress == "" ||
-			!slices.ContainsFunc(n.IPs, func(s string) bool { return strings.HasPrefix(s, ip+"/") }) {
-			return fmt.Errorf("claim %s: networkData %+v, want interface %s, an address %s/.., a MAC", claim, n, ifName, ip)
+			!slices.ContainsFunc(n.IPs, func(s string) bool { return strings.HasPrefix(s, ipPrefix) }) {
+			return fmt.Errorf("claim %s: networkData %+v, want interface %s, an address %s.., a MAC", claim, n, ifName, ipPrefix)
 		}
 		if !slices.ContainsFunc(got.Conditions, func(c metav1.Condition) bool {
 			return c.Type == "Ready" && c.Status == metav1.ConditionTrue
@@ -323,4 +327,12 @@ func (e *env) waitClaimNetwork(t *testing.T, ns, claim string, r resourceapi.Dev
 		t.Fatal(err)
 	}
 	return got
+}
+
+// shareID is a result's or a status entry's shareID, "" for none.
+func shareID[T ~string](id *T) string {
+	if id == nil {
+		return ""
+	}
+	return string(*id)
 }

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ const capShares resourceapi.QualifiedName = "kube-rdma.io/shares"
 // testDRASharedNIC: the DRA phase's sharedPool publishes its one NIC for sharedSlots claims at
 // once (allowMultipleAllocations, capacity kube-rdma.io/shares). sharedSlots pods, each with a
 // claim of one share, run on the NIC at once, each claim with a shareID of its own, and each
-// container gets the NIC's device nodes and NCCL_IB_HCA; one pod more stays Pending. Port 1 of
+// container gets the NIC's device nodes (and NCCL_IB_HCA where the pool sets NCCL's variables)
+// and, with the CNI chained to the claims (sharedSubnet), net1 of its own in its claim's
+// status (checkShareNetdev); one pod more stays Pending. Port 1 of
 // the NIC going down taints the one device every sharer's claim holds (the running pods stay:
 // NoSchedule); back up, the taint goes. A sharer deleted, the waiting pod gets the share.
 func testDRASharedNIC(t *testing.T, e *env) {
@@ -58,6 +61,7 @@ func testDRASharedNIC(t *testing.T, e *env) {
 		specs = append(specs, e.claimPod(ns, p, "share"))
 	}
 	lat := e.startPods(t, ns, specs)
+	nets := map[string]string{} // a sharer's MAC and each address -> pod
 	for _, p := range pods {
 		r := e.shareOf(t, ns, p, nic.Name)
 		if other, dup := shares[r]; dup {
@@ -65,6 +69,7 @@ func testDRASharedNIC(t *testing.T, e *env) {
 		}
 		shares[r] = p
 		e.checkNICContainer(t, ns, p, nic)
+		e.checkShareNetdev(t, c, ns, p, nets)
 	}
 
 	// One more: no share left.
@@ -110,8 +115,13 @@ func testDRASharedNIC(t *testing.T, e *env) {
 		t.Errorf("the waiting pod got share %s of %s", r, shares[r])
 	}
 	e.checkNICContainer(t, ns, extra, nic)
-	line := fmt.Sprintf("dra-shared: %d pods shared NIC %s (%s) of pool %s, created at once, creation to Ready median %s, worst %s, each with its own shareID; one more Pending until a sharer went; port down tainted the one device every sharer holds",
-		c.sharedSlots, rdma, nic.Name, c.sharedPool, median(lat), worst(lat))
+	e.checkShareNetdev(t, c, ns, extra, nets)
+	netdevs := "no CNI"
+	if c.sharedSubnet != "" {
+		netdevs = "each with its own macvlan child net1 (MAC, address) in its claim's status.devices"
+	}
+	line := fmt.Sprintf("dra-shared: %d pods shared NIC %s (%s) of pool %s, created at once, creation to Ready median %s, worst %s, each with its own shareID, %s; one more Pending until a sharer went; port down tainted the one device every sharer holds",
+		c.sharedSlots, rdma, nic.Name, c.sharedPool, median(lat), worst(lat), netdevs)
 	t.Log(line)
 	e.appendReport(t, line)
 }
@@ -129,4 +139,26 @@ func (e *env) shareOf(t *testing.T, ns, pod, device string) string {
 		t.Errorf("pod %s's claim consumed %v, want 1 of %s", pod, r.ConsumedCapacity, capShares)
 	}
 	return strings.TrimSpace(string(*r.ShareID))
+}
+
+// checkShareNetdev: with the CNI chained to the claims (sharedSubnet), the pod has net1 and
+// its claim's status.devices entry of its share names net1 with an address of sharedSubnet
+// and a MAC, none of which another sharer has (seen: by MAC and address, the pod).
+func (e *env) checkShareNetdev(t *testing.T, c draConfig, ns, pod string, seen map[string]string) {
+	t.Helper()
+	if c.sharedSubnet == "" {
+		return
+	}
+	if links := e.waitLog(t, ns, pod, 1).last().links; !slices.Contains(links, "net1") {
+		t.Errorf("sharer %s: links %v, want net1 (a macvlan child of the shared NIC)", pod, links)
+	}
+	claim := e.podClaim(t, ns, pod)
+	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", c.sharedSubnet)
+	for _, k := range append([]string{st.NetworkData.HardwareAddress}, st.NetworkData.IPs...) {
+		if other, dup := seen[k]; dup {
+			t.Errorf("sharers %s and %s both have %s", other, pod, k)
+		}
+		seen[k] = pod
+	}
+	t.Logf("sharer %s: claim %s status: %s %s %v", pod, claim.Name, st.NetworkData.InterfaceName, st.NetworkData.HardwareAddress, st.NetworkData.IPs)
 }

@@ -532,28 +532,38 @@ func (l localNodeDesc) draPhase() phase {
 	}
 }
 
-// draSharedPhase: one NIC (the first HCA) in ib-shared, a shared pool of frontend dra with 3
-// slots: the DRA front end publishes it for 3 claims at once through consumable capacity
-// (the node's components run with DRAConsumableCapacity, up.sh). No CNI: the pods get the
-// NIC's device nodes and NCCL's variables (a child netdev each is the CNI's, pkg/cni's tests).
+// draSharedPhase: one NIC (the RoCE PF) in roce-shared-dra, a shared pool of frontend dra
+// with 3 slots: the DRA front end publishes it for 3 claims at once through consumable
+// capacity (the node's components run with DRAConsumableCapacity, up.sh). The CNI plugin is
+// chained to the DRA claims with sharedNetdev macvlan: each claim's pod gets a macvlan child
+// of the PF's netdev (a veth here) as net1, with an address of sharedSubnet, and the daemon
+// writes it into the claim's status.
 func (l localNodeDesc) draSharedPhase() phase {
-	const pool, slots = "ib-shared", 3
+	const pool, slots, subnet = "roce-shared-dra", 3, "192.168.78."
 	v := values{
 		"config": values{"pools": []values{
-			{"name": pool, "mode": "shared", "slots": slots, "frontend": "dra",
-				"selectors": values{"linkLayers": []string{"InfiniBand"}, "rdmaDevices": []string{l.fix.ib[0]}}},
+			{"name": pool, "mode": "shared", "slots": slots, "frontend": "dra", "nccl": false,
+				"selectors": values{"kinds": []string{"PF"}, "linkLayers": []string{"Ethernet"}, "rdmaDevices": []string{l.fix.pfs[0]}}},
 		}},
 		"dra": values{"enabled": true},
+		"cni": values{
+			"install": true,
+			"mode":    "chained",
+			// This kernel has no RDMA netlink: say the mode instead of asking it.
+			"pluginConfig": values{"rdmaNetnsMode": "shared", "stateDir": l.cniState, "logFile": l.cniLog(), "sharedNetdev": "macvlan"},
+			"chained": values{"pool": pool, "ipam": values{"type": "host-local",
+				"ranges": [][]values{{{"subnet": subnet + "0/24"}}}, "dataDir": l.rdmaIPAM}},
+		},
 	}
 	return phase{
 		name: "dra-shared",
 		config: func(c *config) {
 			l.common(c)
-			c.pools, c.ncclPools = nil, []string{pool}
-			c.dra = &draConfig{pools: map[string]int{pool: 1}, sharedPool: pool, sharedSlots: slots}
+			c.pools, c.ncclPools = nil, nil
+			c.dra = &draConfig{pools: map[string]int{pool: 1}, sharedPool: pool, sharedSlots: slots, sharedSubnet: subnet}
 		},
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
-			report: "dra-shared: chart installed with dra.enabled (pool ib-shared: shared, frontend dra, 3 slots, one HCA), DaemonSet ready: %s s"}},
+			report: "dra-shared: chart installed with dra.enabled (pool roce-shared-dra: shared, frontend dra, 3 slots, the RoCE PF) and the CNI chained to its claims (sharedNetdev macvlan), DaemonSet ready: %s s"}},
 		tests: []namedTest{{"DRASharedNIC", testDRASharedNIC}},
 		after: func(t *testing.T, e *env) { e.waitNoDRASlices(t) },
 	}

@@ -304,7 +304,7 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	}
 	ip := e.net1Addr(t, ex, ns, a.Name)
 	// The claim's status says where its device went (KEP-4817, pkg/claimstatus).
-	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", ip)
+	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", ip+"/")
 	t.Logf("claim %s: status.devices %s/%s: %+v", claim.Name, st.Pool, st.Device, *st.NetworkData)
 	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
 	gbps, err := perftestGbps(out)
