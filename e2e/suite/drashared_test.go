@@ -72,6 +72,27 @@ func testDRASharedNIC(t *testing.T, e *env) {
 		e.checkShareNetdev(t, c, ns, p, nets)
 	}
 
+	// kubectl rdma pods lists the claim pods with the NIC (from the RDMANodeState's claims).
+	rdma := attrString(nic, attrRDMA)
+	var out string
+	err = eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
+		var code int
+		out, code = e.kubectlRDMA(t, "pods", "-n", ns)
+		if code != 0 {
+			return fmt.Errorf("exit %d", code)
+		}
+		for _, p := range pods {
+			if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool { return strings.Contains(l, p) && strings.Contains(l, rdma) }) {
+				return fmt.Errorf("no line with %s and %s", p, rdma)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("kubectl rdma pods -n %s: %v:\n%s", ns, err, out)
+	}
+	t.Logf("kubectl rdma pods -n %s:\n%s", ns, out)
+
 	// One more: no share left.
 	extra := "sharer-extra"
 	e.createPod(t, e.claimPod(ns, extra, "share"))
@@ -90,7 +111,6 @@ func testDRASharedNIC(t *testing.T, e *env) {
 	}
 
 	// Port down: the taint is on the one device every sharer holds.
-	rdma := attrString(nic, attrRDMA)
 	restored := e.portUpOnCleanup(t, rdma, nil)
 	e.mustHook(t, 30*time.Second, "port-state", rdma, "1", "down")
 	e.waitTaint(t, nic.Name, true)
