@@ -559,7 +559,7 @@ func (l localNodeDesc) draSharedPhase() phase {
 		name: "dra-shared",
 		config: func(c *config) {
 			l.common(c)
-			c.pools, c.ncclPools = nil, nil
+			c.pools, c.ncclPools = nil, []string{} // nccl: false: no pool sets them
 			c.dra = &draConfig{pools: map[string]int{pool: 1}, sharedPool: pool, sharedSlots: slots, sharedSubnet: subnet}
 		},
 		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
