@@ -20,6 +20,8 @@
 #                               sockets and claim records, the daemon's pools file
 #   describe                    "key value" lines: the node, its paths, images and ports;
 #                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
+#                               multus-chart, multus-image: the Multus thick plugin's
+#                               chart (e2e/local-node/multus) and image (images.sh);
 #                               prev-release, prev-chart and prev-image once prev.sh built
 #                               the previous release and up.sh imported its image;
 #                               prev-fakerdma-image once its fakerdma variant is imported too
@@ -132,7 +134,9 @@ api-port $API_PORT
 metrics-port $METRICS_PORT
 cni-state-dir $CNI_STATE_DIR
 rdma-ipam-dir $RDMA_IPAM_DIR
-nad-crd $HERE/nad-crd.yaml
+nad-crd $HERE/multus/files/nad-crd.yaml
+multus-chart $HERE/multus
+multus-image $MULTUS_IMAGE
 gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)

@@ -43,7 +43,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
   containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
 done
-for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
+for i in pause kube-rdma kube-rdma-fakerdma rdma-test multus; do
   [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
 done
 
@@ -280,7 +280,7 @@ EOF
 # The shim finds runc through PATH.
 start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
 wait_for "containerd serving" 30 ctr version
-imports=(pause rdma-test)
+imports=(pause rdma-test multus)
 # From the registry (lib.sh E2E_FROM_REGISTRY), the kubelet has containerd pull ours.
 [[ $E2E_FROM_REGISTRY == 1 ]] || imports+=(kube-rdma kube-rdma-fakerdma)
 for i in "${imports[@]}"; do
