@@ -17,7 +17,8 @@
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
 #                               binary, its node file and uninstall marker, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
-#                               sockets and claim records, the daemon's pools file
+#                               sockets and claim records, the daemon's pools file, its
+#                               device-info files
 #   describe                    "key value" lines: the node, its paths, images and ports;
 #                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
 #                               multus-chart, multus-image: the Multus thick plugin's
@@ -202,6 +203,10 @@ node_state() {
   for f in /var/run/kube-rdma/alloc/_pools.json "$NODE_RUN/alloc/_pools.json"; do
     [[ ! -e $f ]] || echo "pools-file $f"
   done
+  # The device plugin's NPWG device-info files of our resources (pkg/hostapi/devinfo; the
+  # chart in multus mode): the daemon removes them when it stops. The directory stays (the
+  # chart's hostPath, shared with Multus and other device plugins).
+  find /var/run/k8s.cni.cncf.io/devinfo/dp -mindepth 1 -maxdepth 1 -name 'rdma.kube-rdma.io-*' -printf 'devinfo %f\n' 2>/dev/null || true
   # The DRA driver's registration socket, its plugin socket and its claims' records.
   for f in "$NODE_RUN"/kubelet/plugins_registry/rdma.kube-rdma.io*; do
     [[ ! -e $f ]] || echo "dra-registration $(basename "$f")"
