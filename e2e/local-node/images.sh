@@ -93,7 +93,8 @@ push() {
   -file "$WORK/pause:/pause:0755" -user 65535:65535 -entrypoint '["/pause"]'
 
 # Multus: build.sh's binaries where upstream's thick image has them (install_multus copies the
-# shim and passthru from /usr/src/multus-cni/bin). No shell: the manifest runs the binaries.
+# shim and passthru from /usr/src/multus-cni/bin). No shell: the manifest runs the binaries. The
+# daemon refuses to start unless os/user finds root in /etc/passwd (a nil dereference without it).
 MULTUS_BIN=${E2E_CACHE}/bin/current
 for b in multus-daemon multus-shim install_multus passthru-cni; do
   [[ -x $MULTUS_BIN/$b ]] || die "$MULTUS_BIN/$b missing: run e2e/local-node/build.sh multus"
@@ -103,6 +104,7 @@ done
   -file "$(readlink -f "$MULTUS_BIN/multus-shim"):/usr/src/multus-cni/bin/multus-shim:0755" \
   -file "$(readlink -f "$MULTUS_BIN/install_multus"):/usr/src/multus-cni/bin/install_multus:0755" \
   -file "$(readlink -f "$MULTUS_BIN/passthru-cni"):/usr/src/multus-cni/bin/passthru:0755" \
+  -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
   -dir /tmp:1777 -user 0:0 -entrypoint '["/usr/src/multus-cni/bin/multus-daemon"]'
 
 # The test image's root: unpacked Debian packages, cached by the exact package versions.
