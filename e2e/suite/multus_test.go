@@ -122,9 +122,22 @@ func (l localNodeDesc) installMultus(t *testing.T, e *env) {
 		return nil
 	})
 	if err != nil {
+		l.dumpMultus(t, e)
 		t.Fatalf("the Multus daemon's config: %v", err)
 	}
 	t.Logf("Multus installed, %s written, %.1f s after helm install", multusConf, time.Since(start).Seconds())
+}
+
+// dumpMultus prints the Multus daemon's pods: status, events, log.
+func (l localNodeDesc) dumpMultus(t *testing.T, e *env) {
+	pods, err := e.core.Pods(e.helm.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + multusRelease})
+	if err != nil {
+		t.Logf("list the Multus pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		e.dumpPod(t, p.Namespace, p.Name)
+	}
 }
 
 // networkStatus is one entry of Multus's network-status annotation, what this test reads.
