@@ -75,7 +75,7 @@ func (l localNodeDesc) multusPhase() phase {
 // the node-state snapshot, which lists every CNI config: the chart's uninstall must leave it);
 // at the phase's end it uninstalls it and checks that Multus took its config with it, and
 // removes what its installer copied into the CNI bin dir (multus-shim, passthru: no
-// uninstaller of upstream's removes them).
+// uninstaller of upstream's removes them) and the daemon's socket directory /run/multus.
 func (l localNodeDesc) installMultus(t *testing.T, e *env) {
 	start := time.Now()
 	_, err := e.runHelm(t.Context(), "install", multusRelease, l.multusChart, "--create-namespace", "--wait", "--timeout", "180s",
@@ -104,6 +104,10 @@ func (l localNodeDesc) installMultus(t *testing.T, e *env) {
 			if err := os.Remove(filepath.Join(l.nodeRun, "cni/bin", b)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				t.Error(err)
 			}
+		}
+		// The daemon's socket directory on the host.
+		if err := os.RemoveAll("/run/multus"); err != nil {
+			t.Error(err)
 		}
 	})
 	err = eventually(t.Context(), time.Minute, func(context.Context) error {
