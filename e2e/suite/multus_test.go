@@ -33,7 +33,7 @@ const (
 	multusRelease = "multus-e2e"
 	multusNetwork = "rdma-vf"            // the chart's NAD (cni.networks)
 	multusPinned  = "rdma-vf-pinned"     // the refusal test's NAD, with a deviceID of its own
-	multusConf    = "00-multus.conflist" // what the Multus daemon writes in the CNI config dir
+	multusConf    = "00-multus.conf" // what the Multus daemon writes in the CNI config dir
 	networksKey   = "k8s.v1.cni.cncf.io/networks"
 	netStatusKey  = "k8s.v1.cni.cncf.io/network-status"
 	resourceKey   = "k8s.v1.cni.cncf.io/resourceName"
@@ -71,7 +71,7 @@ func (l localNodeDesc) multusPhase() phase {
 	return p
 }
 
-// installMultus installs the Multus chart and waits for the daemon's 00-multus.conflist (before
+// installMultus installs the Multus chart and waits for the daemon's 00-multus.conf (before
 // the node-state snapshot, which lists every CNI config: the chart's uninstall must leave it);
 // at the phase's end it uninstalls it and checks that Multus took its config with it, and
 // removes what its installer copied into the CNI bin dir (multus-shim, passthru: no
@@ -116,12 +116,11 @@ func (l localNodeDesc) installMultus(t *testing.T, e *env) {
 			return err
 		}
 		var c struct {
-			Plugins []struct {
-				Type string `json:"type"`
-			} `json:"plugins"`
+			Type           string `json:"type"`
+			ClusterNetwork string `json:"clusterNetwork"`
 		}
-		if err := json.Unmarshal(b, &c); err != nil || len(c.Plugins) == 0 || c.Plugins[0].Type != "multus-shim" {
-			return fmt.Errorf("%s: %s (%v)", conf, b, err)
+		if err := json.Unmarshal(b, &c); err != nil || c.Type != "multus-shim" || filepath.Base(c.ClusterNetwork) != "10-e2e.conflist" {
+			return fmt.Errorf("%s: %s (%v), want type multus-shim delegating to 10-e2e.conflist", conf, b, err)
 		}
 		return nil
 	})
@@ -164,6 +163,11 @@ func (l localNodeDesc) testMultusPod(t *testing.T, e *env) {
 	if p == nil || p.count < 2 {
 		t.Fatalf("pool vf: %+v, want 2+ devices", p)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.dumpMultus(t, e)
+		}
+	})
 	ns := e.namespace(t)
 	before, err := e.hookLines(t.Context(), "links")
 	if err != nil {
