@@ -31,8 +31,8 @@ import (
 
 const (
 	multusRelease = "multus-e2e"
-	multusNetwork = "rdma-vf"            // the chart's NAD (cni.networks)
-	multusPinned  = "rdma-vf-pinned"     // the refusal test's NAD, with a deviceID of its own
+	multusNetwork = "rdma-vf"        // the chart's NAD (cni.networks)
+	multusPinned  = "rdma-vf-pinned" // the refusal test's NAD, with a deviceID of its own
 	multusConf    = "00-multus.conf" // what the Multus daemon writes in the CNI config dir
 	networksKey   = "k8s.v1.cni.cncf.io/networks"
 	netStatusKey  = "k8s.v1.cni.cncf.io/network-status"
