@@ -224,6 +224,13 @@ NETNS_DIR=$NODE_RUN/containerd/state/netns
 mkdir -p "$NETNS_DIR"
 mount --bind "$NETNS_DIR" "$NETNS_DIR"
 mount --make-rshared "$NETNS_DIR"
+# Where containerd 2.2 puts them with netns_mounts_under_state_dir (its CRI plugin's state dir):
+# made shared the same way, for the multus phase's Multus daemon, which looks at a pod's netns
+# itself and runs its delegates chrooted in a copy of the host's root taken at its start.
+CRI_NETNS_DIR=$NODE_RUN/containerd/state/io.containerd.grpc.v1.cri/netns
+mkdir -p "$CRI_NETNS_DIR"
+mount --bind "$CRI_NETNS_DIR" "$CRI_NETNS_DIR"
+mount --make-rshared "$CRI_NETNS_DIR"
 mkdir -p "$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR"
 cat >"$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR/hosts.toml" <<EOF
 server = "http://$REGISTRY_ADDR"
