@@ -168,6 +168,10 @@ func (l localNodeDesc) testMultusPod(t *testing.T, e *env) {
 			l.dumpMultus(t, e)
 		}
 	})
+	// The pod's start counts from a node that advertises the pool (not the scheduler's wait).
+	if err := e.waitAllocatable(t.Context(), time.Minute, map[string]int64{"vf": p.count}); err != nil {
+		t.Fatal(err)
+	}
 	ns := e.namespace(t)
 	before, err := e.hookLines(t.Context(), "links")
 	if err != nil {
