@@ -20,6 +20,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/allocdir"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/devinfo"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 )
@@ -161,6 +162,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root")
 	fs.StringVar(&cfg.plugin.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.plugin.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
+	fs.StringVar(&cfg.plugin.DeviceInfoDir, "device-info-dir", "", "directory of the NPWG device-info files of allocated devices, which Multus reads (the host's "+devinfo.DefaultDPDir+", seen by the daemon at the same path); empty writes none")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
 	fs.StringVar(&cfg.PoolsFile, "pools-file", nodepools.Path(allocdir.DefaultRoot), "the node's pools file (the served pools' devices), read by the CNI plugin at <its node file's allocDir>/"+nodepools.FileName+"; empty writes none")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9478", "address of /metrics, /state and /healthz (the loopback by default; elsewhere /metrics and /state need a token, --metrics-auth); empty disables")

@@ -237,8 +237,8 @@ func TestMultus(t *testing.T) {
 	if err := json.Unmarshal(nad.Spec, &spec); err != nil {
 		t.Fatal(err)
 	}
-	// Multus adds the device it allocated.
-	c := parseEntry(t, objs, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0",`, 1))
+	// Multus adds the device it allocated, as deviceID and pciBusID.
+	c := parseEntry(t, objs, strings.Replace(spec.Config, "{", `{"deviceID": "mlx5_0", "pciBusID": "mlx5_0",`, 1))
 	if c.Name != "rdma-ib" || c.Standalone() || !c.RequirePodResources {
 		t.Errorf("netconf name %q standalone %v requirePodResources %v", c.Name, c.Standalone(), c.RequirePodResources)
 	}
@@ -273,6 +273,14 @@ func TestMultus(t *testing.T) {
 	}
 	if args := spec2.Containers[0].Args; !slices.Contains(args, "--cni-state-dir=/var/lib/cni/kube-rdma") {
 		t.Errorf("device plugin args %q lack --cni-state-dir", args)
+	}
+	// The NPWG device-info files Multus reads: written by the daemon at the host's path.
+	const devinfo = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+	if ro, ok := hostPaths(ds)[devinfo]; !ok || ro {
+		t.Errorf("device-info dir mounted %v, read-only %v; want read-write", ok, ro)
+	}
+	if args := spec2.Containers[0].Args; !slices.Contains(args, "--device-info-dir="+devinfo) {
+		t.Errorf("device plugin args %q lack --device-info-dir", args)
 	}
 }
 

@@ -5,9 +5,10 @@
 #
 #   bash e2e/local-node/build.sh [COMPONENT...]     # default: all; prints the bin directory
 #
-# all: kubernetes etcd helm containerd debs. Only when named: registry (the CNCF distribution
-# registry, hack/registry.sh) and crane (go-containerregistry's CLI, at the kube-rdma go.mod's
-# version), for make release-check.
+# all: kubernetes etcd helm containerd debs multus (the Multus CNI thick plugin, for the multus
+# phase: images.sh images it). Only when named: registry (the CNCF distribution registry,
+# hack/registry.sh) and crane (go-containerregistry's CLI, at the kube-rdma go.mod's version),
+# for make release-check.
 #
 # Each component is a throw-away Go module under e2e/local-node/modules/<name> (go.mod pins the
 # release, go.sum pins every dependency, tools.go names the commands). Its binaries go to
@@ -26,7 +27,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
 E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
 E2E_BUILD_JOBS=${E2E_BUILD_JOBS:-1}
-ALL=(kubernetes etcd helm containerd debs)
+ALL=(kubernetes etcd helm containerd debs multus)
 # Built only when named (make release, make release-check).
 EXTRA=(registry crane)
 
@@ -136,6 +137,18 @@ build_crane() {
   want=$(awk -v m="$m" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' "$HERE/../../go.mod" | head -1)
   [[ $v == "$want" ]] || die "crane: modules/crane/go.mod has $m $v, the kube-rdma go.mod $want"
   go_component crane "$v" "-s -w -X $m/cmd/crane/cmd.Version=$v" "" crane $m/cmd/crane
+}
+
+# The Multus CNI thick plugin: multus-daemon (the DaemonSet's process, which runs the delegates),
+# multus-shim (the CNI binary the runtime calls, which asks the daemon over its socket),
+# install_multus (the init container's copy of the shim and passthru into the node's CNI bin
+# directory) and passthru-cni. The version strings are what upstream's build sets
+# (hack/build-go.sh), minus the commit.
+build_multus() {
+  local v p=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
+  v=$(required_version multus $p)
+  go_component multus "$v" "-s -w -X $p/pkg/multus.version=$v -X $p/pkg/multus.gitTreeState=clean" "" "" \
+    $p/cmd/multus-daemon $p/cmd/multus-shim $p/cmd/install_multus $p/cmd/passthru-cni
 }
 
 # Debian packages of the host's suite, unpacked (never installed) into the cache: runc and the

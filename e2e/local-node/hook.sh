@@ -17,9 +17,12 @@
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
 #                               binary, its node file and uninstall marker, every CNI config (canonical JSON digest), kube-rdma CDI
 #                               specs, kube-rdma device plugin sockets, the DRA driver's
-#                               sockets and claim records, the daemon's pools file
+#                               sockets and claim records, the daemon's pools file, its
+#                               device-info files
 #   describe                    "key value" lines: the node, its paths, images and ports;
 #                               cni-e2e-binary: the CNI plugin built with kuberdma_e2e;
+#                               multus-chart, multus-image: the Multus thick plugin's
+#                               chart (e2e/local-node/multus) and image (images.sh);
 #                               prev-release, prev-chart and prev-image once prev.sh built
 #                               the previous release and up.sh imported its image;
 #                               prev-fakerdma-image once its fakerdma variant is imported too
@@ -132,7 +135,9 @@ api-port $API_PORT
 metrics-port $METRICS_PORT
 cni-state-dir $CNI_STATE_DIR
 rdma-ipam-dir $RDMA_IPAM_DIR
-nad-crd $HERE/nad-crd.yaml
+nad-crd $HERE/multus/files/nad-crd.yaml
+multus-chart $HERE/multus
+multus-image $MULTUS_IMAGE
 gpu-dra-driver $GPU_DRA_DRIVER
 memlock-raisable $raisable
 memlock-hard-kib $(ulimit -Hl)
@@ -198,6 +203,10 @@ node_state() {
   for f in /var/run/kube-rdma/alloc/_pools.json "$NODE_RUN/alloc/_pools.json"; do
     [[ ! -e $f ]] || echo "pools-file $f"
   done
+  # The device plugin's NPWG device-info files of our resources (pkg/hostapi/devinfo; the
+  # chart in multus mode): the daemon removes them when it stops. The directory stays (the
+  # chart's hostPath, shared with Multus and other device plugins).
+  find /var/run/k8s.cni.cncf.io/devinfo/dp -mindepth 1 -maxdepth 1 -name 'rdma.kube-rdma.io-*' -printf 'devinfo %f\n' 2>/dev/null || true
   # The DRA driver's registration socket, its plugin socket and its claims' records.
   for f in "$NODE_RUN"/kubelet/plugins_registry/rdma.kube-rdma.io*; do
     [[ ! -e $f ]] || echo "dra-registration $(basename "$f")"

@@ -9,6 +9,9 @@
 #                             the exclusive RDMA netns mode this kernel cannot give
 #   kube-rdma-cni-e2e         that image's CNI plugin as a file, for the faults phase
 #   localhost/pause:e2e       the sandbox image (e2e/local-node/pause)
+#   localhost/multus:e2e      the Multus CNI thick plugin build.sh built from the module proxy
+#                             (daemon, shim, installer, passthru), at the paths upstream's image
+#                             has them, for the multus phase (e2e/local-node/multus)
 #   localhost/rdma-test:e2e   busybox-static plus rdma-core's ibv_devices/ibv_devinfo, from the
 #                             host's Debian suite (downloaded, unpacked, never installed)
 #
@@ -88,6 +91,21 @@ push() {
 
 "$WORK/ocibuild" -o "$OUT/pause.tar" -name "localhost/pause:$TAG" \
   -file "$WORK/pause:/pause:0755" -user 65535:65535 -entrypoint '["/pause"]'
+
+# Multus: build.sh's binaries where upstream's thick image has them (install_multus copies the
+# shim and passthru from /usr/src/multus-cni/bin). No shell: the manifest runs the binaries. The
+# daemon refuses to start unless os/user finds root in /etc/passwd (a nil dereference without it).
+MULTUS_BIN=${E2E_CACHE}/bin/current
+for b in multus-daemon multus-shim install_multus passthru-cni; do
+  [[ -x $MULTUS_BIN/$b ]] || die "$MULTUS_BIN/$b missing: run e2e/local-node/build.sh multus"
+done
+"$WORK/ocibuild" -o "$OUT/multus.tar" -name "localhost/multus:$TAG" \
+  -file "$(readlink -f "$MULTUS_BIN/multus-daemon"):/usr/src/multus-cni/bin/multus-daemon:0755" \
+  -file "$(readlink -f "$MULTUS_BIN/multus-shim"):/usr/src/multus-cni/bin/multus-shim:0755" \
+  -file "$(readlink -f "$MULTUS_BIN/install_multus"):/usr/src/multus-cni/bin/install_multus:0755" \
+  -file "$(readlink -f "$MULTUS_BIN/passthru-cni"):/usr/src/multus-cni/bin/passthru:0755" \
+  -file "$WORK/etc/passwd:/etc/passwd:0644" -file "$WORK/etc/group:/etc/group:0644" \
+  -dir /tmp:1777 -user 0:0 -entrypoint '["/usr/src/multus-cni/bin/multus-daemon"]'
 
 # The test image's root: unpacked Debian packages, cached by the exact package versions.
 test_root() {

@@ -34,6 +34,9 @@ GPU_DRA_DRIVER=gpu.e2e.kube-rdma.io
 FAKE_RDMA_DIR=/run/kube-rdma-e2e-fakerdma
 # The images images.sh builds: the chart's (and its -fakerdma variant) and the pods'.
 TEST_IMAGE=localhost/rdma-test:e2e
+# The Multus thick plugin (images.sh, from build.sh's binaries) and its manifest, a chart of
+# this harness (the multus phase).
+MULTUS_IMAGE=localhost/multus:e2e
 # The chart and its image come from a registry on 127.0.0.1, as users install a release
 # (docs/release.md): run.sh starts it (hack/registry.sh), images.sh pushes the -fakerdma
 # variant there, `make release` the image index and the chart; containerd pulls the image by its

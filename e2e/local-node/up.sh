@@ -43,7 +43,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
   containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
 done
-for i in pause kube-rdma kube-rdma-fakerdma rdma-test; do
+for i in pause kube-rdma kube-rdma-fakerdma rdma-test multus; do
   [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
 done
 
@@ -224,6 +224,13 @@ NETNS_DIR=$NODE_RUN/containerd/state/netns
 mkdir -p "$NETNS_DIR"
 mount --bind "$NETNS_DIR" "$NETNS_DIR"
 mount --make-rshared "$NETNS_DIR"
+# Where containerd 2.2 puts them with netns_mounts_under_state_dir (its CRI plugin's state dir):
+# made shared the same way, for the multus phase's Multus daemon, which looks at a pod's netns
+# itself and runs its delegates chrooted in a copy of the host's root taken at its start.
+CRI_NETNS_DIR=$NODE_RUN/containerd/state/io.containerd.grpc.v1.cri/netns
+mkdir -p "$CRI_NETNS_DIR"
+mount --bind "$CRI_NETNS_DIR" "$CRI_NETNS_DIR"
+mount --make-rshared "$CRI_NETNS_DIR"
 mkdir -p "$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR"
 cat >"$NODE_RUN/containerd/certs.d/$REGISTRY_ADDR/hosts.toml" <<EOF
 server = "http://$REGISTRY_ADDR"
@@ -280,7 +287,7 @@ EOF
 # The shim finds runc through PATH.
 start containerd env PATH="$BIN:$PATH" containerd --config "$NODE_RUN/containerd/config.toml"
 wait_for "containerd serving" 30 ctr version
-imports=(pause rdma-test)
+imports=(pause rdma-test multus)
 # From the registry (lib.sh E2E_FROM_REGISTRY), the kubelet has containerd pull ours.
 [[ $E2E_FROM_REGISTRY == 1 ]] || imports+=(kube-rdma kube-rdma-fakerdma)
 for i in "${imports[@]}"; do

@@ -37,7 +37,7 @@ import (
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh);
 //	prev-fakerdma-image: its fakerdma variant, once imported too
 //
-// Nine phases, each with the chart's values and the answers computed here from the fixture:
+// Ten phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), then upgrade, upgrade-gpu-aligned and upgrade-dra:
@@ -47,7 +47,8 @@ import (
 // device-plugin phase's values, then one fault after another, each followed by one invariant
 // check: faults_test.go), faults-dra (the dra phase's values, the DRA front end's faults:
 // drafaults_test.go), and dra-shared (one HCA in a shared dra pool of 3 slots: three claims
-// share it through DRA consumable capacity: drashared_test.go).
+// share it through DRA consumable capacity: drashared_test.go), and multus (Multus's thick
+// plugin in front of the node's network, the chart in multus mode: multus_test.go).
 // cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
 // kept it.
 
@@ -61,6 +62,8 @@ type localNodeDesc struct {
 	nadCRD, memlockHardKiB               string
 	gpuDRADriver                         string // fakegpudra's driver name, also its DeviceClass's
 	cniE2EBinary                         string // the CNI plugin built with kuberdma_e2e ("": none)
+	// The Multus thick plugin's chart and image (multus-chart, multus-image; "": none).
+	multusChart, multusImage string
 	// The previous release (prev-*): "" when the harness did not build it.
 	prevRelease, prevChart, prevImageRepo, prevImageTag string
 	prevFakeRDMA                                        bool // prev-fakerdma-image: REPO:TAG-fakerdma of prev-image
@@ -124,7 +127,7 @@ func parseLocalNode(d map[string]string) (localNodeDesc, error) {
 	l := localNodeDesc{node: d["node"], testImage: d["test-image"], nodeRun: d["node-run"], fixture: d["fixture"],
 		cniState: d["cni-state-dir"], rdmaIPAM: d["rdma-ipam-dir"], nadCRD: d["nad-crd"], gpuDRADriver: d["gpu-dra-driver"],
 		memlockHardKiB: d["memlock-hard-kib"], memlockRaisable: d["memlock-raisable"] == "yes",
-		cniE2EBinary: d["cni-e2e-binary"]}
+		cniE2EBinary: d["cni-e2e-binary"], multusChart: d["multus-chart"], multusImage: d["multus-image"]}
 	for k, v := range map[string]string{"node": l.node, "node-run": l.nodeRun, "fixture": l.fixture,
 		"cni-state-dir": l.cniState, "rdma-ipam-dir": l.rdmaIPAM, "nad-crd": l.nadCRD, "image": d["image"],
 		"gpu-dra-driver": l.gpuDRADriver} {
@@ -179,7 +182,8 @@ func localNode(d map[string]string) (harness, error) {
 		node:  l.node,
 		setup: l.setup,
 		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(),
-			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase(), l.draSharedPhase()},
+			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase(), l.draSharedPhase(),
+			l.multusPhase()},
 	}, nil
 }
 
@@ -720,8 +724,25 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra", "dra-shared"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra", "dra-shared", "multus"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
+	}
+	// multus: skipped without the Multus chart and image; with them, the chart in multus mode
+	// with one NAD of the exclusive vf pool, and no chained pool.
+	if m := h.phases[9]; m.skip == "" {
+		t.Errorf("multus phase without multus-chart: no skip reason")
+	}
+	if hm, err := localNode(parseDescription(desc + "multus-chart /r/multus\nmultus-image localhost/multus:e2e\n")); err != nil {
+		t.Error(err)
+	} else {
+		m := hm.phases[9]
+		c := config{}
+		m.config(&c)
+		cni := m.releases[0].values[1]["cni"].(values)
+		nets := cni["networks"].([]values)
+		if m.skip != "" || cni["mode"] != "multus" || len(nets) != 1 || nets[0]["pool"] != "vf" || c.chainedPool != "" {
+			t.Errorf("multus phase: skip %q, cni %v, chained pool %q; want multus mode, one NAD of vf, no chained pool", m.skip, cni, c.chainedPool)
+		}
 	}
 	var c config
 	h.phases[0].config(&c)

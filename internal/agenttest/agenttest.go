@@ -32,7 +32,7 @@ import (
 // as cmd/device-plugin's flags give them.
 type Config struct {
 	ConfigFile, KubeletDir, SysRoot, ProcRoot, DevRoot, CDIDir, AllocDir string
-	PoolsFile                                                            string
+	PoolsFile, DeviceInfoDir                                             string
 	StatusAuth                                                           func(http.Handler) http.Handler
 	Allocations                                                          agent.AllocationLister
 	AllocGCInterval, AllocGCGrace                                        time.Duration
@@ -52,7 +52,7 @@ type Config struct {
 // New builds the device plugin front end and the agent that drives it.
 func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 	dp, err := deviceplugin.New(deviceplugin.Config{KubeletDir: c.KubeletDir, DevRoot: c.DevRoot, CDIDir: c.CDIDir,
-		AllocDir: c.AllocDir, Logger: c.Logger})
+		AllocDir: c.AllocDir, DeviceInfoDir: c.DeviceInfoDir, Logger: c.Logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,7 +36,7 @@ func TestModule(t *testing.T) {
 	}
 	// The rules must have something to check: a module without the
 	// contracts or the CNI would pass vacuously.
-	for _, want := range []string{Module + "/pkg/hostapi/attachment", Module + "/pkg/hostapi/claimrecord", Module + "/pkg/hostapi/allocdir", Module + "/pkg/hostapi/nodepools", Module + "/pkg/cni", Module + "/cmd/cni",
+	for _, want := range []string{Module + "/pkg/hostapi/attachment", Module + "/pkg/hostapi/claimrecord", Module + "/pkg/hostapi/allocdir", Module + "/pkg/hostapi/nodepools", Module + "/pkg/hostapi/devinfo", Module + "/pkg/cni", Module + "/cmd/cni",
 		Module + "/pkg/agent", Module + "/pkg/agent/config", Module + "/pkg/nri", Module + "/pkg/nodestate", Module + "/pkg/netdevwatch", Module + "/pkg/claimstatus",
 		Module + "/cmd/device-plugin", Module + "/cmd/kubectl-rdma", Module + "/hack/ocibuild"} {
 		if !strings.Contains(string(out), `"ImportPath": "`+want+`"`) {

@@ -33,6 +33,8 @@ type allocContext struct {
 	// allocDir is --alloc-dir, the same path on the host and in this
 	// process: the allocation directories of gpuAligned pools.
 	allocDir string
+	// devInfoDir is where device-info files are written (Config.DeviceInfoDir).
+	devInfoDir string
 }
 
 // present reports whether a /dev path exists on the host, looking under devRoot.

@@ -132,6 +132,9 @@ func (s *poolServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest)
 		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}
 	for _, c := range req.ContainerRequests {
+		s.writeDeviceInfo(snap, c.DevicesIds)
+	}
+	for _, c := range req.ContainerRequests {
 		s.m.allocation(s.pool.Name, true)
 		s.log.Info("allocated", "devices", c.DevicesIds)
 	}

@@ -3,8 +3,9 @@
 // socket and one resource per pool whose frontend is devicePlugin, with
 // health from the real port state and presence, NUMA topology, PCIe-aware
 // preferred allocation (pkg/allocator), Allocate responses with device
-// nodes, NCCL environment and optional CDI devices, and the host directory
-// of gpuAligned pools (pkg/hostapi/allocdir).
+// nodes, NCCL environment and optional CDI devices, the host directory
+// of gpuAligned pools (pkg/hostapi/allocdir) and the NPWG device-info files
+// of allocated devices (pkg/hostapi/devinfo, devinfo.go).
 //
 // Plugin implements agent.FrontEnd: the agent hands it its pools, their
 // members and the node's health; one poolServer per pool serves its socket
@@ -48,6 +49,10 @@ type Config struct {
 	// at the same path as the host: Allocate's mounts name it. The agent
 	// refuses gpuAligned pools when it is "" (agent.Config.AllocDir).
 	AllocDir string
+	// DeviceInfoDir is where the NPWG device-info files of allocated
+	// devices are written (pkg/hostapi/devinfo, devinfo.DefaultDPDir on the host);
+	// "" writes none.
+	DeviceInfoDir string
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -101,7 +106,7 @@ func New(cfg Config) (*Plugin, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Plugin{cfg: cfg, log: cfg.Logger, m: newMetrics(), pools: map[string]*poolServer{}, registered: make(chan struct{}),
-		alloc: allocContext{devRoot: cfg.DevRoot, cdi: cfg.CDIDir != "", allocDir: cfg.AllocDir}}
+		alloc: allocContext{devRoot: cfg.DevRoot, cdi: cfg.CDIDir != "", allocDir: cfg.AllocDir, devInfoDir: cfg.DeviceInfoDir}}
 	if cfg.CDIDir != "" {
 		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
 	}

@@ -34,6 +34,9 @@ func (s *poolServer) setMembers(members []discovery.RDMADevice) {
 	s.members = members
 	superseded := s.superseded
 	s.mu.Unlock()
+	if !superseded {
+		s.removeDeviceInfo(buildSnapshot(s.pool, members, nil).byID)
+	}
 	switch {
 	case s.cdi == nil || superseded:
 	case s.pool.GPUAligned():

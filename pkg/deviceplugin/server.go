@@ -84,6 +84,11 @@ type poolServer struct {
 
 	lastPoolFile []byte // pool.json as last written; Run goroutine only
 
+	// devInfo holds the kubelet device IDs whose device-info file this
+	// process wrote (devinfo.go); under devInfoMu, which Allocate takes.
+	devInfoMu sync.Mutex
+	devInfo   map[string]bool
+
 	// kubelet is the kubelet.sock of the last registration, held open
 	// (openKubelet); run's goroutine only.
 	kubelet *os.File
@@ -132,6 +137,7 @@ func (s *poolServer) close(removeCDI bool) {
 			s.log.Warn("remove cdi spec", "err", err)
 		}
 	}
+	s.removeDeviceInfo(nil)
 }
 
 // kick makes the loop check its socket and registration again.

@@ -144,7 +144,10 @@ type raw struct {
 	Args             json.RawMessage      `json:"args,omitempty"`
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 
-	DeviceID       string   `json:"deviceID,omitempty"`
+	DeviceID string `json:"deviceID,omitempty"`
+	// PCIBusID: Multus writes the device into a delegate's config as both deviceID and
+	// pciBusID (the name SR-IOV's CNI reads); the same device, or the netconf is refused.
+	PCIBusID       string   `json:"pciBusID,omitempty"`
 	MTU            int      `json:"mtu,omitempty"`
 	MAC            string   `json:"mac,omitempty"`
 	ResourceName   string   `json:"resourceName,omitempty"`
@@ -276,8 +279,16 @@ func parseIPAMType(data json.RawMessage) (string, error) {
 	return ipam.Type, nil
 }
 
-// applyRuntimeConfig lets runtimeConfig override deviceID and mac, then parses the MAC.
+// applyRuntimeConfig takes pciBusID as the deviceID it must equal, lets runtimeConfig
+// override deviceID and mac, then parses the MAC.
 func applyRuntimeConfig(c *Conf, r *raw) error {
+	switch {
+	case r.PCIBusID == "":
+	case c.DeviceID == "":
+		c.DeviceID = r.PCIBusID
+	case c.DeviceID != r.PCIBusID:
+		return invalid("pciBusID %q is not deviceID %q", r.PCIBusID, c.DeviceID)
+	}
 	mac := r.MAC
 	if rc := r.RuntimeConfig; rc != nil {
 		if rc.DeviceID != "" {

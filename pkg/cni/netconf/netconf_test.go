@@ -34,6 +34,19 @@ func TestParse(t *testing.T) {
 				KubeletSocket: DefaultKubeletSocket, StateDir: "/tmp/s", SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeExclusive, SharedNetdev: SharedNone},
 		},
 		{
+			name: "deviceID and pciBusID as Multus writes them into a delegate",
+			in:   `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","deviceID":"0000:1c:00.1","pciBusID":"0000:1c:00.1"}`,
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.0.0", Name: "rdma", DeviceID: "0000:1c:00.1",
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto, SharedNetdev: SharedNone},
+		},
+		{
+			name: "pciBusID alone names the device",
+			in:   `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","pciBusID":"0000:1c:00.1"}`,
+			want: &Conf{RequirePodResources: true, CNIVersion: "1.0.0", Name: "rdma", DeviceID: "0000:1c:00.1",
+				KubeletSocket: DefaultKubeletSocket, StateDir: DefaultStateDir, SysfsRoot: DefaultSysfsRoot, ProcRoot: DefaultProcRoot, AllocDir: DefaultAllocDir, GPUResourceName: DefaultGPUResourceName, NetnsMode: ModeAuto, SharedNetdev: SharedNone},
+		},
+		{name: "pciBusID not deviceID", in: `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","deviceID":"mlx5_0","pciBusID":"0000:1c:00.1"}`, wantErr: ErrInvalid},
+		{
 			name: "standalone",
 			in: `{"cniVersion":"1.0.0","name":"rdma","type":"kube-rdma","resourceName":"rdma.kube-rdma.io/hca","interfaceNames":["ib0","ib1"],
 				"requirePodResources":true}`,
