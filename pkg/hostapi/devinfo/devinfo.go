@@ -22,6 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 )
 
 // Version is the spec version this package writes and reads.
@@ -75,23 +77,7 @@ func Save(dir, resource, deviceID string, info Info) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
 		return nil
 	}
-	tmp, err := os.CreateTemp(dir, ".devinfo-*")
-	if err != nil {
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, b, 0o644, ".devinfo-*"); err != nil {
 		return fmt.Errorf("write device-info %s: %w", path, err)
 	}
 	return nil
