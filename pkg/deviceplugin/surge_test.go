@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/agenttest"
+	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -89,11 +90,14 @@ func TestSurgeUpdate(t *testing.T) {
 			t.Errorf("/healthz: %s", resp.Status)
 		}
 	}
-	// The kubelet's calls reach the new daemon through the socket.
+	// The kubelet's calls reach the new daemon through the socket. Its
+	// ListAndWatch replaces the old one's stream on the new registration
+	// and sends the list a moment later (CI once read it in between).
+	old.WaitFor(t, 5*time.Second, "the new daemon's device list", func(k *kubeletstub.Kubelet) bool {
+		devs, _ := k.Devices(hca)
+		return len(devs) > 0
+	})
 	devs, _ := old.Kubelet.Devices(hca)
-	if len(devs) == 0 {
-		t.Fatal("no devices listed")
-	}
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
 	if _, err := old.Kubelet.Allocate(actx, hca, []string{devs[0].ID}); err != nil {
