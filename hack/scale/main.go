@@ -41,6 +41,7 @@ type options struct {
 	schedRate   float64
 	keep        bool
 	check       bool
+	hold        time.Duration
 }
 
 func main() {
@@ -59,6 +60,7 @@ func main() {
 	flag.IntVar(&o.schedPods, "sched-pods", 400, "pods per DRA scheduling run (at most 3/8 of the GPUs)")
 	flag.Float64Var(&o.schedRate, "sched-rate", 20, "pods created per second in the DRA scheduling runs")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's state directory")
+	flag.DurationVar(&o.hold, "hold", 0, "after the set-up, keep the control plane up this long (or until interrupted) for poking at it with its kubeconfig, and measure nothing")
 	flag.BoolVar(&o.check, "check", false, "exit 1 when a run breaks a bound that holds on any machine (steady writes, the writers' interval in the storm, aligned claims; make scale-short)")
 	flag.Parse()
 	for f := range strings.SplitSeq(ns, ",") {
@@ -160,6 +162,11 @@ func runOne(ctx context.Context, o options, n int) (Result, error) {
 	r.SetupS = time.Since(start).Seconds()
 	r.BigNodes = len(c.big)
 	slog.Info("set up", "took", time.Since(start).Round(time.Second))
+	if o.hold > 0 {
+		slog.Info("holding", "for", o.hold, "kubeconfig", cp.kubeconfig)
+		sleep(ctx, o.hold)
+		return r, ctx.Err()
+	}
 	if err := measureAll(ctx, o, c, &r); err != nil {
 		return r, fmt.Errorf("logs in %s: %w", filepath.Join(dir, "logs"), err)
 	}

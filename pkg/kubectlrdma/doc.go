@@ -11,9 +11,10 @@
 //
 // Every string it prints comes from objects a node's daemon (or a pod's
 // container, through exec) wrote, so it is hostile input: a printer never
-// writes one raw. The human printers (writeNodes, writePods, writeChecks,
+// writes one raw. The human printers (writePods, writeChecks,
 // the topo table, bw's summary) take an escaped deep copy of their input
-// where it enters them (escapeAll, escape.go): control characters, bidi and
+// where it enters them (escapeAll, escape.go), writeNodes escapes each cell
+// it prints (its rows come from the API server's table): control characters, bidi and
 // zero-width format characters and invalid UTF-8 become \x1b, \u202e,
 // \xff. Errors are escaped on their one line (oneLine). -o json and -o yaml
 // keep the data but escape what the encoders leave raw (encode.go). A new

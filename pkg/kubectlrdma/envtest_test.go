@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,6 +176,44 @@ func TestAgainstAPIServer(t *testing.T) {
 			if diff := cmp.Diff(want.Status, s.Status); diff != "" {
 				t.Errorf("state %s changed through the API server, a field the CRD schema prunes? (-seeded +read):\n%s", s.Name, diff)
 			}
+		}
+	})
+	t.Run("table", func(t *testing.T) {
+		// The CRD's printer columns carry what nodes prints: the API
+		// server's table holds each published summary table, and none for
+		// the state whose daemon (v0.2.0) did not publish one.
+		cl, err := NewCluster(genericclioptions.NewConfigFlags(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := cl.StateTable(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []StateRow
+		for _, s := range w.states {
+			st := s.Status
+			want = append(want, StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+				DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table})
+		}
+		slices.SortFunc(want, func(a, b StateRow) int { return strings.Compare(a.Name, b.Name) }) // the API server's order
+		if diff := cmp.Diff(want, rows, cmp.AllowUnexported(StateRow{})); diff != "" {
+			t.Errorf("the API server's table (-seeded +read):\n%s", diff)
+		}
+		if i := slices.IndexFunc(want, func(r StateRow) bool { return r.Name == "soft-1" }); i < 0 || want[i].Table != nil {
+			t.Errorf("soft-1 has a published table: the test does not reach nodes' fallback")
+		}
+		names, err := cl.NodeNames(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantNames []string
+		for _, n := range w.nodes {
+			wantNames = append(wantNames, n.Name)
+		}
+		slices.Sort(wantNames)
+		if !slices.Equal(names, wantNames) {
+			t.Errorf("node names %v, want %v", names, wantNames)
 		}
 	})
 	t.Run("forbidden", func(t *testing.T) {

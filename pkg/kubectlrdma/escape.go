@@ -58,8 +58,8 @@ func unsafeRune(r rune) bool {
 // exported struct fields, pointers, slices, arrays, maps (keys and values)
 // and interfaces with escapeString of it, in place. Callers pass a deep
 // copy: the printers' inputs are escaped as a whole where they enter
-// (writeNodes, writePods, writeChecks, the topo table), so a new column
-// cannot print a raw string.
+// (writePods, writeChecks, the topo table; writeNodes escapes each cell),
+// so a new column cannot print a raw string.
 func escapeAll(v any) {
 	escapeValue(reflect.ValueOf(v))
 }
@@ -114,19 +114,6 @@ func escapeValue(v reflect.Value) {
 			v.Set(out)
 		}
 	}
-}
-
-// escapedCopies is an escaped deep copy of API objects.
-func escapedCopies[T any, P interface {
-	*T
-	DeepCopyInto(*T)
-}](in []T) []T {
-	out := make([]T, len(in))
-	for i := range in {
-		P(&in[i]).DeepCopyInto(&out[i])
-		escapeAll(&out[i])
-	}
-	return out
 }
 
 // escapedPods is an escaped deep copy of pods' allocations.

@@ -120,6 +120,7 @@ func hostileWorld(t *testing.T) (*world, fakeExecer) {
 	st.Allocations = st.Allocations[:1]
 	st.Pools[0].Devices = append(st.Pools[0].Devices, bad(2, "mlx5_9"))
 	st.CNI.ChainedPool = bad(3, "ib")
+	st.Summary.Table = v1alpha1.NewSummaryTable(st) // what nodes prints without -o wide
 	w.states = append(w.states, *s)
 	w.nodes = append(w.nodes, node("evil-1", map[string]int64{ibRes: 2}))
 	w.pods = append(w.pods, withUID(pod("train", "evil-0", "evil-1", "Running", map[string]int64{ibRes: 1}), "pod-uid-evil-0"))

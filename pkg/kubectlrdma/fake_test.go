@@ -18,11 +18,14 @@ type fakeCluster struct {
 	err error
 	// noCRD makes the state methods answer ErrCRDMissing.
 	noCRD bool
+	// lists and gets count ListStates and GetState calls.
+	lists, gets int
 }
 
 func (f *fakeCluster) newCluster(genericclioptions.RESTClientGetter) (Cluster, error) { return f, nil }
 
 func (f *fakeCluster) ListStates(context.Context) ([]v1alpha1.RDMANodeState, error) {
+	f.lists++
 	if f.noCRD {
 		return nil, ErrCRDMissing
 	}
@@ -34,6 +37,7 @@ func (f *fakeCluster) ListStates(context.Context) ([]v1alpha1.RDMANodeState, err
 }
 
 func (f *fakeCluster) GetState(_ context.Context, name string) (*v1alpha1.RDMANodeState, error) {
+	f.gets++
 	if f.noCRD {
 		return nil, ErrCRDMissing
 	}
@@ -43,10 +47,6 @@ func (f *fakeCluster) GetState(_ context.Context, name string) (*v1alpha1.RDMANo
 		}
 	}
 	return nil, fmt.Errorf("rdmanodestate %s: %w", name, ErrNotFound)
-}
-
-func (f *fakeCluster) ListNodes(context.Context) ([]corev1.Node, error) {
-	return append([]corev1.Node(nil), f.w.nodes...), f.err
 }
 
 func (f *fakeCluster) GetNode(_ context.Context, name string) (*corev1.Node, error) {
@@ -129,4 +129,27 @@ var containers = fakeExecer{
 			"rdma rxe0 present\ngid rxe0 1 0 IB/RoCE v1\ngid rxe0 1 1 RoCE v2\n",
 	},
 	perftest: map[string]bool{"train/worker-0": true, "train/worker-1": true},
+}
+
+// StateTable is what the API server's table holds: the summary table
+// columns of a state are missing where its writer did not publish them.
+func (f *fakeCluster) StateTable(context.Context) ([]StateRow, error) {
+	if f.noCRD {
+		return nil, ErrCRDMissing
+	}
+	rows := make([]StateRow, 0, len(f.w.states))
+	for _, s := range f.w.states {
+		st := s.Status
+		rows = append(rows, StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+			DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table.DeepCopy()})
+	}
+	return rows, f.err
+}
+
+func (f *fakeCluster) NodeNames(context.Context) ([]string, error) {
+	names := make([]string, 0, len(f.w.nodes))
+	for _, n := range f.w.nodes {
+		names = append(names, n.Name)
+	}
+	return names, f.err
 }

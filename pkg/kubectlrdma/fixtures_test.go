@@ -105,7 +105,8 @@ func finish(s *v1alpha1.RDMANodeState) {
 			unhealthy++
 		}
 	}
-	st.Summary = v1alpha1.Summary{Devices: len(st.Devices), Unhealthy: unhealthy, GPUs: len(st.GPUs), Pods: len(pods)}
+	st.Summary = v1alpha1.Summary{Devices: len(st.Devices), Unhealthy: unhealthy, GPUs: len(st.GPUs), Pods: len(pods),
+		Table: v1alpha1.NewSummaryTable(st)}
 }
 
 func node(name string, allocatable map[string]int64) corev1.Node {

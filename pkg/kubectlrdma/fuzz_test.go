@@ -56,11 +56,16 @@ func FuzzNodeState(f *testing.F) {
 		}
 
 		newer := checkVersion(&s)
-		for _, wide := range []bool{false, true} {
-			var out bytes.Buffer
-			err := writeNodes(&out, nil, []v1alpha1.RDMANodeState{s}, wide, now)
-			if (err != nil) != (newer != nil) || (err != nil && !errors.Is(err, ErrNewerState)) || out.Len() == 0 {
-				t.Fatalf("nodes (wide %v): %v (the state's version: %v), %d bytes", wide, err, newer, out.Len())
+		st := &s.Status
+		published := StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+			DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table}
+		for _, r := range []StateRow{rowOf(&s), published} {
+			for _, wide := range []bool{false, true} {
+				var out bytes.Buffer
+				err := writeNodes(&out, nil, []StateRow{r}, wide, now)
+				if (err != nil) != (newer != nil) || (err != nil && !errors.Is(err, ErrNewerState)) || out.Len() == 0 {
+					t.Fatalf("nodes (wide %v): %v (the state's version: %v), %d bytes", wide, err, newer, out.Len())
+				}
 			}
 		}
 		if err := report.WriteTableWith(io.Discard, toDiscovery(&s), report.TableOptions{NoCharDevices: true}); err != nil {

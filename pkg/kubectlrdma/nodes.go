@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
@@ -39,17 +39,21 @@ RDMANodeStateList.`,
 	return c
 }
 
+// maxGets is how many states without the summary table columns (written
+// by older daemons) runNodes gets one by one before it lists them all.
+const maxGets = 64
+
 func (o *Options) runNodes(ctx context.Context, output string) error {
 	cl, err := o.cluster()
 	if err != nil {
 		return err
 	}
-	states, err := cl.ListStates(ctx)
-	if err != nil {
-		return err
-	}
-	sort.Slice(states, func(i, j int) bool { return states[i].Name < states[j].Name })
 	if output == outJSON || output == outYAML {
+		states, err := cl.ListStates(ctx)
+		if err != nil {
+			return err
+		}
+		sort.Slice(states, func(i, j int) bool { return states[i].Name < states[j].Name })
 		l := v1alpha1.RDMANodeStateList{Items: states}
 		l.APIVersion, l.Kind = v1alpha1.GroupVersion.String(), "RDMANodeStateList"
 		for i := range l.Items {
@@ -57,33 +61,116 @@ func (o *Options) runNodes(ctx context.Context, output string) error {
 		}
 		return writeObject(o.Streams.Out, l, output)
 	}
-	nodes, err := cl.ListNodes(ctx)
-	if err != nil {
+	// The default table asks the API server for the RDMANodeStates' table
+	// columns, not the objects: at 5,000 HGX nodes the objects are ~60 MB
+	// of JSON (3-4 s to list here), their table ~0.8 MB (0.1 s; docs/scale.md).
+	// -o wide prints what only the objects hold (holders, config errors).
+	var rows []StateRow
+	var nodes []string
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		nodes, err = cl.NodeNames(gctx)
+		return err
+	})
+	if output == outWide {
+		g.Go(func() error {
+			states, err := cl.ListStates(gctx)
+			for i := range states {
+				rows = append(rows, rowOf(&states[i]))
+			}
+			return err
+		})
+	} else {
+		g.Go(func() error {
+			var err error
+			rows, err = cl.StateTable(gctx)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return err
 	}
-	return writeNodes(o.Streams.Out, nodes, states, output == outWide, o.Now())
+	if err := completeRows(ctx, cl, rows); err != nil {
+		return err
+	}
+	return writeNodes(o.Streams.Out, nodes, rows, output == outWide, o.Now())
+}
+
+// completeRows fills the summary table of each row whose state's writer did
+// not publish it (a daemon older than the column), from the whole object:
+// one get each for a few, one list for more (a rolling upgrade).
+func completeRows(ctx context.Context, cl Cluster, rows []StateRow) error {
+	var missing []int
+	for i, r := range rows {
+		if r.Table == nil && r.StateVersion <= v1alpha1.StateVersion {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	byName := map[string]*v1alpha1.RDMANodeState{}
+	if len(missing) > maxGets {
+		states, err := cl.ListStates(ctx)
+		if err != nil {
+			return err
+		}
+		for i := range states {
+			byName[states[i].Name] = &states[i]
+		}
+	} else {
+		for _, i := range missing {
+			s, err := cl.GetState(ctx, rows[i].Name)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted since the table: print what the table said
+			}
+			if err != nil {
+				return err
+			}
+			byName[s.Name] = s
+		}
+	}
+	for _, i := range missing {
+		if s := byName[rows[i].Name]; s != nil {
+			rows[i] = rowOf(s)
+		} else {
+			rows[i].Table = &v1alpha1.SummaryTable{}
+		}
+	}
+	return nil
+}
+
+// rowOf is the row of a whole state object: its table computed from it (as
+// its writer computes the one it publishes) and the -o wide cells.
+func rowOf(s *v1alpha1.RDMANodeState) StateRow {
+	st := &s.Status
+	return StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+		DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: v1alpha1.NewSummaryTable(st),
+		wide: []string{fmt.Sprint(len(st.Devices)), fmt.Sprint(len(st.GPUs)), fmt.Sprint(st.Summary.Pods),
+			strings.Join(st.ConfigErrors, "; "), holders(st)}}
 }
 
 // writeNodes writes one row per Node, then one per state whose Node is
 // gone. It returns an error after the table when a state is newer than
-// this binary reads.
-func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeState, wide bool, now time.Time) error {
-	nodes, states = escapedCopies(nodes), escapedCopies(states)
-	byName := make(map[string]*v1alpha1.RDMANodeState, len(states))
-	for i := range states {
-		byName[states[i].Name] = &states[i]
+// this binary reads. Every cell is escaped here, where it is printed.
+func writeNodes(w io.Writer, nodes []string, rows []StateRow, wide bool, now time.Time) error {
+	byName := make(map[string]*StateRow, len(rows))
+	for i := range rows {
+		byName[rows[i].Name] = &rows[i]
 	}
-	names := make([]string, 0, len(nodes)+len(states))
+	names := make([]string, 0, len(nodes)+len(rows))
 	exists := map[string]bool{}
 	for _, n := range nodes {
-		names, exists[n.Name] = append(names, n.Name), true
+		names, exists[n] = append(names, n), true
 	}
-	for _, s := range states {
-		if !exists[s.Name] {
-			names = append(names, s.Name)
+	for _, r := range rows {
+		if !exists[r.Name] {
+			names = append(names, r.Name)
 		}
 	}
 	slices.Sort(names)
+	names = slices.Compact(names)
 	tw := newTable(w)
 	header := []string{"NODE", "NETNS", "POOLS (ALLOCATED/ALLOCATABLE/CAPACITY)", "UNHEALTHY", "LINK", "DAEMON", "UPDATED"}
 	if wide {
@@ -92,23 +179,29 @@ func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeStat
 	row(tw, header...)
 	var errs []error
 	for _, name := range names {
-		s := byName[name]
+		r := byName[name]
+		var cells []string
 		switch {
-		case s == nil:
-			row(tw, padded(len(header), name, "no kube-rdma daemon")...)
-			continue
-		case checkVersion(s) != nil:
-			errs = append(errs, checkVersion(s))
-			row(tw, padded(len(header), name, fmt.Sprintf("state version %d: upgrade kubectl-rdma", s.Status.StateVersion))...)
-			continue
+		case r == nil:
+			cells = padded(len(header), name, "no kube-rdma daemon")
+		case r.StateVersion > v1alpha1.StateVersion:
+			errs = append(errs, versionError(r.Name, r.StateVersion))
+			cells = padded(len(header), name, fmt.Sprintf("state version %d: upgrade kubectl-rdma", r.StateVersion))
+		default:
+			t := r.Table
+			if t == nil {
+				t = &v1alpha1.SummaryTable{}
+			}
+			cells = []string{name, r.NetnsMode, t.Pools, t.UnhealthyDevices, t.LinkLayers, r.DaemonVersion, age(r.LastUpdate, now)}
+			if !exists[name] {
+				cells[0] += " (node gone)"
+			}
+			if wide {
+				cells = append(cells, padded(len(header)-len(cells), r.wide...)...)
+			}
 		}
-		cells := nodeCells(s, now)
-		if !exists[name] {
-			cells[0] += " (node gone)"
-		}
-		if wide {
-			st := s.Status
-			cells = append(cells, fmt.Sprint(len(st.Devices)), fmt.Sprint(len(st.GPUs)), fmt.Sprint(st.Summary.Pods), strings.Join(st.ConfigErrors, "; "), holders(&st))
+		for i := range cells {
+			cells[i] = escapeString(cells[i])
 		}
 		row(tw, cells...)
 	}
@@ -121,26 +214,7 @@ func writeNodes(w io.Writer, nodes []corev1.Node, states []v1alpha1.RDMANodeStat
 // padded is cells with "" up to n: tabwriter aligns a column only over
 // consecutive lines that all have it.
 func padded(n int, cells ...string) []string {
-	return append(cells, make([]string, n-len(cells))...)
-}
-
-func nodeCells(s *v1alpha1.RDMANodeState, now time.Time) []string {
-	st := &s.Status
-	var pools, unhealthy, links []string
-	for _, p := range st.Pools {
-		pools = append(pools, fmt.Sprintf("%s %d/%d/%d", p.Name, p.Allocated, p.Allocatable, p.Capacity))
-	}
-	for _, d := range st.Devices {
-		if !d.Healthy {
-			unhealthy = append(unhealthy, d.Name)
-		}
-		if d.LinkLayer != "" && !slices.Contains(links, d.LinkLayer) {
-			links = append(links, d.LinkLayer)
-		}
-	}
-	slices.Sort(links)
-	return []string{s.Name, st.RDMANetnsMode, strings.Join(pools, ", "), strings.Join(unhealthy, ","),
-		strings.Join(links, ","), st.DaemonVersion, age(st.LastUpdate.Time, now)}
+	return append(cells, make([]string, max(0, n-len(cells)))...)
 }
 
 // age is kubectl's AGE: "5m", "3h", "2d"; "-" for the zero time.

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
@@ -104,12 +106,22 @@ func (o *Options) runPods(ctx context.Context, ns, output string) error {
 	if err != nil {
 		return err
 	}
-	states, err := cl.ListStates(ctx)
-	if err != nil {
+	// The two lists at once: the API server encodes one while this
+	// process decodes the other.
+	var states []v1alpha1.RDMANodeState
+	var pods []corev1.Pod
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		states, err = cl.ListStates(gctx)
 		return err
-	}
-	pods, err := cl.ListPods(ctx, ns)
-	if err != nil {
+	})
+	g.Go(func() error {
+		var err error
+		pods, err = cl.ListPods(gctx, ns)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	byNode := map[string]*v1alpha1.RDMANodeState{}

@@ -77,6 +77,7 @@ func newWorld(t *testing.T) *world {
 	soft.Status.Allocations = append(soft.Status.Allocations,
 		alloc("default", "rxe-client", "rdma.kube-rdma.io/rxe", []string{"rxe0-slot-1"}, []string{"rxe0"}, nil))
 	finish(&soft)
+	soft.Status.Summary.Table = nil // v0.2.0 predates it: nodes gets the object
 
 	return &world{
 		states: []v1alpha1.RDMANodeState{hgx, local, soft},

@@ -89,7 +89,8 @@ func TestPublishToAPIServer(t *testing.T) {
 		if !slices.Equal(o.OwnerReferences, want) || o.Spec.NodeName != "n1" {
 			t.Errorf("owner %+v, spec %+v; want owner %+v, spec.nodeName n1", o.OwnerReferences, o.Spec, want)
 		}
-		if o.Status.DaemonVersion != "v-test" || o.Status.Summary != (v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1}) {
+		if o.Status.DaemonVersion != "v-test" || !cmp.Equal(o.Status.Summary, v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1,
+			Table: &v1alpha1.SummaryTable{Pools: "ib 0/1/2, roce 0/2/2", UnhealthyDevices: "mlx5_10", LinkLayers: "Ethernet,InfiniBand"}}) {
 			t.Errorf("status daemon %q summary %+v", o.Status.DaemonVersion, o.Status.Summary)
 		}
 		for _, mf := range o.ManagedFields {

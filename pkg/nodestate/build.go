@@ -113,6 +113,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 	}
 	st.Summary.Devices, st.Summary.GPUs, st.Summary.Pods = len(st.Devices), len(st.GPUs), len(pods)
 	st.Summary.Claims = len(st.Claims)
+	st.Summary.Table = v1alpha1.NewSummaryTable(&st)
 	return st
 }
 

@@ -93,7 +93,8 @@ func TestBuild(t *testing.T) {
 	}{
 		{name: "no pods", view: testView(), patch: func(s *v1alpha1.RDMANodeStateStatus) {
 			s.Pools = pools(0, 0)
-			s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1}
+			s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1,
+				Table: &v1alpha1.SummaryTable{Pools: "ib 0/1/2, roce 0/2/2", UnhealthyDevices: "mlx5_10", LinkLayers: "Ethernet,InfiniBand"}}
 		}},
 		{name: "allocations of our resources only, sorted, ids deduplicated", view: testView(),
 			ctrs: []podresources.ContainerDevices{
@@ -105,7 +106,8 @@ func TestBuild(t *testing.T) {
 			},
 			patch: func(s *v1alpha1.RDMANodeStateStatus) {
 				s.Pools = pools(2, 2)
-				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 3}
+				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 3,
+					Table: &v1alpha1.SummaryTable{Pools: "ib 2/1/2, roce 2/2/2", UnhealthyDevices: "mlx5_10", LinkLayers: "Ethernet,InfiniBand"}}
 				s.Allocations = []v1alpha1.Allocation{
 					{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:19:00.0", "0000:1b:00.0"},
 						RDMADevices: []string{"mlx5_2", "mlx5_10"}, Netdevs: []string{"ib2", "ib10"}},
@@ -136,7 +138,8 @@ func TestBuild(t *testing.T) {
 			},
 			patch: func(s *v1alpha1.RDMANodeStateStatus) {
 				s.Pools = pools(2, 1)
-				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 1}
+				s.Summary = v1alpha1.Summary{Devices: 3, Unhealthy: 1, GPUs: 1, Pods: 1,
+					Table: &v1alpha1.SummaryTable{Pools: "ib 2/1/2, roce 1/2/2", UnhealthyDevices: "mlx5_10", LinkLayers: "Ethernet,InfiniBand"}}
 				s.CNI = &v1alpha1.CNIStatus{Mode: "chained", Attachments: 4} // the complete records
 				s.Allocations = []v1alpha1.Allocation{
 					{Namespace: "a", Pod: "p1", Container: "c", Resource: "rdma.kube-rdma.io/ib", DeviceIDs: []string{"0000:19:00.0", "0000:1b:00.0"},
@@ -150,7 +153,7 @@ func TestBuild(t *testing.T) {
 			}},
 		{name: "no snapshot yet", view: agent.View{NetnsMode: "unknown"}, patch: func(s *v1alpha1.RDMANodeStateStatus) {
 			*s = v1alpha1.RDMANodeStateStatus{StateVersion: v1alpha1.StateVersion, DaemonVersion: "v1.2.3", RDMANetnsMode: "unknown",
-				LastUpdate: s.LastUpdate}
+				LastUpdate: s.LastUpdate, Summary: v1alpha1.Summary{Table: &v1alpha1.SummaryTable{}}}
 		}},
 	}
 	for _, tt := range tests {

@@ -296,8 +296,16 @@ func (c bwCluster) GetState(_ context.Context, node string) (*v1alpha1.RDMANodeS
 	return c.state.DeepCopy(), nil
 }
 
-func (c bwCluster) ListNodes(context.Context) ([]corev1.Node, error) {
-	return []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: bwNode}}}, nil
+// StateTable is the state's row without its table text: nodes reads the
+// object (bw does not call it).
+func (c bwCluster) StateTable(context.Context) ([]kubectlrdma.StateRow, error) {
+	st := c.state.Status
+	return []kubectlrdma.StateRow{{Name: c.state.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+		DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time}}, nil
+}
+
+func (c bwCluster) NodeNames(context.Context) ([]string, error) {
+	return []string{bwNode}, nil
 }
 
 func (c bwCluster) GetNode(_ context.Context, name string) (*corev1.Node, error) {

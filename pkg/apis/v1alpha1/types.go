@@ -22,6 +22,11 @@ const StateVersion = 1
 // +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.summary.unhealthy`
 // +kubebuilder:printcolumn:name="Daemon",type=string,JSONPath=`.status.daemonVersion`
 // +kubebuilder:printcolumn:name="Updated",type=date,JSONPath=`.status.lastUpdate`
+// +kubebuilder:printcolumn:name="Pools",type=string,JSONPath=`.status.summary.table.pools`,priority=1
+// +kubebuilder:printcolumn:name="Unhealthy Devices",type=string,JSONPath=`.status.summary.table.unhealthyDevices`,priority=1
+// +kubebuilder:printcolumn:name="Link",type=string,JSONPath=`.status.summary.table.linkLayers`,priority=1
+// +kubebuilder:printcolumn:name="Last Update",type=string,JSONPath=`.status.lastUpdate`,priority=1
+// +kubebuilder:printcolumn:name="State Version",type=integer,JSONPath=`.status.stateVersion`,priority=1
 type RDMANodeState struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -242,6 +247,29 @@ type Summary struct {
 	Pods      int `json:"pods"`
 	// Claims counts status.claims.
 	Claims int `json:"claims,omitempty"`
+	// Table is what a list view prints of the status, as text, so that the
+	// API server can serve it as table columns (the CRD's printer columns
+	// of priority 1: kubectl get rdmanodestates -o wide, and kubectl rdma
+	// nodes, which asks for the table instead of the objects). Nil in the
+	// states of daemons that predate it.
+	Table *SummaryTable `json:"table,omitempty"`
+}
+
+// SummaryTable is the text of a node's list-view columns (NewSummaryTable).
+// Its fields are always written, empty or not: a reader of the API server's
+// table tells a missing column (an older daemon) from an empty one.
+type SummaryTable struct {
+	// Pools is each pool as "NAME ALLOCATED/ALLOCATABLE/CAPACITY", in
+	// status.pools order, separated by ", ".
+	// +kubebuilder:validation:MaxLength=1048576
+	Pools string `json:"pools"`
+	// UnhealthyDevices are the names of the unhealthy devices, separated by
+	// commas.
+	// +kubebuilder:validation:MaxLength=1048576
+	UnhealthyDevices string `json:"unhealthyDevices"`
+	// LinkLayers are the devices' link layers, sorted, separated by commas.
+	// +kubebuilder:validation:MaxLength=4096
+	LinkLayers string `json:"linkLayers"`
 }
 
 // Device is one RDMA device.

@@ -50,6 +50,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.SharesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Summary"):
 		return &apisv1alpha1.SummaryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SummaryTable"):
+		return &apisv1alpha1.SummaryTableApplyConfiguration{}
 
 	}
 	return nil

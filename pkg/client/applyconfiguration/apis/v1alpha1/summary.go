@@ -13,6 +13,12 @@ type SummaryApplyConfiguration struct {
 	Pods      *int `json:"pods,omitempty"`
 	// Claims counts status.claims.
 	Claims *int `json:"claims,omitempty"`
+	// Table is what a list view prints of the status, as text, so that the
+	// API server can serve it as table columns (the CRD's printer columns
+	// of priority 1: kubectl get rdmanodestates -o wide, and kubectl rdma
+	// nodes, which asks for the table instead of the objects). Nil in the
+	// states of daemons that predate it.
+	Table *SummaryTableApplyConfiguration `json:"table,omitempty"`
 }
 
 // SummaryApplyConfiguration constructs a declarative configuration of the Summary type for use with
@@ -58,5 +64,13 @@ func (b *SummaryApplyConfiguration) WithPods(value int) *SummaryApplyConfigurati
 // If called multiple times, the Claims field is set to the value of the last call.
 func (b *SummaryApplyConfiguration) WithClaims(value int) *SummaryApplyConfiguration {
 	b.Claims = &value
+	return b
+}
+
+// WithTable sets the Table field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Table field is set to the value of the last call.
+func (b *SummaryApplyConfiguration) WithTable(value *SummaryTableApplyConfiguration) *SummaryApplyConfiguration {
+	b.Table = value
 	return b
 }
