@@ -195,15 +195,16 @@ test-apiserver:
 # kube-apiserver, kube-scheduler and kube-controller-manager (make local-node-build), N nodes
 # with the RDMANodeState of the real publisher and the ResourceSlices of the real DRA device
 # builder, measured (etcd bytes, writes, kubectl rdma, DRA scheduling) and printed. make scale
-# runs N=1,000 and 5,000 (about 20 min on 2 cores) and redraws docs/scale.png from
-# docs/scale.json; make scale-short is N=50 in under 2 minutes, for CI. Not in make test.
+# runs N=1,000 and 5,000 (about 20 min on 2 cores) as run SCALE_RUN (1; SCALE_RUN=2 adds a
+# second run beside it) and redraws docs/scale.png from docs/scale.json; make scale-short is N=50 in under 2 minutes, for CI. Not in make test.
 SCALE_N ?= 1000,5000
+SCALE_RUN ?= 1
 SCALE_ARGS ?=
 scale-bin:
 	$(RELEASE_BUILD) -o $(BIN)/kubectl-rdma ./cmd/kubectl-rdma
 	$(GO) build -o $(BIN)/kube-rdma-scale ./hack/scale
 scale: scale-bin
-	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n $(SCALE_N) -out docs/scale.json $(SCALE_ARGS)
+	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n $(SCALE_N) -run $(SCALE_RUN) -out docs/scale.json $(SCALE_ARGS)
 	cd hack/scale/plot && $(GO) run . -in ../../../docs/scale.json -out ../../../docs/scale.png
 scale-short: scale-bin
 	nice -n 19 $(BIN)/kube-rdma-scale -bin $(E2E_CACHE)/bin/current -n 50 -steady 15s -storm 15s -sched-pods 60 -sched-rate 10 -check $(SCALE_ARGS)

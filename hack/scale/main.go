@@ -42,6 +42,7 @@ type options struct {
 	keep        bool
 	check       bool
 	hold        time.Duration
+	run         string
 }
 
 func main() {
@@ -51,7 +52,8 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "/var/cache/kube-rdma-e2e/bin/current", "etcd, kube-* and kubectl of the local-node build")
 	flag.StringVar(&o.kubectlRDMA, "kubectl-rdma", "bin/kubectl-rdma", "the kubectl-rdma binary to time")
 	flag.StringVar(&o.crds, "crds", "deploy/helm/kube-rdma/crds", "the RDMANodeState CRD")
-	flag.StringVar(&o.out, "out", "", "write the figures as JSON here")
+	flag.StringVar(&o.out, "out", "", "write the figures as JSON here, merged with the file's figures of other runs and node counts")
+	flag.StringVar(&o.run, "run", "", "this run's label in the -out file (make scale SCALE_RUN=2 adds a second run's figures)")
 	flag.IntVar(&o.podsPerNode, "pods-per-node", 8, "workload pods per node")
 	flag.IntVar(&o.bigEvery, "big-every", 1000, "one node in this many is the 1,024-device node (at least one)")
 	flag.DurationVar(&o.steady, "steady", time.Minute, "the steady-state window")
@@ -105,8 +107,8 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// writeResults merges rs into the file's results, by N: a run of one N
-// replaces that N's figures and keeps the others'.
+// writeResults merges rs into the file's results, by run label and N: a run
+// of one N replaces the figures of its label and N and keeps the others'.
 func writeResults(path string, rs []Result) error {
 	var old []Result
 	if b, err := os.ReadFile(path); err == nil {
@@ -116,9 +118,13 @@ func writeResults(path string, rs []Result) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
-	byN := map[int]Result{}
+	type key struct {
+		run string
+		n   int
+	}
+	byN := map[key]Result{}
 	for _, r := range append(old, rs...) {
-		byN[r.N] = r
+		byN[key{r.Run, r.N}] = r
 	}
 	var out []Result
 	for _, r := range byN {
@@ -136,7 +142,7 @@ func writeResults(path string, rs []Result) error {
 }
 
 func runOne(ctx context.Context, o options, n int) (Result, error) {
-	r := Result{N: n, Date: time.Now().UTC().Format(time.RFC3339)}
+	r := Result{Run: o.run, N: n, Date: time.Now().UTC().Format(time.RFC3339)}
 	dir, err := os.MkdirTemp("", fmt.Sprintf("kube-rdma-scale-%d-", n))
 	if err != nil {
 		return r, fmt.Errorf("state dir: %w", err)

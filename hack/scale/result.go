@@ -17,6 +17,9 @@ import (
 
 // Result is one N's figures.
 type Result struct {
+	// Run labels the run (-run): a run replaces the figures of its own
+	// label and N in the -out file and keeps the others'.
+	Run      string  `json:"run,omitempty"`
 	N        int     `json:"n"`
 	BigNodes int     `json:"bigNodes"`
 	Date     string  `json:"date"`
@@ -53,7 +56,14 @@ type Storm struct {
 	PerFlappingNodeMinute map[string]float64 `json:"writesPerFlappingNodeMin"`
 }
 
-func sortResults(rs []Result) { slices.SortFunc(rs, func(a, b Result) int { return a.N - b.N }) }
+func sortResults(rs []Result) {
+	slices.SortFunc(rs, func(a, b Result) int {
+		if a.N != b.N {
+			return a.N - b.N
+		}
+		return strings.Compare(a.Run, b.Run)
+	})
+}
 
 // etcdFigures reads the stored objects of the nodes from etcd.
 func (c *cluster) etcdFigures(ctx context.Context, r *Result) error {

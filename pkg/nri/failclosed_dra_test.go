@@ -69,15 +69,7 @@ func TestFailClosedDRAAgainstNRIRuntime(t *testing.T) {
 	}
 	p := New(Config{Socket: socket, Source: draSource{}, Backoff: 10 * time.Millisecond, FailClosed: true,
 		ChainedPool: "rdma_dra", Records: store, Claims: claimDir(claims)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("plugin Run: %v", err)
-		}
-	})
+	runPlugin(t, p)
 	waitFor(t, "registration", func() bool { return p.Report().Connected })
 	create := func(ctr *api.Container) error {
 		_, err := rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: recordedPod(nil), Container: ctr})

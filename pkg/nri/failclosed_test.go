@@ -34,15 +34,7 @@ func TestFailClosedAgainstNRIRuntime(t *testing.T) {
 			logs := &syncBuffer{}
 			p := New(Config{Socket: socket, Source: fakeSource{}, Backoff: 10 * time.Millisecond, FailClosed: failClosed,
 				ChainedPool: "roce", Records: store, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- p.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("plugin Run: %v", err)
-				}
-			})
+			runPlugin(t, p)
 			waitFor(t, "registration", func() bool { return p.Report().Connected })
 
 			create := func(ctr *api.Container) ([]*api.POSIXRlimit, error) {
@@ -159,15 +151,7 @@ func TestFailClosedSharedChainedPool(t *testing.T) {
 			t.Cleanup(rt.Stop)
 			p := New(Config{Socket: socket, Source: fakeSource{sharedRoce: true}, Backoff: 10 * time.Millisecond, FailClosed: true,
 				ChainedPool: "roce", SharedNetdev: sharedNetdev, Records: attachment.Store{Dir: filepath.Join(dir, "cni")}, Logger: slog.New(slog.DiscardHandler)})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- p.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("plugin Run: %v", err)
-				}
-			})
+			runPlugin(t, p)
 			waitFor(t, "registration", func() bool { return p.Report().Connected })
 			roce := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs2", 231, 194), rdmaCM}, nil)
 			var err error

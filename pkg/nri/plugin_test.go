@@ -74,19 +74,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startPlugin(t *testing.T, socket string, logs *syncBuffer) *Plugin {
+// runPlugin runs p until the test ends; Run must then return nil.
+func runPlugin(t *testing.T, p *Plugin) {
 	t.Helper()
-	p := New(Config{Socket: socket, Source: fakeSource{}, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+			t.Errorf("plugin Run: %v", err)
 		}
 	})
+}
+
+func startPlugin(t *testing.T, socket string, logs *syncBuffer) *Plugin {
+	t.Helper()
+	p := New(Config{Socket: socket, Source: fakeSource{}, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	runPlugin(t, p)
 	return p
 }
 

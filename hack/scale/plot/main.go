@@ -1,6 +1,6 @@
 // Command plot draws docs/scale.png from the figures make scale writes
 // (docs/scale.json): each figure against the node count N, ours next to
-// its reference. It is its own module so that gonum's plot is no
+// its reference, a point per run and a line through their mean. It is its own module so that gonum's plot is no
 // dependency of kube-rdma's.
 package main
 
@@ -11,6 +11,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -23,6 +24,7 @@ import (
 
 // result is the part of hack/scale's Result the plot reads.
 type result struct {
+	Run         string             `json:"run"`
 	N           int                `json:"n"`
 	EtcdBytes   map[string]float64 `json:"etcdBytesPerNode"`
 	Steady      map[string]float64 `json:"steadyWritesPerNodeMin"`
@@ -179,25 +181,45 @@ func run(in, out string) error {
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
 		for j, s := range pn.series {
-			var xy plotter.XYs
+			// Each run's figure as a point, the line through their mean
+			// at each N.
+			var pts, line plotter.XYs
+			byN := map[int][]float64{}
+			var ns []int
 			for _, r := range rs {
 				if y := s.y(r); !math.IsNaN(y) {
-					xy = append(xy, plotter.XY{X: float64(r.N), Y: y})
+					pts = append(pts, plotter.XY{X: float64(r.N), Y: y})
+					if byN[r.N] == nil {
+						ns = append(ns, r.N)
+					}
+					byN[r.N] = append(byN[r.N], y)
 				}
 			}
-			if len(xy) == 0 {
+			if len(pts) == 0 {
 				continue
 			}
-			l, pts, err := plotter.NewLinePoints(xy)
+			slices.Sort(ns)
+			for _, n := range ns {
+				t := 0.0
+				for _, y := range byN[n] {
+					t += y
+				}
+				line = append(line, plotter.XY{X: float64(n), Y: t / float64(len(byN[n]))})
+			}
+			l, err := plotter.NewLine(line)
+			if err != nil {
+				return fmt.Errorf("%s: %w", pn.title, err)
+			}
+			sc, err := plotter.NewScatter(pts)
 			if err != nil {
 				return fmt.Errorf("%s: %w", pn.title, err)
 			}
 			c := plotutil.Color(j)
-			l.Color, pts.Color = c, c
-			pts.Shape = plotutil.Shape(j)
+			l.Color, sc.Color = c, c
+			sc.Shape = plotutil.Shape(j)
 			l.Width = vg.Points(1.5)
-			p.Add(l, pts)
-			p.Legend.Add(s.name, l, pts)
+			p.Add(l, sc)
+			p.Legend.Add(s.name, l, sc)
 		}
 		p.BackgroundColor = color.White
 		p.Draw(tiles.At(dc, i%cols, i/cols))
