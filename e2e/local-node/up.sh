@@ -215,18 +215,13 @@ cat >"$NODE_RUN/cni/net.d/10-e2e.conflist" <<EOF
   ]
 }
 EOF
-# The pods' network namespaces (netns_mounts_under_state_dir below): a mount point of its own,
-# shared, as / is on a systemd node (here / is private). The chart's reclaimer mounts this
-# directory into the daemon with HostToContainer propagation, so that a netns the runtime
-# unmounts here is unmounted there too (a copy would keep the netns, and the NIC in it, alive);
-# the kubelet refuses that propagation from a private mount. down.sh unmounts it.
-NETNS_DIR=$NODE_RUN/containerd/state/netns
-mkdir -p "$NETNS_DIR"
-mount --bind "$NETNS_DIR" "$NETNS_DIR"
-mount --make-rshared "$NETNS_DIR"
-# Where containerd 2.2 puts them with netns_mounts_under_state_dir (its CRI plugin's state dir):
-# made shared the same way, for the multus phase's Multus daemon, which looks at a pod's netns
-# itself and runs its delegates chrooted in a copy of the host's root taken at its start.
+# The pods' network namespaces: with netns_mounts_under_state_dir (below), containerd 2.2 mounts
+# them under its CRI plugin's state dir. A mount point of its own, shared, as / is on a systemd
+# node (here / is private): the chart's reclaimer mounts this directory into the daemon with
+# HostToContainer propagation, so that a netns the runtime unmounts here is unmounted there too (a
+# copy would keep the netns, and the NIC in it, alive), and the kubelet refuses that propagation
+# from a private mount; the multus phase's Multus daemon looks at a pod's netns itself and runs its
+# delegates chrooted in a copy of the host's root taken at its start. down.sh unmounts it.
 CRI_NETNS_DIR=$NODE_RUN/containerd/state/io.containerd.grpc.v1.cri/netns
 mkdir -p "$CRI_NETNS_DIR"
 mount --bind "$CRI_NETNS_DIR" "$CRI_NETNS_DIR"

@@ -216,9 +216,12 @@ func (l localNodeDesc) nodeValues() values {
 		"hostPaths": values{"sysfsRoot": l.fixture + "/sys", "kubeletDir": l.nodeRun + "/kubelet"},
 		"cni": values{"binDir": l.nodeRun + "/cni/bin", "confDir": l.nodeRun + "/cni/net.d",
 			// The daemon's reclaimer of attachments whose DEL never came: this node's IPAM
-			// data dir (the chained network's dataDir) and containerd's netns dir
-			// (netns_mounts_under_state_dir).
-			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/netns"}},
+			// data dir (the chained network's dataDir) and containerd's netns dir: with
+			// netns_mounts_under_state_dir, containerd 2.2 mounts them under its CRI plugin's
+			// state dir (up.sh makes it a shared mount). Until 2026-11-27 this said
+			// containerd/state/netns, where no netns is: the reclaimer saw none of them and
+			// judged none (a path in a directory it does not see is left to DEL and GC).
+			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/io.containerd.grpc.v1.cri/netns"}},
 	}
 	if l.fromRegistry {
 		delete(v, "image") // the chart's defaults: the image its release pushed beside it
