@@ -191,10 +191,8 @@ func TestAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var want []StateRow
-		for _, s := range w.states {
-			st := s.Status
-			want = append(want, StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
-				DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table})
+		for i := range w.states {
+			want = append(want, tableRow(&w.states[i]))
 		}
 		slices.SortFunc(want, func(a, b StateRow) int { return strings.Compare(a.Name, b.Name) }) // the API server's order
 		if diff := cmp.Diff(want, rows, cmp.AllowUnexported(StateRow{})); diff != "" {

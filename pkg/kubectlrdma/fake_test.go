@@ -138,12 +138,18 @@ func (f *fakeCluster) StateTable(context.Context) ([]StateRow, error) {
 		return nil, ErrCRDMissing
 	}
 	rows := make([]StateRow, 0, len(f.w.states))
-	for _, s := range f.w.states {
-		st := s.Status
-		rows = append(rows, StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
-			DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table.DeepCopy()})
+	for i := range f.w.states {
+		rows = append(rows, tableRow(&f.w.states[i]))
 	}
 	return rows, f.err
+}
+
+// tableRow is s's row in the API server's table: the CRD's columns, the
+// summary table as its writer published it (nil when it did not).
+func tableRow(s *v1alpha1.RDMANodeState) StateRow {
+	st := &s.Status
+	return StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
+		DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table.DeepCopy()}
 }
 
 func (f *fakeCluster) NodeNames(context.Context) ([]string, error) {

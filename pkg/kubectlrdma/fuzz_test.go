@@ -56,10 +56,7 @@ func FuzzNodeState(f *testing.F) {
 		}
 
 		newer := checkVersion(&s)
-		st := &s.Status
-		published := StateRow{Name: s.Name, StateVersion: st.StateVersion, NetnsMode: st.RDMANetnsMode,
-			DaemonVersion: st.DaemonVersion, LastUpdate: st.LastUpdate.Time, Table: st.Summary.Table}
-		for _, r := range []StateRow{rowOf(&s), published} {
+		for _, r := range []StateRow{rowOf(&s), tableRow(&s)} {
 			for _, wide := range []bool{false, true} {
 				var out bytes.Buffer
 				err := writeNodes(&out, nil, []StateRow{r}, wide, now)
