@@ -118,6 +118,12 @@ func TestAgainstAPIServerBounds(t *testing.T) {
 			[]metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.daemonVersion"}}},
 		{"a right-to-left override in a netdev", func(st *v1alpha1.RDMANodeStateStatus) { st.Devices[2].Netdevs = []string{"eth\u202e0"} },
 			[]metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.devices[2].netdevs[0]"}}},
+		{"an escape sequence in the summary table's pools (kubectl get -o wide prints it)", func(st *v1alpha1.RDMANodeStateStatus) {
+			st.Summary.Table.Pools = "ib 1/8/8\x1b]0;pwned\x07"
+		}, []metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.summary.table.pools"}}},
+		{"a right-to-left override in the summary table's link layers", func(st *v1alpha1.RDMANodeStateStatus) {
+			st.Summary.Table.LinkLayers = "Ethernet\u202e"
+		}, []metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.summary.table.linkLayers"}}},
 		{"not a PCI address", func(st *v1alpha1.RDMANodeStateStatus) { st.GPUs[0].PCIAddress = "0000:19:00" },
 			[]metav1.StatusCause{{Type: metav1.CauseType(field.ErrorTypeInvalid), Field: "status.gpus[0].pciAddress"}}},
 		{"an escape sequence in a claim's name", func(st *v1alpha1.RDMANodeStateStatus) {

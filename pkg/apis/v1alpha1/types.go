@@ -262,13 +262,16 @@ type SummaryTable struct {
 	// Pools is each pool as "NAME ALLOCATED/ALLOCATABLE/CAPACITY", in
 	// status.pools order, separated by ", ".
 	// +kubebuilder:validation:MaxLength=1048576
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	Pools string `json:"pools"`
 	// UnhealthyDevices are the names of the unhealthy devices, separated by
 	// commas.
 	// +kubebuilder:validation:MaxLength=1048576
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	UnhealthyDevices string `json:"unhealthyDevices"`
 	// LinkLayers are the devices' link layers, sorted, separated by commas.
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
 	LinkLayers string `json:"linkLayers"`
 }
 
