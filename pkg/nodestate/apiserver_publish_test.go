@@ -267,3 +267,29 @@ func needed(t *testing.T, env *envtest.Environment, admin client.Client) {
 		}
 	}
 }
+
+// TestPublishWithPreviousCRD: Helm never upgrades a chart's crds/, so after
+// helm upgrade this daemon writes to the previous release's CRD, which has
+// no status.summary.table (testdata/crd-before-summary-table, the CRD of
+// 38e36aa). Server-side apply refuses a status with a field the schema
+// lacks, so the writer leaves such a field out (and says so) and the rest of
+// the status is written (docs/upgrades.md).
+func TestPublishWithPreviousCRD(t *testing.T) {
+	_, cfg := startAPIServerWith(t, filepath.Join("testdata", "crd-before-summary-table"))
+	admin := newClient(t, cfg)
+	createNode(t, admin, "n1")
+	st := Build(Input{View: testView(), DaemonVersion: "v-test", Now: time.Now()})
+	if st.Summary.Table == nil {
+		t.Fatal("Build wrote no summary table: the test tests nothing")
+	}
+	if err := writerFor(t, cfg).Apply(t.Context(), "n1", &st); err != nil {
+		t.Fatalf("apply to the previous CRD: %v", err)
+	}
+	o := get(t, admin, "n1")
+	if o == nil || o.Status.DaemonVersion != "v-test" || len(o.Status.Devices) != len(st.Devices) {
+		t.Fatalf("status not written: %+v", o)
+	}
+	if o.Status.Summary.Table != nil {
+		t.Errorf("summary.table %+v kept by a CRD without it", o.Status.Summary.Table)
+	}
+}

@@ -35,6 +35,12 @@ const serviceAccountUser = "system:serviceaccount:kube-rdma:kube-rdma"
 // CRD, or skips when their binaries are absent.
 func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 	t.Helper()
+	return startAPIServerWith(t, filepath.Join(chart, "crds"))
+}
+
+// startAPIServerWith starts one with the CRDs of crds.
+func startAPIServerWith(t *testing.T, crds string) (*envtest.Environment, *rest.Config) {
+	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		assets = defaultAssets
@@ -46,7 +52,7 @@ func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(chart, "crds")},
+		CRDDirectoryPaths:     []string{crds},
 		ErrorIfCRDPathMissing: true,
 	}
 	// A fixed certificate directory: the restarted API server keeps its

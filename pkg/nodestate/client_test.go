@@ -12,7 +12,7 @@ import (
 // made, zero fields it sets included, nothing it omits.
 func TestStatusApply(t *testing.T) {
 	st := Build(Input{View: testView(), CNIMode: "chained", DaemonVersion: "v-test", Now: time.Unix(1700000000, 0)})
-	ac, err := statusApply("n1", &st)
+	ac, err := statusApply("n1", &st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
