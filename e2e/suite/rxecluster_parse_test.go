@@ -1,6 +1,11 @@
 package suite
 
 import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,5 +152,59 @@ func TestParsePortWait(t *testing.T) {
 		if _, err := parsePortWait(bad); err == nil {
 			t.Errorf("parsePortWait(%q): no error", bad)
 		}
+	}
+}
+
+// scriptedExecer answers serverClient's execs: the server's by port from servers, the
+// client's from clients in turn; it records each command.
+type scriptedExecer struct {
+	mu      sync.Mutex
+	cmds    []string
+	servers map[string]error // by port; a server missing here ends at once, fine
+	clients []error
+}
+
+func (s *scriptedExecer) Exec(_ context.Context, _, pod, _ string, cmd []string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmds = append(s.cmds, pod+": "+strings.Join(cmd, " "))
+	port := cmd[len(cmd)-1]
+	if pod == "srv" {
+		return "server on " + port, s.servers[port]
+	}
+	err := s.clients[0]
+	s.clients = s.clients[1:]
+	return "client on " + port, err
+}
+
+func TestServerClient(t *testing.T) {
+	defer func(d time.Duration) { serverBind = d }(serverBind)
+	serverBind = time.Millisecond
+	cmds := func(port string) ([]string, []string) { return []string{"tool", "-s", port}, []string{"tool", "-c", port} }
+	refused := errors.New("connection refused")
+
+	// The server not listening yet: the client is tried again, same port.
+	ex := &scriptedExecer{clients: []error{refused, refused, nil}}
+	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7000" {
+		t.Errorf("got %q", got)
+	}
+	if n := len(ex.cmds); n != 4 || !slices.Contains(ex.cmds, "srv: timeout 100 tool -s 7000") || !slices.Contains(ex.cmds, "cli: timeout 60 tool -c 7000") {
+		t.Errorf("commands %q: want the server once and the client three times, each under timeout", ex.cmds)
+	}
+
+	// A failed exchange (the client gave up, the server ended in error) runs again on the
+	// next port.
+	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 143")}, clients: []error{refused, refused, refused, refused, refused, nil}}
+	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7001" {
+		t.Errorf("got %q", got)
+	}
+	if !slices.Contains(ex.cmds, "srv: timeout 100 tool -s 7001") {
+		t.Errorf("commands %q: want a second server on 7001", ex.cmds)
+	}
+
+	// The client passed, its server failed: a failed exchange too.
+	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 1")}, clients: []error{nil, nil}}
+	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7001" {
+		t.Errorf("got %q", got)
 	}
 }

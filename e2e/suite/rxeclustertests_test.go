@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -70,8 +71,8 @@ func parsePortWait(out string) (portWait, error) {
 // port-wait: the link change and the daemon's /state, polled in the guest, timed there), three
 // times: the daemon must find the device Unhealthy within portDetectLimit (its healthSince,
 // the median), a poller of /state see it within portSeenLimit (the median), the
-// RDMANodeState and `kubectl rdma nodes` must show it, and it must be Healthy again after
-// the link comes back.
+// RDMANodeState and `kubectl rdma nodes` must show it, the node's allocatable lose it, and it
+// must be Healthy and allocatable again after the link comes back.
 func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	restored := e.portUpOnCleanup(t, c.device, nil)
 	wait := func(state string) portWait {
@@ -117,6 +118,16 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	if got, ok := nodesCell(out, e.node, "UNHEALTHY"); code != 0 || got != c.device {
 		t.Errorf("kubectl rdma nodes (exit %d): %s's UNHEALTHY %q (row found: %v), want %s", code, e.node, got, ok, c.device)
 	}
+	// The kubelet, too: its node status shows the pool without the device (its device
+	// manager has the daemon's ListAndWatch update), and with it again after the link is back.
+	// The next test's pods are admitted by that device manager: a pod that the scheduler
+	// placed while the kubelet still held the device unhealthy failed admission
+	// (UnexpectedAdmissionError) in a run where the guests were slow.
+	none := maps.Clone(e.counts())
+	none[rxePool] = 0
+	if err := e.waitAllocatable(t.Context(), time.Minute, none); err != nil {
+		t.Errorf("port down: %v", err)
+	}
 	up := wait("up")
 	restored()
 	e.waitNodeState(t, "the device healthy again", func(s *v1alpha1.RDMANodeState) error {
@@ -125,6 +136,9 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 		}
 		return nil
 	})
+	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
+		t.Errorf("port up again: %v", err)
+	}
 	line := fmt.Sprintf("port down: %s Unhealthy in the daemon after %.2f s median of %d, worst %.2f (healthSince); seen by a /state poller in the guest after %.2f s median, worst %.2f; in the RDMANodeState %.1f s later; Healthy %.2f s (daemon) %.2f s (poller) after the link came back",
 		c.device, down.Seconds(), len(daemon), slowest.Seconds(), seenMed.Seconds(), seenWorst.Seconds(), inState.Seconds(), up.daemon.Seconds(), up.seen.Seconds())
 	t.Log(line)
@@ -293,7 +307,7 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-p", "18700", "-F", "--report_gbits", "-u", "18"}
+	perf := []string{"ib_write_bw", "-R", "-s", "65536", "-D", strconv.Itoa(c.bwSeconds), "-F", "--report_gbits", "-u", "18"}
 	pings, rdmaCM, perfName := 0, "rdma_cm", "ib_write_bw -R"
 	if why := rdmaCMSkip(c); why != "" {
 		// The same traffic with its QPs exchanged over TCP instead.
@@ -306,7 +320,10 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	// The claim's status says where its device went (KEP-4817, pkg/claimstatus).
 	st := e.waitClaimNetwork(t, ns, claim.Name, allocated(t, claim)["nic"], "net1", ip+"/")
 	t.Logf("claim %s: status.devices %s/%s: %+v", claim.Name, st.Pool, st.Device, *st.NetworkData)
-	out := e.serverClient(t, ex, ns, a.Name, perf, b.Name, append(slices.Clone(perf), ip))
+	out := e.serverClient(t, ex, ns, 18700, func(port string) ([]string, []string) {
+		server := append(slices.Clone(perf), "-p", port)
+		return server, append(slices.Clone(server), ip)
+	}, a.Name, b.Name)
 	gbps, err := perftestGbps(out)
 	if err != nil || gbps <= 0 {
 		t.Fatalf("%s %s -> %s: %v Gb/sec (%v)\n%s", perfName, b.Name, a.Name, gbps, err, out)
@@ -328,9 +345,10 @@ func (e *env) rping(t *testing.T, ex kubectlrdma.Execer, ns, a, b string) int {
 	t.Helper()
 	ip := e.net1Addr(t, ex, ns, a)
 	count := strconv.Itoa(rpingCountWant)
-	got := e.serverClient(t, ex, ns,
-		a, []string{"rping", "-s", "-a", ip, "-p", "7174", "-C", count, "-v"},
-		b, []string{"rping", "-c", "-a", ip, "-p", "7174", "-C", count, "-v"})
+	got := e.serverClient(t, ex, ns, 7174, func(port string) ([]string, []string) {
+		return []string{"rping", "-s", "-a", ip, "-p", port, "-C", count, "-v"},
+			[]string{"rping", "-c", "-a", ip, "-p", port, "-C", count, "-v"}
+	}, a, b)
 	n := rpingCount(got)
 	t.Logf("rping %s -> %s (%s, rdma_cm): %d pings\n%s", b, a, ip, n, got)
 	if n != rpingCountWant {
@@ -355,40 +373,83 @@ func (e *env) net1Addr(t *testing.T, ex kubectlrdma.Execer, ns, pod string) stri
 	return ip
 }
 
-// serverClient runs server in pod srv (exec, in the background), then client in pod cli,
-// retried while the server is not listening yet (up to 5 times, a second apart), and returns
-// the client's output. It fails t when the client or the server fails.
-func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns, srv string, server []string, cli string, client []string) string {
+// Bounds of one server/client exchange (serverClient). Each tool runs under busybox's
+// timeout in its pod, so a hung one ends there, prints what it had, and frees its port: an
+// exec cancelled from here would leave the process running in the pod.
+const (
+	serverSeconds = 100 // the server waits for its client, then serves it
+	clientSeconds = 60  // rping -C 10 or ib_write_bw -D 5 take a few seconds under TCG
+	// exchangeTries: the exchanges run again, on the next port, after a failure. Under TCG on a
+	// loaded two-core host one rdma_cm exchange in a CI run hung until the test's deadline
+	// (rxe-cluster-dra, 157 s) where every other run passed; the first failure is logged whole
+	// (both sides' output), and the second must pass.
+	exchangeTries = 2
+)
+
+// serverBind is how long a client waits for its server to listen before each try.
+var serverBind = time.Second
+
+// serverClient runs cmds(port)'s server in pod srv (exec, in the background), then its
+// client in pod cli, retried while the server is not listening yet (up to 5 times, a second
+// apart), and returns the client's output. An exchange that fails runs again once on port+1;
+// t fails when both do.
+func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns string, port int, cmds func(port string) (server, client []string), srv, cli string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	for try := 1; ; try, port = try+1, port+1 {
+		server, client := cmds(strconv.Itoa(port))
+		got, served, err := e.exchange(t, ex, ns, srv, server, cli, client)
+		if err == nil {
+			return got
+		}
+		msg := fmt.Sprintf("exchange %d of %d: %v\nclient %s in %s:\n%s\nserver %s in %s:\n%s", try, exchangeTries, err,
+			strings.Join(client, " "), cli, got, strings.Join(server, " "), srv, served)
+		if try == exchangeTries {
+			t.Fatal(msg)
+		}
+		t.Log(msg)
+	}
+}
+
+// exchange is one try of serverClient: the client's output, the server's, and the first
+// error of the two.
+func (e *env) exchange(t *testing.T, ex kubectlrdma.Execer, ns, srv string, server []string, cli string, client []string) (got, served string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), (serverSeconds+20)*time.Second)
 	defer cancel()
-	served := make(chan error, 1)
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		_, err := ex.Exec(ctx, ns, srv, "test", server)
-		served <- err
+		out, err := ex.Exec(ctx, ns, srv, "test", append([]string{"timeout", strconv.Itoa(serverSeconds)}, server...))
+		done <- result{out, err}
 	}()
-	var got string
-	var err error
 	for try := 1; ; try++ {
-		time.Sleep(time.Second) // the server binds first
-		got, err = ex.Exec(ctx, ns, cli, "test", client)
-		if err == nil || try == 5 {
+		time.Sleep(serverBind) // the server binds first
+		start := time.Now()
+		got, err = ex.Exec(ctx, ns, cli, "test", append([]string{"timeout", strconv.Itoa(clientSeconds)}, client...))
+		// A client that fails at once found no server yet; one that ran a while met it.
+		if err == nil || try == 5 || time.Since(start) > 10*time.Second || ctx.Err() != nil {
 			break
 		}
 		t.Logf("%s in %s (try %d): %v\n%s", client[0], cli, try, err, got)
 	}
 	if err != nil {
-		select {
-		case serr := <-served:
-			t.Logf("%s in %s: ended: %v", strings.Join(server, " "), srv, serr)
-		default:
+		err = fmt.Errorf("client: %w", err)
+		select { // what the server printed, when it has ended
+		case r := <-done:
+			served = r.out
+		case <-time.After(5 * time.Second):
+			served = "(still running)"
 		}
-		t.Fatalf("%s in %s: %v\n%s", strings.Join(client, " "), cli, err, got)
+		return got, served, err
 	}
-	if err := <-served; err != nil {
-		t.Errorf("%s in %s: %v", strings.Join(server, " "), srv, err)
+	r := <-done // it ends once its client has
+	if r.err != nil {
+		return got, r.out, fmt.Errorf("server: %w", r.err)
 	}
-	return got
+	return got, r.out, nil
 }
 
 // kubeconfigFlags points client options at the suite's cluster (E2E_KUBECONFIG).
