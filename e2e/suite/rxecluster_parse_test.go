@@ -136,19 +136,24 @@ func TestDoctorVerdictOK(t *testing.T) {
 }
 
 func TestParsePortWait(t *testing.T) {
-	w, err := parsePortWait("1.45 1795745394.454000 2026-11-27T02:09:54.754000123Z\n")
+	w, err := parsePortWait("1.45 1795745394.454000 2026-11-27T02:09:54.754000123Z 0.10\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.seen != 1450*time.Millisecond || w.daemon != 300000123*time.Nanosecond {
-		t.Errorf("seen %s daemon %s, want 1.45s and 300.000123ms", w.seen, w.daemon)
+	if w.seen != 1450*time.Millisecond || w.daemon != 300000123*time.Nanosecond || w.linkSet != 100*time.Millisecond || w.own() != 200000123*time.Nanosecond {
+		t.Errorf("seen %s daemon %s link set %s own %s, want 1.45s, 300.000123ms, 100ms, 200.000123ms", w.seen, w.daemon, w.linkSet, w.own())
 	}
 	// A daemon in another zone: the same instant.
-	if w, err := parsePortWait("0.50 1795745394.454000 2026-11-27T03:09:54.554+01:00"); err != nil || w.daemon != 100*time.Millisecond {
+	if w, err := parsePortWait("0.50 1795745394.454000 2026-11-27T03:09:54.554+01:00 0.00"); err != nil || w.daemon != 100*time.Millisecond {
 		t.Errorf("offset zone: %+v %v, want daemon 100ms", w, err)
 	}
-	for _, bad := range []string{"", "0.5", "0.5 1795745394 2026-11-27T02:09:54Z", "0.5 1795745394.45 2026-11-27T02:09:54Z",
-		"x 1795745394.454000 2026-11-27T02:09:54Z", "0.5 1795745394.454000 yesterday", "0.5 1795745394.454000"} {
+	// A guest slower to return from ip than the daemon to find the change: its own part is 0.
+	if w, err := parsePortWait("2.00 1795745394.454000 2026-11-27T02:09:54.554Z 1.50"); err != nil || w.own() != 0 {
+		t.Errorf("slow ip: %+v %v, want own 0", w, err)
+	}
+	for _, bad := range []string{"", "0.5", "0.5 1795745394 2026-11-27T02:09:54Z 0.1", "0.5 1795745394.45 2026-11-27T02:09:54Z 0.1",
+		"x 1795745394.454000 2026-11-27T02:09:54Z 0.1", "0.5 1795745394.454000 yesterday 0.1", "0.5 1795745394.454000 0.1",
+		"0.5 1795745394.454000 2026-11-27T02:09:54Z", "0.5 1795745394.454000 2026-11-27T02:09:54Z x", "0.5 1795745394.454000 2026-11-27T02:09:54Z -1"} {
 		if _, err := parsePortWait(bad); err == nil {
 			t.Errorf("parsePortWait(%q): no error", bad)
 		}
@@ -180,7 +185,9 @@ func (s *scriptedExecer) Exec(_ context.Context, _, pod, _ string, cmd []string)
 func TestServerClient(t *testing.T) {
 	defer func(d time.Duration) { serverBind = d }(serverBind)
 	serverBind = time.Millisecond
-	cmds := func(port string) ([]string, []string) { return []string{"tool", "-s", port}, []string{"tool", "-c", port} }
+	cmds := func(port string) ([]string, []string) {
+		return []string{"tool", "-s", port}, []string{"tool", "-c", port}
+	}
 	refused := errors.New("connection refused")
 
 	// The server not listening yet: the client is tried again, same port.
