@@ -94,6 +94,10 @@ version = 3
   stream_server_port = "0"
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
+  # containerd closes a plugin that misses this (2 s by default) and creates the container
+  # without it: on a slow host the TCG guest's daemon took longer for one CreateContainer,
+  # and that pod got the runtime's 8 MiB memlock (docs/device-plugin.md, NRI).
+  plugin_request_timeout = "10s"
 TOML
 containerd --config /etc/containerd/config.toml >/share/out/containerd.log 2>&1 &
 i=0
