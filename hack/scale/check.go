@@ -13,7 +13,10 @@ import (
 const (
 	// The publisher writes at most once per interval (2 s) and the DRA
 	// pacer at most once per 2 s plus the first change at once: 30 a
-	// minute each, a little over for the window's edges.
+	// minute each, a little over for the window's edges. The pacer's
+	// urgent call for a port going down (at most one per interval) does
+	// not add to it for a port that flaps once a second: each down comes
+	// when the paced call is due anyway (dra.Pacer).
 	stormWritesMax = 32
 )
 

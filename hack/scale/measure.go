@@ -222,7 +222,11 @@ func (c *cluster) storm(ctx context.Context, share float64, d time.Duration) (no
 		}
 		for _, n := range set {
 			n.flap(n.topo.draMembers[0].Name)
-			n.pacer.Kick()
+			if n.health()[n.topo.draMembers[0].Name] {
+				n.pacer.Kick()
+			} else {
+				n.pacer.Urgent() // as dra.Driver.Publish asks for a newly tainted device
+			}
 		}
 		flaps += len(set)
 	}

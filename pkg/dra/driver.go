@@ -243,11 +243,34 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, opts map[strin
 		close(d.changed)
 		d.changed = make(chan struct{})
 	}
+	worse := newlyUnhealthy(d.health, health)
 	d.health = health
 	d.want = &res
 	d.mu.Unlock()
-	d.pacer.Kick()
+	if worse {
+		// Its taint must reach the scheduler now, not at the end of a
+		// pacing window another change of the node opened (pace.go).
+		d.pacer.Urgent()
+	} else {
+		d.pacer.Kick()
+	}
 	return errors.Join(errs...)
+}
+
+// newlyUnhealthy says whether a device published in was healthy and is
+// unhealthy in now (a device that first shows up unhealthy was not
+// allocatable before either).
+func newlyUnhealthy(was, now []kubeletplugin.DeviceHealth) bool {
+	healthy := map[[2]string]bool{}
+	for _, h := range was {
+		healthy[[2]string{h.PoolName, h.DeviceName}] = h.Health == kubeletplugin.HealthStatusHealthy
+	}
+	for _, h := range now {
+		if h.Health != kubeletplugin.HealthStatusHealthy && healthy[[2]string{h.PoolName, h.DeviceName}] {
+			return true
+		}
+	}
+	return false
 }
 
 // Device implements Lookup over the last publication.

@@ -271,6 +271,25 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		return len(p[mlx51].Taints) == 0 && len(p[mlx52].Taints) == 0
 	})
 
+	// A port going down just after another publication (the untaint above
+	// opened a pacing window) is tainted at once, by the pacer's urgent
+	// call, not at the window's end 2 s later: the rxe-cluster e2e saw a
+	// taint wait out the window a netdev or GID change had opened.
+	healthy["mlx5_1"] = false
+	start := time.Now()
+	if err := d.Publish(pools, nil, healthy); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "taint within a pacing window", func() bool { return len(published()[mlx51].Taints) == 1 })
+	if took, limit := time.Since(start), dra.DefaultPublishInterval/2; took > limit {
+		t.Errorf("mlx5_1 tainted %s after its port went down inside a pacing window, want at once (within %s)", took.Round(time.Millisecond), limit)
+	}
+	healthy["mlx5_1"] = true
+	if err := d.Publish(pools, nil, healthy); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "taint removed again", func() bool { return len(published()[mlx51].Taints) == 0 })
+
 	// A claim allocated mlx5_0, prepared through the gRPC service.
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "default"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
