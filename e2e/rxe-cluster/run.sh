@@ -57,4 +57,4 @@ bash "$HERE/up.sh" >/dev/null
 
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT
 log "running the e2e suite (rxe-cluster harness)"
-(cd "$REPO" && in_ns go test -count=1 -v -timeout 30m -run '^TestCluster$' ./e2e/suite "$@")
+(cd "$REPO" && in_ns go test -count=1 -v -timeout 40m -run '^TestCluster$' ./e2e/suite "$@") 2>&1 | tee "$RXEC_RUN/logs/go-test.log"
