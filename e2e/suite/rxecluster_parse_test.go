@@ -49,15 +49,23 @@ func TestPerftestGbps(t *testing.T) {
  65536      2210             0.00               0.14   		   0.000276
 ---------------------------------------------------------------------------------------
 `
-	got, err := perftestGbps(out)
-	if err != nil || got != 0.14 {
-		t.Errorf("perftestGbps = %v, %v; want 0.14", got, err)
+	got, writes, err := perftestGbps(out)
+	if err != nil || got != 0.14 || writes != 2210 {
+		t.Errorf("perftestGbps = %v, %d, %v; want 0.14, 2210", got, writes, err)
+	}
+	// A slow host: 0.00 Gb/sec, the writes went through.
+	if got, writes, err := perftestGbps(" #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 37 0.00 0.00 0.000007\n"); err != nil || got != 0 || writes != 37 {
+		t.Errorf("slow link: %v, %d, %v; want 0, 37, no error", got, writes, err)
+	}
+	// No write completed: an error.
+	if _, _, err := perftestGbps(" #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 0 0.00 0.00 0.000000\n"); err == nil {
+		t.Error("no writes: no error")
 	}
 	// MB/sec (no --report_gbits) is not a Gb/sec figure.
-	if _, err := perftestGbps(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536 2210 0.00 17.5 0.000276\n"); err == nil {
+	if _, _, err := perftestGbps(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536 2210 0.00 17.5 0.000276\n"); err == nil {
 		t.Error("MB/sec result: no error")
 	}
-	if _, err := perftestGbps("Couldn't connect to 10.77.0.11:18600\n"); err == nil {
+	if _, _, err := perftestGbps("Couldn't connect to 10.77.0.11:18600\n"); err == nil {
 		t.Error("no result line: no error")
 	}
 }
@@ -213,5 +221,18 @@ func TestServerClient(t *testing.T) {
 	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 1")}, clients: []error{nil, nil}}
 	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7001" {
 		t.Errorf("got %q", got)
+	}
+}
+
+func TestBWResult(t *testing.T) {
+	out := "server e2e/a (node n1, rxe0 net1)\nclient e2e/b (node n2, rxe0 net1)\nib_write_bw 65536 bytes, 5s: 0.00 Gb/sec average, 37 writes\n"
+	if gbps, writes, err := bwResult(out); err != nil || gbps != 0 || writes != 37 {
+		t.Errorf("bwResult = %v, %d, %v; want 0, 37", gbps, writes, err)
+	}
+	if _, _, err := bwResult(strings.Replace(out, "37 writes", "0 writes", 1)); err == nil {
+		t.Error("0 writes: no error")
+	}
+	if _, _, err := bwResult("ib_write_bw 65536 bytes, 5s: 0.15 Gb/sec average\n"); err == nil {
+		t.Error("no writes count: no error")
 	}
 }

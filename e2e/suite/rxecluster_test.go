@@ -91,7 +91,13 @@ func (c rxeClusterDesc) values() values {
 				"rangeStart": c.subnet + ".64", "rangeEnd": c.subnet + ".254"}}}}}},
 		"devicePlugin": values{"extraEnv": []values{
 			{"name": "KUBERNETES_SERVICE_HOST", "value": c.apiHost},
-			{"name": "KUBERNETES_SERVICE_PORT", "value": c.apiPort}}},
+			{"name": "KUBERNETES_SERVICE_PORT", "value": c.apiPort}},
+			// Each exec probe is a runc exec and a start of the binary: seconds of the
+			// guest's one emulated CPU, which the defaults (readiness every 5 s, liveness
+			// every 10 s, 5 s to answer) kept busy, and probes timed out on a slow host.
+			"probes": values{
+				"readiness": values{"periodSeconds": 15, "timeoutSeconds": 10},
+				"liveness":  values{"initialDelaySeconds": 60, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4}}},
 		"nodeState": values{"enabled": true},
 		"nri":       values{"enabled": true},
 	}
@@ -179,9 +185,11 @@ func (c rxeClusterDesc) draPhase() phase {
 	return p
 }
 
-// perftestGbps reads the average of ib_write_bw's result line (--report_gbits), under its
-// "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]" header.
-func perftestGbps(out string) (float64, error) {
+// perftestGbps reads ib_write_bw's result line (--report_gbits), under its "#bytes
+// #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]" header: the average and the
+// writes completed. The average has two decimals, 0.00 on a slow soft-RoCE link whose writes
+// went through: the writes are the evidence of traffic, and an error when there are none.
+func perftestGbps(out string) (gbps float64, writes int64, err error) {
 	header := false
 	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
@@ -190,12 +198,17 @@ func perftestGbps(out string) (float64, error) {
 			continue
 		}
 		if header && len(f) >= 4 {
-			if avg, err := strconv.ParseFloat(f[3], 64); err == nil {
-				return avg, nil
+			n, nerr := strconv.ParseInt(f[1], 10, 64)
+			avg, aerr := strconv.ParseFloat(f[3], 64)
+			if nerr == nil && aerr == nil {
+				if n <= 0 {
+					return avg, n, fmt.Errorf("ib_write_bw completed no RDMA write: %q", strings.TrimSpace(line))
+				}
+				return avg, n, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("no Gb/sec result line in ib_write_bw's output: %q", strings.TrimSpace(out))
+	return 0, 0, fmt.Errorf("no Gb/sec result line in ib_write_bw's output: %q", strings.TrimSpace(out))
 }
 
 var inetLine = regexp.MustCompile(`(?m)^\s*inet ([0-9.]+)/[0-9]+`)

@@ -19,6 +19,9 @@ import (
 // ErrNoPerftest: a pod's image has no ib_write_bw.
 var ErrNoPerftest = errors.New("ib_write_bw not found (the perftest package): use an image with perftest")
 
+// ErrNoWrites: ib_write_bw ran its duration and completed no RDMA write.
+var ErrNoWrites = errors.New("ib_write_bw completed no RDMA write")
+
 // bwFlags are bw's flags.
 type bwFlags struct {
 	size      int
@@ -127,15 +130,21 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	if err != nil {
 		return err
 	}
-	avg, peak, err := parseBW(out)
+	r, err := parseBW(out)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Streams.Out, "server %s\nclient %s\nib_write_bw %d bytes, %ds: %.2f Gb/sec average", escapeString(server.String()), escapeString(client.String()), f.size, f.duration, avg)
-	if peak > 0 { // ib_write_bw -D reports no peak
-		fmt.Fprintf(o.Streams.Out, ", %.2f Gb/sec peak", peak)
+	if r.writes == 0 {
+		return fmt.Errorf("%s/%s -> %s/%s, %ds: %w", client.pod.Namespace, client.pod.Name,
+			server.pod.Namespace, server.pod.Name, f.duration, ErrNoWrites)
 	}
-	fmt.Fprintln(o.Streams.Out)
+	fmt.Fprintf(o.Streams.Out, "server %s\nclient %s\nib_write_bw %d bytes, %ds: %.2f Gb/sec average", escapeString(server.String()), escapeString(client.String()), f.size, f.duration, r.avg)
+	if r.peak > 0 { // ib_write_bw -D reports no peak
+		fmt.Fprintf(o.Streams.Out, ", %.2f Gb/sec peak", r.peak)
+	}
+	// ib_write_bw prints two decimals: a slow link (soft-RoCE in an emulated guest) reads
+	// 0.00 Gb/sec while its writes went through; the count says they did.
+	fmt.Fprintf(o.Streams.Out, ", %d writes\n", r.writes)
 	return nil
 }
 
@@ -234,9 +243,16 @@ func runPerftest(ctx context.Context, ex Execer, server, client bwEnd, f bwFlags
 	return out, nil
 }
 
+// bwResult is ib_write_bw's result line: the RDMA writes completed and the
+// bandwidth (Gb/sec, two decimals).
+type bwResult struct {
+	writes    int64
+	avg, peak float64
+}
+
 // parseBW reads the result line under ib_write_bw's "#bytes #iterations
 // BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]" header.
-func parseBW(out string) (avg, peak float64, err error) {
+func parseBW(out string) (bwResult, error) {
 	header := false
 	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
@@ -245,12 +261,13 @@ func parseBW(out string) (avg, peak float64, err error) {
 			continue
 		}
 		if header && len(f) >= 4 {
+			n, nerr := strconv.ParseInt(f[1], 10, 64)
 			p, perr := strconv.ParseFloat(f[2], 64)
 			a, aerr := strconv.ParseFloat(f[3], 64)
-			if perr == nil && aerr == nil {
-				return a, p, nil
+			if nerr == nil && perr == nil && aerr == nil && n >= 0 {
+				return bwResult{writes: n, avg: a, peak: p}, nil
 			}
 		}
 	}
-	return 0, 0, fmt.Errorf("no bandwidth in ib_write_bw's output: %q", strings.TrimSpace(out))
+	return bwResult{}, fmt.Errorf("no bandwidth in ib_write_bw's output: %q", strings.TrimSpace(out))
 }

@@ -86,6 +86,7 @@ type fakeExecer struct {
 	probe    map[string]string
 	perftest map[string]bool
 	gids     map[string]string
+	client   string // what ib_write_bw's client prints; "": perftestClient
 }
 
 func (f fakeExecer) newExecer(genericclioptions.RESTClientGetter) (Execer, error) { return f, nil }
@@ -101,6 +102,9 @@ func (f fakeExecer) Exec(_ context.Context, ns, pod, container string, cmd []str
 	case len(cmd) == 3 && strings.HasPrefix(cmd[2], bwProbeMark):
 		return "perftest no\n" + f.gids[ns+"/"+pod], nil
 	case cmd[0] == "ib_write_bw" && strings.Contains(cmd[len(cmd)-1], "."): // the client names the server's IP
+		if f.client != "" {
+			return f.client, nil
+		}
 		return perftestClient, nil
 	case cmd[0] == "ib_write_bw":
 		return "", nil
