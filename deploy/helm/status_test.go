@@ -59,6 +59,7 @@ func TestProbes(t *testing.T) {
 		{"defaults", nil},
 		{"status port off", []string{"--set", "devicePlugin.metricsPort=0"}},
 		{"dra", []string{"--set", "dra.enabled=true", "--set-json", draPools}},
+		{"tuned", []string{"--set", "devicePlugin.probes.readiness.periodSeconds=15,devicePlugin.probes.liveness.periodSeconds=30,devicePlugin.probes.liveness.failureThreshold=3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := daemonSet(t, render(t, tc.args...)).Template.Spec
@@ -94,6 +95,21 @@ func TestProbes(t *testing.T) {
 			}
 			if l := c.LivenessProbe; l != nil && (l.InitialDelaySeconds < 30 || l.PeriodSeconds*l.FailureThreshold < 30) {
 				t.Errorf("liveness probe %+v restarts a starting or briefly busy daemon", *l)
+			}
+			// The timing: the values' defaults, or what devicePlugin.probes set.
+			type timing struct{ Delay, Period, Timeout, Failures int }
+			of := func(p *probe) timing {
+				if p == nil {
+					return timing{}
+				}
+				return timing{p.InitialDelaySeconds, p.PeriodSeconds, p.TimeoutSeconds, p.FailureThreshold}
+			}
+			ready, live := timing{0, 5, 5, 0}, timing{60, 10, 5, 6}
+			if tc.name == "tuned" {
+				ready.Period, live.Period, live.Failures = 15, 30, 3
+			}
+			if diff := cmp.Diff([]timing{ready, live}, []timing{of(c.ReadinessProbe), of(c.LivenessProbe)}); diff != "" {
+				t.Errorf("probe timing, readiness and liveness (-want +got):\n%s", diff)
 			}
 			// The socket's directory is an emptyDir of this pod, mounted in this container only.
 			empty := map[string]bool{}
