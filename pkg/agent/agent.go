@@ -131,6 +131,7 @@ type Agent struct {
 	status  *statusServer
 	watcher *nodewatch.Watcher
 	ready   chan struct{}
+	stopped sync.Once // the front ends' Stop, once
 
 	// Owned by the Run goroutine.
 	conf     config.Config
@@ -311,6 +312,12 @@ func (d *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			d.log.Info("device plugin stopping")
+			// The front ends first (sockets and CDI specs removed), before the
+			// waits for the node watcher and the sweeper below: the kubelet
+			// kills a container its grace period after SIGTERM, and a spec left
+			// by a killed daemon stays on the node (the rxe-cluster e2e found
+			// one after helm uninstall, its daemon killed 37 s after SIGTERM).
+			d.stopFrontEnds(cancel)
 			return nil
 		case <-changed:
 			snap, changed = d.node.Latest()
@@ -383,7 +390,9 @@ func (d *Agent) stateNetns() rdma.NetnsMode {
 // end; a normal exit removes the device plugin's sockets and CDI specs.
 func (d *Agent) stopFrontEnds(cancel context.CancelFunc) {
 	cancel()
-	for _, name := range sortedKeys(d.cfg.FrontEnds) {
-		d.cfg.FrontEnds[name].Stop()
-	}
+	d.stopped.Do(func() {
+		for _, name := range sortedKeys(d.cfg.FrontEnds) {
+			d.cfg.FrontEnds[name].Stop()
+		}
+	})
 }
