@@ -256,8 +256,11 @@ func (e *env) nodeState(ctx context.Context, node string) (string, error) {
 	return runHookOn(ctx, e.hook, node, "node-state")
 }
 
-// waitNodeStateIs waits up to a minute until the node under test's `hook node-state` prints
-// want; on timeout it returns the last difference (-want +now).
+// waitNodeStateIs waits up to two minutes until the node under test's `hook node-state` prints
+// want; on timeout it returns the last difference (-want +now). A node whose files stay
+// different that long keeps them: the pods that remove them are gone by then. (One minute was
+// too short for the soft-RoCE guests on a slow host: the uninstall's pods started 1-2 min
+// late, and a node was clean 54 s after helm uninstall returned.)
 func (e *env) waitNodeStateIs(ctx context.Context, want string) (string, error) {
 	return e.waitNodeStateOn(ctx, e.node, want)
 }
@@ -265,7 +268,7 @@ func (e *env) waitNodeStateIs(ctx context.Context, want string) (string, error) 
 // waitNodeStateOn is waitNodeStateIs for node.
 func (e *env) waitNodeStateOn(ctx context.Context, node, want string) (string, error) {
 	var diff string
-	err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+	err := eventually(ctx, 2*time.Minute, func(ctx context.Context) error {
 		now, err := e.nodeState(ctx, node)
 		if err != nil {
 			return err
