@@ -142,25 +142,25 @@ func TestPacerUrgent(t *testing.T) {
 		p := startPacer(t, interval, r)
 		r.set(1)
 		p.Kick()
-		_, at := r.waitCalls(t, 1, time.Second)
+		r.waitCalls(t, 1, time.Second)
 		r.set(2)
 		p.Kick() // paced: the window's end
 		time.Sleep(20 * time.Millisecond)
 		r.set(3)
 		kicked := time.Now()
 		p.Urgent()
-		_, at = r.waitCalls(t, 2, time.Second)
+		_, at := r.waitCalls(t, 2, time.Second)
 		if d := at[1].Sub(kicked); d > interval/4 {
 			t.Errorf("urgent call %s after its kick, %s after the call before: want it at once", d, at[1].Sub(at[0]))
 		}
 		r.set(4)
 		p.Urgent() // within the interval of the last urgent call: paced
-		calls, at := r.waitCalls(t, 3, 2*time.Second)
+		_, at = r.waitCalls(t, 3, 2*time.Second)
 		if d := at[2].Sub(at[1]); d < interval {
 			t.Errorf("second urgent call %s after the first, want at least %s", d, interval)
 		}
 		time.Sleep(2 * interval)
-		calls, _ = r.waitCalls(t, 3, 0)
+		calls, _ := r.waitCalls(t, 3, 0)
 		if diff := cmp.Diff([]int{1, 3, 4}, calls); diff != "" {
 			t.Errorf("published states (-want +got):\n%s", diff)
 		}
