@@ -67,8 +67,8 @@ func TestStopsFrontEndsFirst(t *testing.T) {
 		return os.IsNotExist(err)
 	})
 	select {
-	case <-done:
-		t.Error("Run returned before its sweeper did")
+	case err := <-done:
+		t.Errorf("Run returned (%v) before its sweeper did", err)
 	default:
 	}
 	release()
