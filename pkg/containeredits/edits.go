@@ -84,30 +84,40 @@ func CDIDeviceNodes(paths []string) []*cdispec.DeviceNode {
 // to a pod in the exclusive netns mode before this rule and
 // pkg/agent's lent devices) would break the CDI devices of every pod.
 func WriteSpec(path string, spec cdispec.Spec) error {
+	_, err := UpdateSpec(path, spec)
+	return err
+}
+
+// UpdateSpec is WriteSpec that also says whether the file changed: written
+// or removed because what was there (or not there) was not spec.
+func UpdateSpec(path string, spec cdispec.Spec) (bool, error) {
 	if len(spec.Devices) == 0 {
-		return RemoveSpec(path)
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return true, RemoveSpec(path)
 	}
 	v, err := cdispec.MinimumRequiredVersion(&spec)
 	if err != nil {
-		return fmt.Errorf("cdi spec version for %s: %w", spec.Kind, err)
+		return false, fmt.Errorf("cdi spec version for %s: %w", spec.Kind, err)
 	}
 	spec.Version = v
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode cdi spec for %s: %w", spec.Kind, err)
+		return false, fmt.Errorf("encode cdi spec for %s: %w", spec.Kind, err)
 	}
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return nil
+		return false, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create cdi dir: %w", err)
+		return false, fmt.Errorf("create cdi dir: %w", err)
 	}
 	// Fsynced: a claim stays prepared across a reboot, and its spec in a
 	// persistent CDI dir must then be whole for the runtime.
 	if err := atomicfile.WriteSynced(path, 0o644, ".kube-rdma-*.tmp", atomicfile.Bytes(data)); err != nil {
-		return fmt.Errorf("write cdi spec: %w", err)
+		return false, fmt.Errorf("write cdi spec: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // RemoveSpec removes a spec file; one that is not there is not an error.

@@ -36,10 +36,11 @@ func (w cdiWriter) path(pool string) string {
 	return filepath.Join(w.dir, "kube-rdma-"+pool+".json")
 }
 
-// write replaces the pool's spec when its content changes; a pool without
+// write replaces the pool's spec when the file is not that spec (changed
+// says so); a pool without
 // members has none (containeredits.WriteSpec removes it: the CDI registry
 // refuses a spec with no devices, and containerd with it every spec).
-func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) error {
+func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) (changed bool, err error) {
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
 	if containeredits.Present(w.devRoot, RDMACM) {
 		spec.ContainerEdits.DeviceNodes = containeredits.CDIDeviceNodes([]string{RDMACM})
@@ -61,7 +62,7 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 			spec.Devices = append(spec.Devices, cdispec.Device{Name: DeviceID(d), ContainerEdits: edits([]discovery.RDMADevice{d})})
 		}
 	}
-	return containeredits.WriteSpec(w.path(pool.Name), spec)
+	return containeredits.UpdateSpec(w.path(pool.Name), spec)
 }
 
 func (w cdiWriter) remove(pool string) error {

@@ -131,6 +131,19 @@ func (s *poolServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}
+	if slices.ContainsFunc(resp.ContainerResponses, func(cr *pluginapi.ContainerAllocateResponse) bool { return len(cr.CdiDevices) > 0 }) {
+		// The runtime resolves these names in the spec when it creates the
+		// container: the spec must name them now (writeSpec).
+		changed, err := s.writeSpec()
+		if err != nil {
+			s.m.allocation(s.pool.Name, false)
+			s.log.Warn("allocate: the pool's CDI spec", "devices", req.ContainerRequests, "err", err)
+			return nil, status.Errorf(codes.Internal, "allocate %s: the pool's CDI spec: %v", s.resource, err)
+		}
+		if changed {
+			s.log.Warn("allocate: the pool's CDI spec was gone or named other devices; written again from the members", "path", s.cdi.path(s.pool.Name))
+		}
+	}
 	for _, c := range req.ContainerRequests {
 		s.writeDeviceInfo(snap, c.DevicesIds)
 	}

@@ -228,10 +228,12 @@ func samePools(a, b []agent.Assignment) bool {
 
 // Status is what every pool advertises to the kubelet, in pool name order.
 // RestoreFiles implements agent.FileKeeper: a gpuAligned pool's pool.json
-// that is gone (the CNI plugin moved a torn one aside) is written again.
+// that is gone (the CNI plugin moved a torn one aside) is written again, and
+// a pool's CDI spec that is gone or names other devices than its members.
 func (p *Plugin) RestoreFiles() {
 	for _, name := range sortedKeys(p.pools) {
 		p.pools[name].restorePoolFile()
+		p.pools[name].restoreSpec()
 	}
 }
 

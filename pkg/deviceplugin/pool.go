@@ -37,18 +37,49 @@ func (s *poolServer) setMembers(members []discovery.RDMADevice) {
 	if !superseded {
 		s.removeDeviceInfo(buildSnapshot(s.pool, members, nil).byID)
 	}
+	if _, err := s.writeSpec(); err != nil {
+		s.log.Warn("write cdi spec", "err", err)
+	}
+}
+
+// writeSpec makes the pool's CDI spec on disk the spec of its members now,
+// unless another process serves the pool (the spec is that process's) or
+// the pool has closed; it says whether the file had to change. The spec is
+// written when the members change, and checked again (a read and a compare)
+// by every Allocate that names CDI devices and by the agent's files ticker
+// (RestoreFiles): a spec that is gone or names other devices would fail the
+// container's creation in the runtime ("unresolvable CDI devices"), minutes
+// after the kubelet's Allocate, on a node where nothing then writes it again
+// (seen once in the rxe-cluster e2e, after a port flap; cause not found).
+// cdiMu orders the writers: each writes the members of its moment, the last
+// one the latest.
+func (s *poolServer) writeSpec() (bool, error) {
+	s.cdiMu.Lock()
+	defer s.cdiMu.Unlock()
+	s.mu.Lock()
+	members, superseded := s.members, s.superseded
+	s.mu.Unlock()
 	switch {
-	case s.cdi == nil || superseded:
+	case s.cdi == nil || superseded || s.cdiClosed:
+		return false, nil
 	case s.pool.GPUAligned():
 		// No CDI device: CDI names fixed devices, and the slots name none.
 		// A spec of the exclusive pool this one replaced goes.
-		if err := s.cdi.remove(s.pool.Name); err != nil {
-			s.log.Warn("remove cdi spec", "err", err)
-		}
+		return false, s.cdi.remove(s.pool.Name)
 	default:
-		if err := s.cdi.write(s.pool, s.resource, members); err != nil {
-			s.log.Warn("write cdi spec", "err", err)
-		}
+		return s.cdi.write(s.pool, s.resource, members)
+	}
+}
+
+// restoreSpec is writeSpec for the files ticker: a spec it had to write
+// again is logged.
+func (s *poolServer) restoreSpec() {
+	changed, err := s.writeSpec()
+	switch {
+	case err != nil:
+		s.log.Warn("write cdi spec again", "err", err)
+	case changed:
+		s.log.Warn("the pool's CDI spec was gone or named other devices; written again from the members", "path", s.cdi.path(s.pool.Name))
 	}
 }
 

@@ -227,3 +227,26 @@ func TestDroppedStreamReregisters(t *testing.T) {
 	time.Sleep(3 * retryFirst)
 	wait("no registration more", func(eps []string) bool { return slices.Equal(eps, want) })
 }
+
+// TestClosedPoolWritesNoSpec: an Allocate still in flight when its pool
+// closes (the daemon stopping) must not write the spec close removed: it
+// would stay on the node after the daemon is gone.
+func TestClosedPoolWritesNoSpec(t *testing.T) {
+	dir := shortDir(t)
+	cdi := &cdiWriter{dir: dir, devRoot: dir}
+	s := testPool(dir, cdi)
+	s.setMembers([]discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0"}})
+	if _, err := os.Stat(cdi.path("hca")); err != nil {
+		t.Fatalf("spec of the members: %v", err)
+	}
+	s.close(true)
+	if _, err := os.Stat(cdi.path("hca")); !os.IsNotExist(err) {
+		t.Fatalf("spec after close: %v, want it gone", err)
+	}
+	if changed, err := s.writeSpec(); changed || err != nil {
+		t.Fatalf("writeSpec after close: changed %v, err %v; want neither", changed, err)
+	}
+	if _, err := os.Stat(cdi.path("hca")); !os.IsNotExist(err) {
+		t.Fatalf("spec after close and writeSpec: %v, want it gone", err)
+	}
+}

@@ -84,6 +84,11 @@ type poolServer struct {
 
 	lastPoolFile []byte // pool.json as last written; Run goroutine only
 
+	// cdiMu orders the CDI spec's writers (writeSpec) and close; once
+	// cdiClosed, nothing writes the spec again.
+	cdiMu     sync.Mutex
+	cdiClosed bool
+
 	// devInfo holds the kubelet device IDs whose device-info file this
 	// process wrote (devinfo.go); under devInfoMu, which Allocate takes.
 	devInfoMu sync.Mutex
@@ -132,11 +137,14 @@ func (s *poolServer) close(removeCDI bool) {
 		s.log.Info("another process serves the pool now; its socket and CDI spec stay")
 		return
 	}
+	s.cdiMu.Lock()
+	s.cdiClosed = true // an Allocate still in flight writes no spec after this
 	if removeCDI && s.cdi != nil {
 		if err := s.cdi.remove(s.pool.Name); err != nil {
 			s.log.Warn("remove cdi spec", "err", err)
 		}
 	}
+	s.cdiMu.Unlock()
 	s.removeDeviceInfo(nil)
 }
 
