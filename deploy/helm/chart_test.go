@@ -150,6 +150,7 @@ type daemonSetSpec struct {
 			HostNetwork                  bool              `json:"hostNetwork"`
 			HostPID                      bool              `json:"hostPID"`
 			AutomountServiceAccountToken *bool             `json:"automountServiceAccountToken"`
+			TerminationGracePeriod       *int64            `json:"terminationGracePeriodSeconds"`
 			NodeSelector                 map[string]string `json:"nodeSelector"`
 			InitContainers               []container       `json:"initContainers"`
 			Containers                   []container       `json:"containers"`

@@ -153,3 +153,23 @@ func TestEphemeralStorageRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminationGrace: the daemon's grace between SIGTERM and SIGKILL is the kubelet's
+// default unless devicePlugin.terminationGracePeriodSeconds sets it (a daemon killed leaves
+// its sockets and CDI specs); the schema refuses what is not a positive integer.
+func TestTerminationGrace(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{{nil, 30}, {[]string{"--set", "devicePlugin.terminationGracePeriodSeconds=120"}, 120}} {
+		g := daemonSet(t, render(t, tc.args...)).Template.Spec.TerminationGracePeriod
+		if g == nil || *g != tc.want {
+			t.Errorf("%v: terminationGracePeriodSeconds %v, want %d", tc.args, g, tc.want)
+		}
+	}
+	for _, bad := range []string{"0", "-5", "\"30s\""} {
+		if out, err := helmTemplate(t, "--set-json", "devicePlugin.terminationGracePeriodSeconds="+bad); err == nil {
+			t.Errorf("terminationGracePeriodSeconds=%s rendered:\n%.300s", bad, out)
+		}
+	}
+}

@@ -82,6 +82,10 @@ echo "node Ready $(($(date +%s) - T0 - T_BUILD)) s after up.sh started" >"$REPOR
 # phase's chart values and expected answers, installs the chart, runs the phase's tests,
 # uninstalls it and checks the node is as before: device-plugin, gpu-aligned, dra, upgrade,
 # upgrade-gpu-aligned, upgrade-dra, faults.
+# The logs of the chart's pods (the daemons, their installers, the hook), which helm uninstall
+# deletes with the pods, are kept in $E2E_CACHE/e2e-local-pod-logs for the last run.
+rm -rf "$E2E_CACHE/e2e-local-pod-logs"
 export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT
+export E2E_POD_LOGS=$E2E_CACHE/e2e-local-pod-logs
 log "running the e2e suite"
 (cd "$REPO" && go test -count=1 -v -timeout 60m -run '^TestCluster$' ./e2e/suite "$@")

@@ -55,6 +55,6 @@ bash "$HERE/up.sh" >/dev/null
   awk '$2 == "ready" {printf "node %s Ready %.1f s after up.sh started\n", $1, $3}' "$RXEC_RUN/times"
 } >>"$REPORT"
 
-export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT
+export E2E_KUBECONFIG=$KUBECONFIG E2E_NODE_HOOK=$HERE/hook.sh E2E_HELM=$BIN/helm E2E_REPORT=$REPORT E2E_POD_LOGS=$RXEC_RUN/logs/pods
 log "running the e2e suite (rxe-cluster harness)"
 (cd "$REPO" && in_ns go test -count=1 -v -timeout 40m -run '^TestCluster$' ./e2e/suite "$@") 2>&1 | tee "$RXEC_RUN/logs/go-test.log"

@@ -135,6 +135,8 @@ func (e *env) runPhase(t *testing.T, p phase) {
 			before[node] = s
 		}
 	}
+	// Stops once the phase has ended: after the uninstall check, so a daemon's last lines are in.
+	t.Cleanup(e.followPodLogs(t, p.name, os.Getenv("E2E_POD_LOGS")))
 	for _, r := range p.releases {
 		e.install(t, p.name, r)
 	}
@@ -229,7 +231,10 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 		nodes := e.releaseNodes(r)
 		for _, node := range nodes {
 			want := before[node]
-			if diff, err := e.waitNodeStateOn(t.Context(), node, want); err != nil {
+			// The daemons' grace after SIGTERM (devicePlugin.terminationGracePeriodSeconds,
+			// 120 s in the rxe-cluster guests) and a minute for the pods to stop.
+			if diff, err := e.waitNodeStateOn(t.Context(), node, want, uninstallWait(r)); err != nil {
+				t.Logf("the daemons' last lines (E2E_POD_LOGS):\n%s", tailPodLogs(os.Getenv("E2E_POD_LOGS"), "device-plugin", 25))
 				t.Fatalf("after helm uninstall: node %s: %v; node-state (-before helm install +now):\n%s", node, err, diff)
 			}
 			line := fmt.Sprintf("helm uninstall left nothing: hook node-state (%d lines: CNI binary, CNI configs, CDI specs, sockets, pools file) equal to before helm install %s after it returned",
@@ -241,6 +246,22 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 			e.appendReport(t, line)
 		}
 	}
+}
+
+// uninstallWait is how long a node of r may take to be as it was before helm install, after
+// helm uninstall returned: a minute more than the daemons' grace after SIGTERM (the values'
+// devicePlugin.terminationGracePeriodSeconds, the chart's 30 s without), and at least the two
+// minutes of waitNodeStateIs.
+func uninstallWait(r release) time.Duration {
+	grace := 30
+	for _, v := range r.values { // later values files win, as in helm
+		if dp, ok := v["devicePlugin"].(values); ok {
+			if g, ok := dp["terminationGracePeriodSeconds"].(int); ok {
+				grace = g
+			}
+		}
+	}
+	return max(2*time.Minute, time.Duration(grace)*time.Second+time.Minute)
 }
 
 // releaseNodes are the nodes whose state r must leave as it was: its node (the node under
@@ -262,13 +283,13 @@ func (e *env) nodeState(ctx context.Context, node string) (string, error) {
 // too short for the soft-RoCE guests on a slow host: the uninstall's pods started 1-2 min
 // late, and a node was clean 54 s after helm uninstall returned.)
 func (e *env) waitNodeStateIs(ctx context.Context, want string) (string, error) {
-	return e.waitNodeStateOn(ctx, e.node, want)
+	return e.waitNodeStateOn(ctx, e.node, want, 2*time.Minute)
 }
 
-// waitNodeStateOn is waitNodeStateIs for node.
-func (e *env) waitNodeStateOn(ctx context.Context, node, want string) (string, error) {
+// waitNodeStateOn is waitNodeStateIs for node, waiting up to limit.
+func (e *env) waitNodeStateOn(ctx context.Context, node, want string, limit time.Duration) (string, error) {
 	var diff string
-	err := eventually(ctx, 2*time.Minute, func(ctx context.Context) error {
+	err := eventually(ctx, limit, func(ctx context.Context) error {
 		now, err := e.nodeState(ctx, node)
 		if err != nil {
 			return err

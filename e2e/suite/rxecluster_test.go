@@ -97,7 +97,11 @@ func (c rxeClusterDesc) values() values {
 			// every 10 s, 5 s to answer) kept busy, and probes timed out on a slow host.
 			"probes": values{
 				"readiness": values{"periodSeconds": 15, "timeoutSeconds": 10},
-				"liveness":  values{"initialDelaySeconds": 60, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4}}},
+				"liveness":  values{"initialDelaySeconds": 60, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 4}},
+			// A guest stalled for 40 s during an uninstall (containerd took 45 s to see a
+			// 5 s-grace hook container exit): the daemon, killed 34 s after SIGTERM, left its
+			// socket and CDI spec. Its exit needs milliseconds of a CPU that runs.
+			"terminationGracePeriodSeconds": 120},
 		"nodeState": values{"enabled": true},
 		"nri":       values{"enabled": true},
 	}
