@@ -35,7 +35,8 @@ func (e *env) followPodLogs(t *testing.T, phase, dir string) (stop func()) {
 	followed := map[string]bool{}
 	follow := func(pod *corev1.Pod, c corev1.ContainerStatus) {
 		key := fmt.Sprintf("%s-%s-%s-%d", phase, pod.Name, c.Name, c.RestartCount)
-		if followed[key] || c.State.Running == nil && c.State.Terminated == nil {
+		// A pod first seen terminating is an earlier phase's, whose follower had it.
+		if followed[key] || c.State.Running == nil && c.State.Terminated == nil || pod.DeletionTimestamp != nil {
 			return
 		}
 		followed[key] = true
