@@ -37,9 +37,9 @@ func (w cdiWriter) path(pool string) string {
 }
 
 // write replaces the pool's spec when the file is not that spec (changed
-// says so); a pool without
-// members has none (containeredits.WriteSpec removes it: the CDI registry
-// refuses a spec with no devices, and containerd with it every spec).
+// says so); a pool without members has none (containeredits.UpdateSpec
+// removes it: the CDI registry refuses a spec with no devices, and
+// containerd with it every spec).
 func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) (changed bool, err error) {
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
 	if containeredits.Present(w.devRoot, RDMACM) {
