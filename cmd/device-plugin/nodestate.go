@@ -23,6 +23,7 @@ type nodeStateFlags struct {
 	enabled   bool
 	set       bool // --node-state was given
 	interval  time.Duration
+	refresh   time.Duration
 	podSocket string
 	cniState  string
 	cniMode   string
@@ -49,6 +50,7 @@ func (f *nodeStateFlags) parse() error {
 func (f *nodeStateFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "node-state", false, "publish this node's RDMANodeState (default: true in a cluster, i.e. with an in-cluster config, or with --kubeconfig)")
 	fs.DurationVar(&f.interval, "node-state-interval", nodestate.DefaultInterval, "least time between two RDMANodeState writes (changes in between are coalesced)")
+	fs.DurationVar(&f.refresh, "node-state-refresh", nodestate.DefaultRefresh, "write the RDMANodeState again, unchanged but for status.lastUpdate, when its last write is this old, so that its age says the daemon is alive (kubectl rdma doctor warns past --stale-after, 10m); 0: never")
 	fs.StringVar(&f.podSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket (allocations in RDMANodeState; removing gpuAligned allocation directories no container holds)")
 	fs.StringVar(&f.cniMode, "cni-mode", "", "how the chart set up the kube-rdma CNI plugin on the node (chained, multus, none, not-installed), published as status.cni; empty: not published")
 	fs.StringVar(&f.cniPool, "cni-chained-pool", "", "with --cni-mode=chained: the pool whose devices the chained entry attaches (the chart's cni.chained.pool), published as status.cni.chainedPool")
@@ -100,6 +102,13 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 	if cfg.nodeState.interval <= 0 {
 		return nil, fmt.Errorf("run: --node-state-interval %s must be positive", cfg.nodeState.interval)
 	}
+	refresh := cfg.nodeState.refresh
+	switch {
+	case refresh < 0:
+		return nil, fmt.Errorf("run: --node-state-refresh %s: want a duration >= 0 (0: never)", refresh)
+	case refresh == 0:
+		refresh = -1 // nodestate.Config: negative is never
+	}
 	client := nodestate.NewClient(a.clients.kube.CoreV1(), a.clients.rdma.RDMAV1alpha1())
 	var records nodestate.RecordLister
 	if dir := cfg.nodeState.cniState; dir != "" {
@@ -118,7 +127,7 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 		claims = c // --dra: the claim records of --dra-plugin-dir
 	}
 	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, Claims: claims, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
-		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Logger: cfg.Logger})
+		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Refresh: refresh, Logger: cfg.Logger})
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err
 	}

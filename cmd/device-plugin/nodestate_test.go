@@ -40,6 +40,8 @@ func TestNodeStateFlags(t *testing.T) {
 		{name: "no node name", args: []string{"--kubeconfig", kc}, err: "--node-name or NODE_NAME"},
 		{name: "bad kubeconfig", args: []string{"--kubeconfig", kc + ".missing", "--node-name", "n1"}, err: "--kubeconfig"},
 		{name: "bad interval", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--node-state-interval", "0s"}, err: "--node-state-interval"},
+		{name: "bad refresh", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--node-state-refresh", "-1s"}, err: "--node-state-refresh -1s: want a duration >= 0"},
+		{name: "refresh off", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--node-state-refresh", "0"}, publish: true},
 		{name: "bad cni mode", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--cni-mode", "weird"}, err: "--cni-mode \"weird\""},
 		{name: "chained pool without chained mode", args: []string{"--kubeconfig", kc, "--node-name", "n1", "--cni-mode", "multus", "--cni-chained-pool", "ib"},
 			err: "--cni-chained-pool \"ib\" needs --cni-mode=chained"},

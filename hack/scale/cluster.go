@@ -151,8 +151,11 @@ func setup(ctx context.Context, cp *controlPlane, n, bigEvery, podsPerNode int, 
 	}
 	client := nodestate.NewClient(kube.CoreV1(), rdma.RDMAV1alpha1())
 	for _, sn := range c.nodes {
+		// Refresh off: the steady state counts the writes that changes cause. The daemon's
+		// refresh (nodestate.DefaultRefresh, 5 min) is a fixed rate, one write per node per
+		// 5 min, N/300 per second (docs/scale.md), and a long run would count it in its window.
 		p := nodestate.New(nodestate.Config{NodeName: sn.name, Source: sn, Pods: sn, Writer: client,
-			CNIMode: "chained", CNIChainedPool: rocePool, DaemonVersion: "v0.0.0-scale"})
+			CNIMode: "chained", CNIChainedPool: rocePool, DaemonVersion: "v0.0.0-scale", Refresh: -1})
 		c.pubs = append(c.pubs, p)
 		go func() { _ = p.Run(ctx) }()
 	}

@@ -18,7 +18,11 @@ const (
 	DefaultInterval   = 2 * time.Second
 	DefaultPodPoll    = 10 * time.Second
 	DefaultMaxBackoff = 30 * time.Second
-	callTimeout       = 10 * time.Second
+	// DefaultRefresh is the kubelet's nodeStatusReportFrequency: a node
+	// whose status does not change still reports it this often, so that its
+	// age says whether the one who writes it is alive.
+	DefaultRefresh = 5 * time.Minute
+	callTimeout    = 10 * time.Second
 )
 
 // Source is the agent's view of what it serves (agent.Agent); the publisher imports no front end.
@@ -87,7 +91,15 @@ type Config struct {
 	// MaxBackoff bounds the wait before retrying a failed write
 	// (DefaultMaxBackoff); the first retry waits Interval.
 	MaxBackoff time.Duration
-	Logger     *slog.Logger
+	// Refresh is the longest the status goes unwritten: once the last write
+	// is this old, the same content is written again with a new lastUpdate
+	// (DefaultRefresh; checked at each poll of the kubelet's allocations).
+	// Without it a quiet node's lastUpdate ages without bound and says
+	// nothing: `kubectl rdma doctor` warns past --stale-after (10 min), and
+	// a daemon that is gone looks the same as one with nothing to say.
+	// Negative: never.
+	Refresh time.Duration
+	Logger  *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -138,6 +150,9 @@ func New(cfg Config) *Publisher {
 	}
 	if cfg.MaxBackoff < cfg.Interval {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.Interval)
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -207,7 +222,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 }
 
-// publish builds the status and writes it when its content changed.
+// publish builds the status and writes it when its content changed, or when
+// the last write is Refresh old.
 func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	view, _ := p.cfg.Source.View()
 	var missing []v1alpha1.PodWithoutNetdevs
@@ -216,7 +232,7 @@ func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	}
 	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool,
 		PodsWithoutNetdevs: missing, Claims: p.claims, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
-	if sameContent(&st, p.written) {
+	if sameContent(&st, p.written) && !p.due(st.LastUpdate.Time) {
 		return false, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -233,6 +249,11 @@ func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	p.report.OK, p.report.Writes, p.report.LastWrite = true, p.report.Writes+1, st.LastUpdate.Time
 	p.report.LastError, p.report.Failures = "", 0
 	return true, nil
+}
+
+// due reports whether the status last written is Refresh old at now.
+func (p *Publisher) due(now time.Time) bool {
+	return p.cfg.Refresh > 0 && p.written != nil && now.Sub(p.written.LastUpdate.Time) >= p.cfg.Refresh
 }
 
 func (p *Publisher) failed(err error, retry time.Duration) {

@@ -214,3 +214,67 @@ func TestPublisherFollowsAllocations(t *testing.T) {
 		return w.count() > 1 && len(w.last().Allocations) == 0 && w.last().Summary.Pods == 0
 	})
 }
+
+// testClock is a Config.Now the test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// A quiet node (no change for longer than Refresh) is written again, the
+// same content with a new lastUpdate, so that the object's age says whether
+// its daemon is alive (doctor's "daemon state fresh"); before Refresh, and
+// with a negative Refresh, nothing is written.
+func TestPublisherRefreshesQuietNode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refresh time.Duration
+		rewrite bool
+	}{{"refresh", time.Minute, true}, {"never", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &testClock{now: time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)}
+			src, w := newFakeSource(testView()), &fakeWriter{}
+			startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, Interval: 10 * time.Millisecond,
+				PodPoll: 10 * time.Millisecond, Refresh: tc.refresh, Now: clock.Now})
+			eventually(t, "the first write", 5*time.Second, func() bool { return w.count() == 1 })
+			first := w.last()
+			clock.add(59 * time.Second)
+			time.Sleep(200 * time.Millisecond) // 20 polls: the absence of a write
+			if n := w.count(); n != 1 {
+				t.Fatalf("%d writes 59 s into a 1 min refresh, want 1", n)
+			}
+			clock.add(time.Second)
+			if !tc.rewrite {
+				time.Sleep(200 * time.Millisecond)
+				if n := w.count(); n != 1 {
+					t.Fatalf("%d writes with refresh %s, want 1", n, tc.refresh)
+				}
+				return
+			}
+			eventually(t, "the refresh write", 5*time.Second, func() bool { return w.count() == 2 })
+			got := w.last()
+			if want := first.LastUpdate.Add(time.Minute); !got.LastUpdate.Time.Equal(want) {
+				t.Errorf("refresh write: lastUpdate %s, want %s", got.LastUpdate, want)
+			}
+			if !sameContent(&got, &first) {
+				t.Errorf("refresh write changed the content: %s", cmp.Diff(first, got))
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := w.count(); n != 2 {
+				t.Errorf("%d writes after the refresh, want 2 (the next one a minute later)", n)
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ type RDMANodeStateStatus struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[a-z]*$`
 	RDMANetnsMode string `json:"rdmaNetnsMode,omitempty"`
-	// LastUpdate is when the daemon last changed this status.
+	// LastUpdate is when the daemon last wrote this status: on a change, and on a quiet node every --node-state-refresh (5 min).
 	LastUpdate metav1.Time `json:"lastUpdate,omitempty"`
 	// Summary counts for list views.
 	Summary Summary `json:"summary"`

@@ -18,7 +18,7 @@ type RDMANodeStateStatusApplyConfiguration struct {
 	// RDMANetnsMode is the kernel's RDMA netns mode: shared, exclusive or
 	// unknown (no RDMA netlink).
 	RDMANetnsMode *string `json:"rdmaNetnsMode,omitempty"`
-	// LastUpdate is when the daemon last changed this status.
+	// LastUpdate is when the daemon last wrote this status: on a change, and on a quiet node every --node-state-refresh (5 min).
 	LastUpdate *v1.Time `json:"lastUpdate,omitempty"`
 	// Summary counts for list views.
 	Summary *SummaryApplyConfiguration `json:"summary,omitempty"`
