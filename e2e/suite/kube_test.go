@@ -18,7 +18,12 @@ import (
 const (
 	pollInterval = 500 * time.Millisecond
 	podStartup   = 2 * time.Minute
-	podLabel     = "kube-rdma-e2e"
+	// podGone bounds a deleted pod's way out: the kubelet stops its containers and runs the
+	// CNI DEL. CI on 98fe5e0 had a soft-RoCE guest whose containerd missed the kubelet's
+	// KillContainer deadline for minutes (a pod took 3 min to start there): a
+	// deadline, not a figure, so passing runs are no slower.
+	podGone  = 5 * time.Minute
+	podLabel = "kube-rdma-e2e"
 )
 
 // eventually calls check until it returns nil, or timeout passes; then it
@@ -172,7 +177,7 @@ func (e *env) deletePod(t *testing.T, ns, name string) {
 	if err := e.core.Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete pod %s: %v", name, err)
 	}
-	err := eventually(t.Context(), 2*time.Minute, func(ctx context.Context) error {
+	err := eventually(t.Context(), podGone, func(ctx context.Context) error {
 		_, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil

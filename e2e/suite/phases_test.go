@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,30 @@ type phase struct {
 	tests []namedTest
 	// after runs after the uninstall check passed.
 	after func(t *testing.T, e *env)
+	// budget: the longest the phase was seen to take, install to uninstall check, on the
+	// slowest host it passed on; with E2E_DEADLINE set, a phase with less time left than this
+	// is skipped, and says so, instead of running into the deadline (0: never skipped).
+	budget time.Duration
+}
+
+// deadlineSkip says why p does not start now: E2E_DEADLINE (unix seconds: CI's budget, set by
+// .ci/run) leaves less than p.budget; "" when it runs. A phase run into CI's limit fails the
+// whole run and keeps nothing it found: skipped, it is named in the report, and `make
+// e2e-rxe-cluster` runs it without a deadline.
+func deadlineSkip(p phase, deadline string, now time.Time) (string, error) {
+	if deadline == "" || p.budget <= 0 {
+		return "", nil
+	}
+	sec, err := strconv.ParseInt(deadline, 10, 64)
+	if err != nil || sec <= 0 {
+		return "", fmt.Errorf("E2E_DEADLINE %q: want unix seconds", deadline)
+	}
+	left := time.Unix(sec, 0).Sub(now)
+	if left >= p.budget {
+		return "", nil
+	}
+	return fmt.Sprintf("phase %s skipped: %s left before E2E_DEADLINE (CI's time limit), the phase took up to %s on a slow host; run it without the deadline (make e2e-rxe-cluster)",
+		p.name, left.Truncate(time.Second), p.budget), nil
 }
 
 // release is one helm release of a phase, and the node whose state it must leave as it was.
@@ -103,6 +128,16 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	for _, p := range h.phases {
+		why, err := deadlineSkip(p, os.Getenv("E2E_DEADLINE"), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why != "" {
+			t.Log(why)
+			e.appendReport(t, why)
+			t.Run(p.name, func(t *testing.T) { t.Skip(why) })
+			continue
+		}
 		if !t.Run(p.name, func(t *testing.T) { e.runPhase(t, p) }) {
 			t.Fatalf("phase %s failed: the phases after it do not run", p.name)
 		}

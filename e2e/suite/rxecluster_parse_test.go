@@ -159,6 +159,22 @@ func TestParsePortWait(t *testing.T) {
 	if w, err := parsePortWait("2.00 1795745394.454000 2026-11-27T02:09:54.554Z 1.50"); err != nil || w.own() != 0 {
 		t.Errorf("slow ip: %+v %v, want own 0", w, err)
 	}
+	// healthSince is the start of the re-read that found the change: a periodic one that
+	// started 45 ms before it (CI on 98fe5e0) is the change's; one a second before is not,
+	// nor one after the poll saw it.
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{{"5.93 1795745394.454000 2026-11-27T02:09:54.409Z 0.84", true}, {"0.20 1795745394.454000 2026-11-27T02:09:53.954Z 0.10", true},
+		{"0.20 1795745394.454000 2026-11-27T02:09:53.453Z 0.10", false}, {"0.20 1795745394.454000 2026-11-27T02:09:54.755Z 0.10", false}} {
+		w, err := parsePortWait(tc.line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.check(); (err == nil) != tc.ok {
+			t.Errorf("%q: check %v, want ok %v", tc.line, err, tc.ok)
+		}
+	}
 	for _, bad := range []string{"", "0.5", "0.5 1795745394 2026-11-27T02:09:54Z 0.1", "0.5 1795745394.45 2026-11-27T02:09:54Z 0.1",
 		"x 1795745394.454000 2026-11-27T02:09:54Z 0.1", "0.5 1795745394.454000 yesterday 0.1", "0.5 1795745394.454000 0.1",
 		"0.5 1795745394.454000 2026-11-27T02:09:54Z", "0.5 1795745394.454000 2026-11-27T02:09:54Z x", "0.5 1795745394.454000 2026-11-27T02:09:54Z -1"} {
@@ -234,5 +250,35 @@ func TestBWResult(t *testing.T) {
 	}
 	if _, _, err := bwResult("ib_write_bw 65536 bytes, 5s: 0.15 Gb/sec average\n"); err == nil {
 		t.Error("no writes count: no error")
+	}
+}
+
+// TestDeadlineSkip: with E2E_DEADLINE, a phase with less time left than its budget is skipped
+// and says why; enough time, no budget or no deadline, it runs; a deadline that is no number
+// is an error.
+func TestDeadlineSkip(t *testing.T) {
+	now := time.Unix(1795800000, 0)
+	p := phase{name: "rxe-cluster-dra", budget: 15 * time.Minute}
+	for _, tc := range []struct {
+		name, deadline string
+		p              phase
+		skip           bool
+	}{
+		{"no deadline", "", p, false},
+		{"enough", "1795801000", p, false},
+		{"short", "1795800600", p, true},
+		{"past", "1795799000", p, true},
+		{"no budget", "1795800600", phase{name: "rxe-cluster"}, false},
+	} {
+		why, err := deadlineSkip(tc.p, tc.deadline, now)
+		if err != nil || (why != "") != tc.skip {
+			t.Errorf("%s: %q, %v; want skip %v", tc.name, why, err, tc.skip)
+		}
+		if tc.skip && !strings.Contains(why, "10m0s left") && !strings.Contains(why, "-16m40s left") {
+			t.Errorf("%s: %q does not say the time left", tc.name, why)
+		}
+	}
+	if _, err := deadlineSkip(p, "soon", now); err == nil {
+		t.Error("E2E_DEADLINE=soon: no error")
 	}
 }
