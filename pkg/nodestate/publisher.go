@@ -93,7 +93,8 @@ type Config struct {
 	MaxBackoff time.Duration
 	// Refresh is the longest the status goes unwritten: once the last write
 	// is this old, the same content is written again with a new lastUpdate
-	// (DefaultRefresh; checked at each poll of the kubelet's allocations).
+	// (DefaultRefresh; checked at each poll of the kubelet's allocations, and
+	// not while that poll fails).
 	// Without it a quiet node's lastUpdate ages without bound and says
 	// nothing: `kubectl rdma doctor` warns past --stale-after (10 min), and
 	// a daemon that is gone looks the same as one with nothing to say.
@@ -251,9 +252,17 @@ func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	return true, nil
 }
 
-// due reports whether the status last written is Refresh old at now.
+// due reports whether the status last written is Refresh old at now, and the
+// kubelet's allocations were listed at the last poll: a refresh says the
+// daemon's view is current, and with the kubelet not answering it is not (the
+// status keeps the last good list; its age then shows).
 func (p *Publisher) due(now time.Time) bool {
-	return p.cfg.Refresh > 0 && p.written != nil && now.Sub(p.written.LastUpdate.Time) >= p.cfg.Refresh
+	if p.cfg.Refresh <= 0 || p.written == nil || now.Sub(p.written.LastUpdate.Time) < p.cfg.Refresh {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.report.PodResourcesError == ""
 }
 
 func (p *Publisher) failed(err error, retry time.Duration) {

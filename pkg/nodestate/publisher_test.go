@@ -13,6 +13,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/grpcclient"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources/podrestest"
 )
@@ -233,20 +234,29 @@ func (c *testClock) add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// failingPods is a kubelet whose PodResources List fails.
+type failingPods struct{}
+
+func (failingPods) List(context.Context) ([]podresources.ContainerDevices, error) {
+	return nil, errors.New("list pod resources: grpc status 4: context deadline exceeded")
+}
+
 // A quiet node (no change for longer than Refresh) is written again, the
 // same content with a new lastUpdate, so that the object's age says whether
-// its daemon is alive (doctor's "daemon state fresh"); before Refresh, and
-// with a negative Refresh, nothing is written.
+// its daemon is alive (doctor's "daemon state fresh"); before Refresh, with
+// a negative Refresh, and while the kubelet's allocations cannot be listed
+// (the status is not current then), nothing is written.
 func TestPublisherRefreshesQuietNode(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		refresh time.Duration
+		pods    PodLister
 		rewrite bool
-	}{{"refresh", time.Minute, true}, {"never", -1, false}} {
+	}{{"refresh", time.Minute, nil, true}, {"never", -1, nil, false}, {"kubelet not answering", time.Minute, failingPods{}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &testClock{now: time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)}
 			src, w := newFakeSource(testView()), &fakeWriter{}
-			startPublisher(t, Config{NodeName: "n1", Source: src, Writer: w, Interval: 10 * time.Millisecond,
+			startPublisher(t, Config{NodeName: "n1", Source: src, Pods: tc.pods, Writer: w, Interval: 10 * time.Millisecond,
 				PodPoll: 10 * time.Millisecond, Refresh: tc.refresh, Now: clock.Now})
 			eventually(t, "the first write", 5*time.Second, func() bool { return w.count() == 1 })
 			first := w.last()
