@@ -40,7 +40,10 @@ each on the first RDMA device kube-rdma allocated to it, under the device's and
 netdev's names in the pod (a soft-RoCE device the CNI plugin re-created there
 may have another name), the client connecting to POD_A's IP; prints the pair's
 devices and the average and peak bandwidth. Both images need ib_write_bw;
-both pods must be Running with a kube-rdma allocation.
+both pods must be Running with a kube-rdma allocation. bw waits the duration
+and a minute for both; each side runs under "timeout -s KILL" of that time in
+its pod (coreutils or busybox 1.30+), so a run bw gives up on leaves no process
+behind (a pod without timeout gets a note on stderr).
 
 On Ethernet (RoCE) each side uses a RoCE v2 GID index read in its own pod: the
 GID of an IPv4 address of the pod's netdev, else the pod's first RoCE v2 IPv4
@@ -81,6 +84,7 @@ type bwEnd struct {
 	stateGID  *int // the node state's RoCE v2 GID index (the host's table)
 	gidIndex  *int
 	gidFrom   string // how gidIndex was chosen
+	timeout   bool   // the pod runs `timeout -s KILL SECS CMD` (the probe tried it)
 }
 
 func (e bwEnd) String() string {
@@ -124,6 +128,10 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	for _, e := range []*bwEnd{&server, &client} {
 		if err := probeEnd(ctx, ex, e); err != nil {
 			return err
+		}
+		if !e.timeout {
+			fmt.Fprintf(o.Streams.ErrOut, "note: %s/%s has no `timeout -s KILL` (coreutils or busybox 1.30+): an ib_write_bw that bw gives up on after %s keeps running in it\n",
+				escapeString(e.pod.Namespace), escapeString(e.pod.Name), bwDeadline(f))
 		}
 	}
 	out, err := runPerftest(ctx, ex, server, client, f)
@@ -195,6 +203,15 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 	return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device from kube-rdma (no allocation in node %s's state)", ns, name, pod.Spec.NodeName)
 }
 
+// bwDeadline is how long bw waits for perftest, both sides: its duration
+// and a minute for the exchange and setup.
+func bwDeadline(f bwFlags) time.Duration { return time.Duration(f.duration+60) * time.Second }
+
+// perftestArgs is e's ib_write_bw command; where the pod has timeout, under
+// `timeout -s KILL` of bwDeadline, so that what bw gives up on ends in the
+// pod too: an exec's process outlives the exec (the API server closes the
+// stream, nothing signals the process), and a server left waiting for its
+// client holds the port, a client left retrying a dead peer the CPU.
 func perftestArgs(e bwEnd, f bwFlags) []string {
 	args := []string{"ib_write_bw", "-d", e.podDev, "-s", strconv.Itoa(f.size), "-D", strconv.Itoa(f.duration),
 		"-p", strconv.Itoa(f.port), "-F", "--report_gbits"}
@@ -204,13 +221,16 @@ func perftestArgs(e bwEnd, f bwFlags) []string {
 	if f.qpTimeout > 0 {
 		args = append(args, "-u", strconv.Itoa(f.qpTimeout))
 	}
+	if e.timeout {
+		args = append([]string{"timeout", "-s", "KILL", strconv.Itoa(int(bwDeadline(f).Seconds()))}, args...)
+	}
 	return args
 }
 
 // runPerftest starts the server, then the client (retried while the
 // server is not listening yet), and returns the client's output.
 func runPerftest(ctx context.Context, ex Execer, server, client bwEnd, f bwFlags) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(f.duration+60)*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, bwDeadline(f))
 	defer cancel()
 	serverDone := make(chan error, 1)
 	go func() {

@@ -30,6 +30,10 @@ func bwProbeScript(dev string, port int, netdev string) string {
 	var b strings.Builder
 	b.WriteString(bwProbeMark)
 	b.WriteString("if command -v ib_write_bw >/dev/null 2>&1; then echo perftest yes; else echo perftest no; fi\n")
+	// timeout with -s (coreutils, busybox 1.30 and later: busybox before took -t SECS) bounds
+	// ib_write_bw in the pod: a process that an exec left behind is not stopped when the exec
+	// ends, and perftest's server waits for a client for good.
+	b.WriteString("if timeout -s KILL 5 true >/dev/null 2>&1; then echo timeout yes; else echo timeout no; fi\n")
 	fmt.Fprintf(&b, "[ -d /sys/class/infiniband/%s ] || { echo nodev; exit 0; }\n", dev)
 	fmt.Fprintf(&b, "d=/sys/class/infiniband/%s/ports/%d\n", dev, port)
 	b.WriteString(`{ read -r l < "$d/link_layer"; } 2>/dev/null && echo "linklayer $l"
@@ -56,6 +60,7 @@ type podGID struct {
 // bwProbe is what bwProbeScript printed.
 type bwProbe struct {
 	perftest  bool
+	timeout   bool // timeout -s KILL SECS CMD works in the pod
 	noDev     bool
 	linkLayer string
 	gids      []podGID
@@ -70,6 +75,8 @@ func parseBWProbe(out string) bwProbe {
 		switch {
 		case key == "perftest":
 			p.perftest = rest == "yes"
+		case key == "timeout":
+			p.timeout = rest == "yes"
 		case key == "nodev":
 			p.noDev = true
 		case key == "linklayer":
@@ -139,6 +146,7 @@ func probeEnd(ctx context.Context, ex Execer, e *bwEnd) error {
 		return fmt.Errorf("pod %s/%s: probe for ib_write_bw and %s's GIDs: %w", e.pod.Namespace, e.pod.Name, e.podDev, err)
 	}
 	p := parseBWProbe(out)
+	e.timeout = p.timeout
 	switch {
 	case !p.perftest:
 		return fmt.Errorf("pod %s/%s: %w", e.pod.Namespace, e.pod.Name, ErrNoPerftest)

@@ -108,7 +108,7 @@ type recordingExecer struct {
 }
 
 func (r *recordingExecer) Exec(ctx context.Context, ns, pod, container string, cmd []string) (string, error) {
-	if cmd[0] == "ib_write_bw" {
+	if slices.Contains(cmd, "ib_write_bw") {
 		r.mu.Lock()
 		r.perft[pod] = cmd
 		r.mu.Unlock()
@@ -233,6 +233,38 @@ func TestBWUsesPodSideDeviceAndGID(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBWKillsInThePod: a side whose pod has timeout runs ib_write_bw under
+// timeout -s KILL of bw's own deadline (duration + 60 s), so that what bw
+// gives up on ends in the pod too; a side without it runs it bare and bw
+// says so on stderr.
+func TestBWKillsInThePod(t *testing.T) {
+	f := &fakeCluster{w: rxeWorld("rxe0", "rxe0")}
+	ex := &recordingExecer{perft: map[string][]string{}, fakeExecer: fakeExecer{
+		probe:    map[string]string{"e2e/a": "", "e2e/b": ""},
+		perftest: map[string]bool{"e2e/a": true, "e2e/b": true},
+		timeout:  map[string]bool{"e2e/a": true},
+		gids:     map[string]string{"e2e/a": gidsA, "e2e/b": gidsB},
+	}}
+	var out, errOut bytes.Buffer
+	code := Execute(context.Background(), []string{"bw", "-n", "e2e", "a", "b", "--duration", "7"}, Options{
+		Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+		NewCluster: f.newCluster,
+		NewExecer:  func(genericclioptions.RESTClientGetter) (Execer, error) { return ex, nil },
+	})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if got := ex.perft["a"]; len(got) < 5 || !slices.Equal(got[:5], []string{"timeout", "-s", "KILL", "67", "ib_write_bw"}) {
+		t.Errorf("server: %q, want timeout -s KILL 67 ib_write_bw ...", got)
+	}
+	if got := ex.perft["b"]; len(got) == 0 || got[0] != "ib_write_bw" {
+		t.Errorf("client without timeout: %q, want ib_write_bw ...", got)
+	}
+	if want := "note: e2e/b has no `timeout -s KILL`"; !strings.Contains(errOut.String(), want) || strings.Contains(errOut.String(), "e2e/a has no") {
+		t.Errorf("stderr %q, want the note for e2e/b alone", errOut.String())
 	}
 }
 

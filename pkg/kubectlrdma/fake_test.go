@@ -85,6 +85,7 @@ func (f *fakeCluster) GetPod(_ context.Context, ns, name string) (*corev1.Pod, e
 type fakeExecer struct {
 	probe    map[string]string
 	perftest map[string]bool
+	timeout  map[string]bool // the pod has timeout -s KILL (bw's probe says so)
 	gids     map[string]string
 	client   string // what ib_write_bw's client prints; "": perftestClient
 }
@@ -96,11 +97,21 @@ func (f fakeExecer) Exec(_ context.Context, ns, pod, container string, cmd []str
 	if !ok {
 		return "", fmt.Errorf("%w: exec in pod %s/%s container %s: pods %q is forbidden: User \"dev\" cannot create resource \"pods/exec\"", ErrForbidden, ns, pod, container, pod)
 	}
+	timeout := "timeout no\n"
+	if f.timeout[ns+"/"+pod] {
+		timeout = "timeout yes\n"
+	}
+	if len(cmd) > 4 && cmd[0] == "timeout" {
+		if !f.timeout[ns+"/"+pod] || cmd[1] != "-s" || cmd[2] != "KILL" {
+			return "", fmt.Errorf("sh: %q: not found", cmd[:4])
+		}
+		cmd = cmd[4:]
+	}
 	switch {
 	case len(cmd) == 3 && strings.HasPrefix(cmd[2], bwProbeMark) && f.perftest[ns+"/"+pod]:
-		return "perftest yes\n" + f.gids[ns+"/"+pod], nil
+		return "perftest yes\n" + timeout + f.gids[ns+"/"+pod], nil
 	case len(cmd) == 3 && strings.HasPrefix(cmd[2], bwProbeMark):
-		return "perftest no\n" + f.gids[ns+"/"+pod], nil
+		return "perftest no\n" + timeout + f.gids[ns+"/"+pod], nil
 	case cmd[0] == "ib_write_bw" && strings.Contains(cmd[len(cmd)-1], "."): // the client names the server's IP
 		if f.client != "" {
 			return f.client, nil
@@ -133,6 +144,7 @@ var containers = fakeExecer{
 			"rdma rxe0 present\ngid rxe0 1 0 IB/RoCE v1\ngid rxe0 1 1 RoCE v2\n",
 	},
 	perftest: map[string]bool{"train/worker-0": true, "train/worker-1": true},
+	timeout:  map[string]bool{"train/worker-0": true, "train/worker-1": true},
 }
 
 // StateTable is what the API server's table holds: the summary table
