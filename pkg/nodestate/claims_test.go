@@ -146,12 +146,18 @@ func TestPublisherClaims(t *testing.T) {
 		t.Fatalf("claims %v before any record", c)
 	}
 
-	a := claimRec("u-a", "train", "ib-a", []string{"p1"}, claimDev("nic", "n1/ib", "pci-0000-19-00-0", "mlx5_2", "0000:19:00.0"))
-	if err := claimrecord.Write(dir, a); err != nil {
+	// The torn record first: a poll that lists the directory after the good one is there
+	// sees both (written the other way round, a poll between the two published the claim
+	// before the torn record existed, and the checks below ran before the next: CI, non-root).
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	torn := claimrecord.Path(dir, "u-torn")
 	if err := os.WriteFile(torn, []byte(`{"version":2,"uid":"u-torn","namesp`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := claimRec("u-a", "train", "ib-a", []string{"p1"}, claimDev("nic", "n1/ib", "pci-0000-19-00-0", "mlx5_2", "0000:19:00.0"))
+	if err := claimrecord.Write(dir, a); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a write with the claim", 5*time.Second, func() bool { return len(w.last().Claims) == 1 })
