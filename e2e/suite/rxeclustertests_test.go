@@ -242,7 +242,7 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 	var pod float64
 	var podWrites int64
 	for attempt, port := 1, 18515; ; attempt, port = attempt+1, port+1 {
-		out, code := e.kubectlRDMA(t, "bw", "-n", ns, names[0], names[1], "--duration", secs, "--port", strconv.Itoa(port), "--qp-timeout", "18")
+		out, code := e.kubectlRDMA(t, "bw", "-n", ns, names[0], names[1], "--duration", secs, "--port", strconv.Itoa(port), "--qp-timeout", "18", "--wait", "3m")
 		t.Logf("kubectl rdma bw -n %s %s %s (attempt %d): exit %d\n%s", ns, names[0], names[1], attempt, code, out)
 		if code == 0 {
 			if pod, podWrites, err = bwResult(out); err != nil {

@@ -22,16 +22,25 @@ var ErrNoPerftest = errors.New("ib_write_bw not found (the perftest package): us
 // ErrNoWrites: ib_write_bw ran its duration and completed no RDMA write.
 var ErrNoWrites = errors.New("ib_write_bw completed no RDMA write")
 
+// ErrStateBehind: the node's state, last written before the pod's
+// containers started, does not list the pod's allocation yet, and was not
+// written again within bw's --wait.
+var ErrStateBehind = errors.New("the node's state was not written since the pod started")
+
+// bwStatePoll is how often bw re-reads a node state it waits for.
+var bwStatePoll = time.Second
+
 // bwFlags are bw's flags.
 type bwFlags struct {
 	size      int
 	duration  int
 	port      int
 	qpTimeout int
+	wait      time.Duration
 }
 
 func newBWCommand(o *Options) *cobra.Command {
-	f := bwFlags{size: 65536, duration: 5, port: 18515}
+	f := bwFlags{size: 65536, duration: 5, port: 18515, wait: time.Minute}
 	c := &cobra.Command{
 		Use:   "bw POD_A POD_B",
 		Short: "Measure RDMA write bandwidth between two pods on their allocated NICs",
@@ -40,8 +49,11 @@ each on the first RDMA device kube-rdma allocated to it, under the device's and
 netdev's names in the pod (a soft-RoCE device the CNI plugin re-created there
 may have another name), the client connecting to POD_A's IP; prints the pair's
 devices and the average and peak bandwidth. Both images need ib_write_bw;
-both pods must be Running with a kube-rdma allocation. bw waits the duration
-and a minute for both; each side runs under "timeout -s KILL" of that time in
+both pods must be Running with a kube-rdma allocation. A pod whose containers
+started after its node's state was last written is not in that state yet (the
+daemon writes it within seconds): bw waits up to --wait for the state to list
+it, then fails saying so. bw waits the duration and a minute for perftest on
+both sides; each side runs under "timeout -s KILL" of that time in
 its pod (coreutils or busybox 1.30+), so a run bw gives up on leaves no process
 behind (a pod without timeout gets a note on stderr).
 
@@ -61,6 +73,9 @@ make runs report 0; 18 (about 1 s) avoids that.`,
 			if f.qpTimeout < 0 || f.qpTimeout > 31 {
 				return cli.Usagef("--qp-timeout %d: want 0 (perftest's default) to 31", f.qpTimeout)
 			}
+			if f.wait < 0 {
+				return cli.Usagef("--wait %s: want 0 (do not wait) or more", f.wait)
+			}
 			return o.runBW(c.Context(), args[0], args[1], f)
 		},
 	}
@@ -68,6 +83,7 @@ make runs report 0; 18 (about 1 s) avoids that.`,
 	c.Flags().IntVar(&f.duration, "duration", f.duration, "seconds to run (ib_write_bw -D)")
 	c.Flags().IntVar(&f.port, "port", f.port, "TCP port of the out-of-band exchange (ib_write_bw -p)")
 	c.Flags().IntVar(&f.qpTimeout, "qp-timeout", f.qpTimeout, "QP retransmit timeout exponent, 4.096 us * 2^N (ib_write_bw -u); 0: perftest's default (14); 18 under software emulation")
+	c.Flags().DurationVar(&f.wait, "wait", f.wait, "how long to wait for a node's state to list a pod that started after the state's last write (0: do not wait)")
 	return c
 }
 
@@ -110,11 +126,11 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	if err != nil {
 		return err
 	}
-	server, err := bwEndOf(ctx, cl, ns, a)
+	server, err := o.bwEndWait(ctx, cl, ns, a, f.wait)
 	if err != nil {
 		return err
 	}
-	client, err := bwEndOf(ctx, cl, ns, b)
+	client, err := o.bwEndWait(ctx, cl, ns, b, f.wait)
 	if err != nil {
 		return err
 	}
@@ -154,6 +170,39 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	// 0.00 Gb/sec while its writes went through; the count says they did.
 	fmt.Fprintf(o.Streams.Out, ", %d writes\n", r.writes)
 	return nil
+}
+
+// bwEndWait is bwEndOf, re-read every bwStatePoll for up to wait while the
+// node's state is older than the pod's containers: the daemon lists a pod's
+// allocation in its next write after the container starts (its poll of the
+// kubelet, 10 s by default, and a write that can take longer on a loaded API
+// server), and a bw run right after the pods turned Running would otherwise
+// fail on a pod that is fine.
+func (o *Options) bwEndWait(ctx context.Context, cl Cluster, ns, name string, wait time.Duration) (bwEnd, error) {
+	e, err := bwEndOf(ctx, cl, ns, name)
+	if !errors.Is(err, ErrStateBehind) || wait <= 0 {
+		return e, err
+	}
+	fmt.Fprintf(o.Streams.ErrOut, "waiting up to %s for node %s's state to list %s/%s: %v\n",
+		wait, escapeString(e.pod.Spec.NodeName), escapeString(ns), escapeString(name), err)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	t := time.NewTicker(bwStatePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				return bwEnd{}, fmt.Errorf("%w, and not within --wait %s: the daemon on node %s may be stuck or gone (kubectl rdma doctor -n %s %s)",
+					err, wait, e.pod.Spec.NodeName, ns, name)
+			}
+			return bwEnd{}, ctx.Err()
+		case <-t.C:
+		}
+		if e, err = bwEndOf(ctx, cl, ns, name); !errors.Is(err, ErrStateBehind) {
+			return e, err
+		}
+	}
 }
 
 // bwEndOf is pod's first allocated kube-rdma device, named as the pod sees
@@ -200,7 +249,17 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 		}
 		return e, nil
 	}
-	return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device from kube-rdma (no allocation in node %s's state)", ns, name, pod.Spec.NodeName)
+	if stateOlderThan(s, pod) {
+		// pod is returned for bwEndWait's message.
+		return bwEnd{pod: pod}, fmt.Errorf("pod %s/%s has no allocation in node %s's state yet: %w (written %s, the pod's containers started %s)",
+			ns, name, pod.Spec.NodeName, ErrStateBehind, s.Status.LastUpdate.UTC().Format(time.RFC3339), podStarted(pod).UTC().Format(time.RFC3339))
+	}
+	after := ""
+	if t := podStarted(pod); !t.IsZero() {
+		after = ", after the pod's containers started " + t.UTC().Format(time.RFC3339)
+	}
+	return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device from kube-rdma (no allocation in node %s's state, written %s%s)",
+		ns, name, pod.Spec.NodeName, s.Status.LastUpdate.UTC().Format(time.RFC3339), after)
 }
 
 // bwDeadline is how long bw waits for perftest, both sides: its duration

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -292,6 +293,105 @@ func TestBWErrors(t *testing.T) {
 			root.SetArgs(append([]string{"bw", "-n", "e2e", "a", "b"}, tc.args...))
 			if err := root.ExecuteContext(context.Background()); !errors.Is(err, tc.want) {
 				t.Errorf("bw: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// laggingCluster is a fakeCluster whose node rxe-b state lists pod b's
+// allocation only from its catchUp-th GetState of that node on (never
+// when catchUp is 0), as the daemon's next write after the container
+// started would.
+type laggingCluster struct {
+	*fakeCluster
+	catchUp, getsB int
+	behind, caught v1alpha1.RDMANodeState
+}
+
+func (l *laggingCluster) GetState(ctx context.Context, name string) (*v1alpha1.RDMANodeState, error) {
+	if name != "rxe-b" {
+		return l.fakeCluster.GetState(ctx, name)
+	}
+	l.getsB++
+	if l.catchUp > 0 && l.getsB >= l.catchUp {
+		return l.caught.DeepCopy(), nil
+	}
+	return l.behind.DeepCopy(), nil
+}
+
+// TestBWWaitsForTheState: a pod whose containers started after its node's
+// state was last written is not in it yet; bw waits up to --wait for the
+// state to list it (CI's run on 6fc6245 ran bw a second after its pods
+// turned Running, on a daemon whose write was still retrying, and failed on
+// two good pods), fails with ErrStateBehind when it does not, and fails at
+// once on a state written after the pod started that lacks it.
+func TestBWWaitsForTheState(t *testing.T) {
+	defer func(p time.Duration) { bwStatePoll = p }(bwStatePoll)
+	bwStatePoll = time.Millisecond
+	started := time.Date(2026, 11, 28, 0, 4, 15, 0, time.UTC)
+	tests := []struct {
+		name      string
+		written   time.Time // the lagging state's lastUpdate
+		catchUp   int
+		args      []string
+		want      error // nil: bw succeeds
+		wantMsg   string
+		wantGetsB int // 0: any
+		waitNote  bool
+	}{
+		{name: "state catches up", written: started.Add(-2 * time.Minute), catchUp: 3, waitNote: true, wantGetsB: 3},
+		{name: "state never catches up", written: started.Add(-2 * time.Minute), args: []string{"--wait", "30ms"},
+			want: ErrStateBehind, wantMsg: "and not within --wait 30ms: the daemon on node rxe-b may be stuck or gone", waitNote: true},
+		{name: "--wait 0", written: started.Add(-2 * time.Minute), catchUp: 2, args: []string{"--wait", "0"},
+			want: ErrStateBehind, wantMsg: "pod e2e/b has no allocation in node rxe-b's state yet", wantGetsB: 1},
+		{name: "state newer than the pod", written: started.Add(time.Second), catchUp: 2,
+			wantMsg: "no allocation in node rxe-b's state, written 2026-11-28T00:04:16Z, after the pod's containers started 2026-11-28T00:04:15Z)", wantGetsB: 1},
+		{name: "negative --wait", written: started, args: []string{"--wait", "-1s"}, want: cli.ErrUsage},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := rxeWorld("rxe0", "rxe0")
+			for i := range w.pods {
+				w.pods[i].Status.StartTime = &metav1.Time{Time: started.Add(-time.Minute)}
+				w.pods[i].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}
+			}
+			l := &laggingCluster{fakeCluster: &fakeCluster{w: w}, catchUp: tc.catchUp}
+			for _, s := range w.states {
+				if s.Name == "rxe-b" {
+					s.Status.LastUpdate = metav1.NewTime(started.Add(5 * time.Second))
+					l.caught = *s.DeepCopy()
+					s.Status.LastUpdate = metav1.NewTime(tc.written)
+					s.Status.Allocations = nil
+					l.behind = *s.DeepCopy()
+				}
+			}
+			ex := fakeExecer{probe: map[string]string{"e2e/a": "", "e2e/b": ""},
+				perftest: map[string]bool{"e2e/a": true, "e2e/b": true}, gids: map[string]string{"e2e/a": gidsA, "e2e/b": gidsA}}
+			var out, errOut bytes.Buffer
+			o := Options{Streams: genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+				NewCluster: func(genericclioptions.RESTClientGetter) (Cluster, error) { return l, nil }, NewExecer: ex.newExecer}
+			root := NewRootCommand(&o)
+			root.SetArgs(append([]string{"bw", "-n", "e2e", "a", "b"}, tc.args...))
+			err := root.ExecuteContext(context.Background())
+			switch {
+			case tc.want == nil && tc.wantMsg == "" && err != nil:
+				t.Fatalf("bw: %v, want success", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("bw: %v, want %v", err, tc.want)
+			case tc.wantMsg != "" && (err == nil || !strings.Contains(err.Error(), tc.wantMsg)):
+				t.Fatalf("bw: %v, want an error with %q", err, tc.wantMsg)
+			case tc.want == nil && tc.wantMsg != "" && errors.Is(err, ErrStateBehind):
+				t.Fatalf("bw: %v: a state written after the pod started is not behind", err)
+			}
+			if tc.wantGetsB > 0 && l.getsB != tc.wantGetsB {
+				t.Errorf("node rxe-b's state read %d times, want %d", l.getsB, tc.wantGetsB)
+			}
+			if got := strings.Contains(errOut.String(), "waiting up to"); got != tc.waitNote {
+				t.Errorf("stderr %q: waiting note %v, want %v", errOut.String(), got, tc.waitNote)
+			}
+			if tc.want == nil && tc.wantMsg == "" && !strings.Contains(out.String(), "client e2e/b (node rxe-b, rxe0") {
+				t.Errorf("output %q lacks the client e2e/b on rxe0", out.String())
 			}
 		})
 	}
