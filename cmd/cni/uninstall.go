@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
@@ -30,8 +31,12 @@ pre-delete hook runs it on every node before the DaemonSet goes:
   4. remove the binary and its node file from --bin-dir, unless a network
      configuration still names kube-rdma or --state-dir holds an attachment
      record of this boot (a pod's DEL needs them).
-With --hold it then waits for SIGTERM or SIGINT and removes the marker
-before it exits. A DaemonSet restart or upgrade never runs this: the entry
+With --hold it then waits for SIGTERM or SIGINT, waits --linger more and
+removes the marker before it exits: helm deletes the hook's pods and the
+agent's DaemonSet in one teardown, and an agent still running after the
+marker went (it had not looked for it while the hook ran) would write the
+pools file again; the linger lets the agent's SIGTERM come first (a CI run
+on 917e83b left the file so, 26 ms before its agent stopped). A DaemonSet restart or upgrade never runs this: the entry
 and the binary stay across them. Exit status 0 when done, 2 for a bad
 command line, 1 for any other failure; logs go to stderr.
 
@@ -45,7 +50,8 @@ func uninstallCommand(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ConfDir, "conf-dir", "", "CNI configuration directory: the kube-rdma entry is taken out of each *.conflist here")
 	fs.StringVar(&o.StateDir, "state-dir", netconf.DefaultStateDir, "the plugin's stateDir: the binary is kept while it holds an attachment record of this boot; empty: always kept")
 	fs.StringVar(&o.PoolsFile, "pools-file", "", "the node agent's pools file (<its alloc dir>/"+nodepools.FileName+"), removed; empty: left")
-	hold := fs.Bool("hold", false, "after uninstalling, wait for SIGTERM or SIGINT, then remove the marker and exit 0")
+	hold := fs.Bool("hold", false, "after uninstalling, wait for SIGTERM or SIGINT, then --linger, then remove the marker and exit 0")
+	linger := fs.Duration("linger", 5*time.Second, "with --hold: how long the marker outlives the SIGTERM, so that the agent's pods, stopped in the same teardown, go first (keep it under the pod's terminationGracePeriodSeconds)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), uninstallUsage)
 		fs.PrintDefaults()
@@ -59,6 +65,9 @@ func uninstallCommand(args []string, stdout, stderr io.Writer) error {
 	if o.BinDir == "" && o.ConfDir == "" {
 		fs.Usage()
 		return cli.Usagef("uninstall: give --bin-dir, --conf-dir, or both")
+	}
+	if *linger < 0 {
+		return cli.Usagef("uninstall: --linger %s: want 0 or more", *linger)
 	}
 	if *hold && o.BinDir == "" {
 		return cli.Usagef("uninstall: --hold needs --bin-dir (the marker it removes)")
@@ -80,6 +89,7 @@ func uninstallCommand(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	<-ctx.Done()
+	time.Sleep(*linger)
 	if _, err := cniinstall.ClearUninstall(o.BinDir); err != nil {
 		return fmt.Errorf("uninstall: %w", err)
 	}

@@ -5,9 +5,15 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
@@ -36,5 +42,59 @@ func TestUninstallCommandPoolsFile(t *testing.T) {
 	}
 	if u, err := cniinstall.Uninstalling(bin); err != nil || !u {
 		t.Errorf("Uninstalling = %v, %v; want the marker", u, err)
+	}
+}
+
+// TestUninstallHoldLinger: `uninstall --hold` keeps the marker until SIGTERM
+// and --linger after it (helm deletes the hook's pods and the agent's
+// DaemonSet in one teardown: an agent still running after the marker went
+// wrote its pools file again in a CI run on 917e83b), then removes it and
+// exits 0. A negative --linger is a usage error.
+func TestUninstallHoldLinger(t *testing.T) {
+	if err := uninstallCommand([]string{"--bin-dir", t.TempDir(), "--hold", "--linger", "-1s"}, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, cli.ErrUsage) {
+		t.Errorf("--linger -1s: %v, want a usage error", err)
+	}
+	bin, state := t.TempDir(), t.TempDir()
+	const linger = 700 * time.Millisecond
+	cmd := exec.Command(os.Args[0], "uninstall", "--bin-dir="+bin, "--state-dir="+state, "--hold", "--linger="+linger.String())
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") }), "KUBE_RDMA_AS_PLUGIN=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	marked := func() bool {
+		u, err := cniinstall.Uninstalling(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	// "uninstalled" is logged after the work, once the signal handler is in place.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(errb.String(), `"uninstalled"`); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not uninstalled after 10s; stderr %s", errb.String())
+		}
+	}
+	if !marked() {
+		t.Fatal("no marker while holding")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	termed := time.Now()
+	time.Sleep(linger / 2)
+	if !marked() {
+		t.Errorf("marker gone %v after SIGTERM, want it kept for --linger %v", time.Since(termed).Round(time.Millisecond), linger)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v; stderr %s", err, errb.String())
+	}
+	if took := time.Since(termed); took < linger {
+		t.Errorf("exited %v after SIGTERM, want at least --linger %v", took, linger)
+	}
+	if marked() {
+		t.Error("marker left after the hold ended")
 	}
 }

@@ -88,8 +88,13 @@ func TestUninstallHook(t *testing.T) {
 	if !slices.Equal(work.Command, []string{"/usr/local/bin/kube-rdma", "uninstall"}) || !slices.Equal(work.Args, wantArgs) {
 		t.Errorf("uninstall init container: %q %q, want kube-rdma uninstall %q", work.Command, work.Args, wantArgs)
 	}
-	if !slices.Equal(hold.Args, append([]string{"--hold"}, wantArgs...)) {
+	if !slices.Equal(hold.Args, append([]string{"--hold", "--linger=5s"}, wantArgs...)) {
 		t.Errorf("hold container args %q", hold.Args)
+	}
+	// The hold keeps the marker 5 s after its SIGTERM (the agent, stopped in the same
+	// teardown, goes first): killed before it ends, it would keep the marker for good.
+	if g := spec.TerminationGracePeriod; g == nil || *g < 10 {
+		t.Errorf("hook pods' terminationGracePeriodSeconds %v, want at least 10 (the hold's 5 s linger and its exit)", g)
 	}
 	want := map[string]bool{"/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": true, "/var/run/kube-rdma/alloc": false}
 	allocMounted := false
