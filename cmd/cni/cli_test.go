@@ -10,13 +10,19 @@ import (
 	"testing"
 )
 
-// runBinary runs the plugin binary (this test binary as main) with args,
-// env (without any inherited CNI_*) and stdin.
+// binaryCommand is the plugin binary (this test binary as main) with args,
+// its environment without any inherited CNI_*.
+func binaryCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") }), "KUBE_RDMA_AS_PLUGIN=1")
+	return cmd
+}
+
+// runBinary runs the plugin binary with args, env and stdin.
 func runBinary(t *testing.T, args, env []string, stdin string) (stdout, stderr string, exit int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") })
-	cmd.Env = append(append(cmd.Env, "KUBE_RDMA_AS_PLUGIN=1"), env...)
+	cmd := binaryCommand(args...)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -161,9 +160,8 @@ func TestInstallWatchUntilSignal(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cmd := exec.Command(os.Args[0], "install", "--bin-dir="+d.bin, "--conf-dir="+d.conf, "--plugin-config="+d.plugin,
+			cmd := binaryCommand("install", "--bin-dir="+d.bin, "--conf-dir="+d.conf, "--plugin-config="+d.plugin,
 				"--state-dir="+d.state, "--watch", "--remove-on-exit")
-			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") }), "KUBE_RDMA_AS_PLUGIN=1")
 			var errb bytes.Buffer
 			cmd.Stderr = &errb
 			if err := cmd.Start(); err != nil {

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,8 +54,7 @@ func TestUninstallHoldLinger(t *testing.T) {
 	}
 	bin, state := t.TempDir(), t.TempDir()
 	const linger = 700 * time.Millisecond
-	cmd := exec.Command(os.Args[0], "uninstall", "--bin-dir="+bin, "--state-dir="+state, "--hold", "--linger="+linger.String())
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_") }), "KUBE_RDMA_AS_PLUGIN=1")
+	cmd := binaryCommand("uninstall", "--bin-dir="+bin, "--state-dir="+state, "--hold", "--linger="+linger.String())
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
