@@ -45,7 +45,7 @@ for p in "${PLATFORMS[@]}"; do
   os=${p%/*} arch=${p#*/}
   name=kubectl-rdma_${VERSION}_${os}_${arch}
   stage=$(mktemp -d)
-  (cd "$REPO" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" \
+  (cd "$REPO" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -tags grpcnotrace -trimpath -ldflags "$ldflags" \
     -o "$stage/kubectl-rdma" ./cmd/kubectl-rdma) || die "build $p"
   # Reproducible: fixed owner, mode and time, no directory entry.
   tar --owner=0 --group=0 --numeric-owner --mode=0755 --mtime=@0 -C "$stage" -czf "$OUT/$name.tar.gz" kubectl-rdma

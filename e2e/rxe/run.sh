@@ -437,7 +437,7 @@ build_guest_binaries() {
     fi
     (cd "$REPO" && go list "./cmd/$name" >/dev/null) || die "./cmd/$name exists but is not a buildable package"
     log "building ./cmd/$name"
-    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$SHARE/bin/$name" "./cmd/$name") || die "building ./cmd/$name failed"
+    (cd "$REPO" && CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -o "$SHARE/bin/$name" "./cmd/$name") || die "building ./cmd/$name failed"
   done
 }
 
