@@ -43,9 +43,9 @@ func (f *reclaimFlags) parse() error {
 	return nil
 }
 
-// reclaimNotBackWait bounds a pass's wait, under the plugin's node-wide
-// lock, for a NIC the kernel has not returned yet: the next pass looks
-// again, so an ADD waits for the lock no longer than this.
+// reclaimNotBackWait bounds a pass's wait for a NIC the kernel has not
+// returned yet (without the plugin's node-wide lock): the next pass looks
+// again, until the plugin's NetdevGiveUp.
 const reclaimNotBackWait = 500 * time.Millisecond
 
 // startReclaim starts the reclaimer with --cni-reclaim-state-dir and

@@ -300,7 +300,7 @@ func newRecord(conf *netconf.Conf, args *skel.CmdArgs, key attachment.Key, pod p
 	}
 	for _, c := range cands {
 		d := attachment.Device{
-			RDMA: c.dev.Name, PCIAddress: c.dev.PCIAddress, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus, Child: string(c.child),
+			RDMA: c.dev.Name, Kind: string(c.dev.Kind), PCIAddress: c.dev.PCIAddress, AuxDevice: c.dev.AuxDevice, PodIfName: c.podIf, SoftType: c.soft, RDMAExclusive: c.exclus, Child: string(c.child),
 			Host: attachment.HostLink{Name: c.host.Name, Index: c.host.Index, MTU: c.host.MTU, MAC: c.host.MAC, Up: c.host.Up},
 		}
 		if conf.MAC != nil {
@@ -451,7 +451,7 @@ func (p *Plugin) attach(podNS netns.NsHandle, d *attachment.Device, c candidate,
 	d.PodMAC = moved.MAC
 	dev := *d
 	u.push("return netdev "+c.host.Name, func() error {
-		_, err := p.returnNetdev(podNS, dev, nil, time.Time{}, log)
+		_, err := p.returnNetdev(podNS, &dev, nil, log)
 		return err
 	})
 	if c.soft != "" {
@@ -575,8 +575,8 @@ func (m memoResolver) LookupRDMA(id string) (discovery.RDMADevice, error) {
 	return d, err
 }
 
-func (m memoResolver) PCIFunctionExists(addr string) (bool, error) {
-	return m.r.PCIFunctionExists(addr)
+func (m memoResolver) FunctionNetdevs(pciAddr, auxDev string) (bool, []string, error) {
+	return m.r.FunctionNetdevs(pciAddr, auxDev)
 }
 
 func (m memoResolver) NetdevPKey(name string) (uint16, error) { return m.r.NetdevPKey(name) }

@@ -179,16 +179,11 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 		valid[attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}] = true
 	}
 	store := p.store(conf)
-	unlock, err := store.Lock()
-	if err != nil {
+	lk := &nodeLock{store: store}
+	if err := lk.acquire(); err != nil {
 		return err
 	}
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	defer lk.release()
 	recs, prev, lerr := store.List()
 	var errs []error
 	if lerr != nil {
@@ -207,6 +202,8 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 			c.release()
 		}
 	}()
+	// One wait for the whole pass, not one per attachment.
+	deadline := p.returnDeadline()
 	for _, rec := range recs {
 		if valid[rec.Key] || rec.Network != conf.Name {
 			continue
@@ -222,15 +219,14 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 		}
 		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
 		podNS := openPodNS(log, rec.Netns)
-		rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), log)
+		rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), lk, deadline, log)
 		_ = podNS.Close()
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)
 		}
 		done = append(done, collected{rec: rec, release: release, err: rerr})
 	}
-	unlock()
-	locked = false
+	lk.release()
 	// Records of a previous boot, of any network: each holds its own IPAM
 	// configuration.
 	p.releasePrevious(ctx, store, prev, args.Path, log)

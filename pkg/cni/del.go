@@ -45,21 +45,15 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	defer release()
 	mark("hold")
-	unlock, err := store.Lock()
-	if err != nil {
+	lk := &nodeLock{store: store}
+	if err := lk.acquire(); err != nil {
 		return err
 	}
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	defer lk.release()
 	mark("lock")
 	rec, err := store.Load(key)
 	if errors.Is(err, attachment.ErrStale) {
-		unlock()
-		locked = false
+		lk.release()
 		// An attachment of a previous boot (the runtime cleaning up its
 		// sandboxes after a reboot): its devices are on the host again, its
 		// IPAM lease is not released.
@@ -72,10 +66,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 		}
 	}
 	if errors.Is(err, attachment.ErrNotFound) {
-		if locked {
-			unlock()
-			locked = false
-		}
+		lk.release()
 		return p.releaseUnrecorded(ctx, conf, args, log)
 	}
 	if err != nil {
@@ -89,17 +80,18 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if ipamType == "" {
 		ipamType, ipamConf = recordedIPAM(rec)
 	}
-	rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), log)
+	rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), lk, p.returnDeadline(), log)
 	mark("move")
-	if ipamType != "" {
+	if ipamType != "" || rerr != nil {
 		// The devices returned are no longer claimed from here on, while
-		// IPAM (which may hang) runs without the node-wide lock.
+		// IPAM (which may hang) runs without the node-wide lock. A device
+		// not back yet keeps its claim, and the time its wait began
+		// (NetdevGiveUp counts from it across DELs).
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)
 		}
 	}
-	unlock()
-	locked = false
+	lk.release()
 	ierr := p.releaseIPAM(ctx, rec, ipamType, ipamConf, args.Args, args.Path)
 	mark("ipam")
 	if err := errors.Join(rerr, ierr); err != nil {
@@ -209,12 +201,13 @@ func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 // returnDevices returns every device of rec not yet returned to the host
 // (deletes a shared device's child) and marks it Returned, best effort: it goes on after an error and
 // returns them all. When the pod netns is gone, NICs still on their way
-// back are waited for until one deadline, NetdevReturnWait from now (res
-// tells a NIC on its way from one that is gone).
-func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, log *slog.Logger) error {
-	var deadline time.Time
-	if !podNS.IsOpen() {
-		deadline = time.Now().Add(p.NetdevReturnWait)
+// back are waited for until deadline (returnDeadline), and never past
+// NetdevGiveUp from the first wait for them (see awaitOnHost); lk, the
+// node-wide lock the caller holds (nil: none), is given up for the wait.
+func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, lk *nodeLock, deadline time.Time,
+	log *slog.Logger) error {
+	if podNS.IsOpen() {
+		res = nil // nothing to wait for: the netdevs are in the pod or home
 	}
 	var errs []error
 	for i := len(rec.Devices) - 1; i >= 0; i-- {
@@ -249,7 +242,7 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 			// Otherwise it is home already, or the kernel returned it with
 			// the netns.
 		}
-		name, err := p.returnNetdev(podNS, *d, res, deadline, log)
+		name, err := p.returnNetdev(podNS, d, &waitFor{res: res, lock: lk, deadline: deadline}, log)
 		if err != nil {
 			derrs = append(derrs, err)
 		} else if name != "" && name != d.Host.Name {
@@ -259,6 +252,47 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 		errs = append(errs, derrs...)
 	}
 	return errors.Join(errs...)
+}
+
+// returnDeadline is the end of the wait of one DEL, GC or reclaim pass
+// for the NICs it finds on their way back: NetdevReturnWait from now.
+func (p *Plugin) returnDeadline() time.Time { return time.Now().Add(p.NetdevReturnWait) }
+
+// nodeLock is the node-wide lock of the state directory as a DEL, GC or
+// reclaim pass holds it, which it gives up while it waits for a NIC: a
+// device not back yet stays claimed by its record meanwhile, so no ADD
+// takes it, and every other ADD, DEL and GC of the node goes on.
+type nodeLock struct {
+	store  attachment.Store
+	unlock func()
+}
+
+func (l *nodeLock) acquire() error {
+	if l == nil || l.unlock != nil {
+		return nil
+	}
+	unlock, err := l.store.Lock()
+	if err != nil {
+		return err
+	}
+	l.unlock = unlock
+	return nil
+}
+
+func (l *nodeLock) release() {
+	if l != nil && l.unlock != nil {
+		l.unlock()
+		l.unlock = nil
+	}
+}
+
+// waitFor says whether and how long returnNetdev waits for a NIC that is
+// not on the host yet: res is nil when it does not (the pod netns is open,
+// or an ADD's rollback).
+type waitFor struct {
+	res      Resolver
+	lock     *nodeLock
+	deadline time.Time
 }
 
 // releaseIPAM releases what IPAM holds for each pod interface of rec, best
@@ -301,20 +335,19 @@ func kernelName(name string) bool {
 // (a temporary one when that is taken), MTU, MAC and up state, and
 // re-creates its soft-RoCE device. It finds the netdev in the pod netns or,
 // when the pod netns is gone or no longer has it, on the host (already
-// returned, or returned by the kernel when the netns died). It returns the
-// host name used, "" when the netdev no longer exists.
+// returned, or returned by the kernel when the netns died): by MAC, or by
+// its function's netdev (findOnHost). It returns the host name used, ""
+// when the netdev no longer exists.
 //
-// With res set (the pod netns is gone), a hardware NIC not found on the
-// host whose PCI function is still on the node is on its way back: the
-// kernel moves it out of the dying netns asynchronously. It is waited for
-// until deadline, then restored; past the deadline the error wraps
-// ErrNetdevNotBack and the caller keeps the record.
-func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, res Resolver, deadline time.Time,
-	log *slog.Logger) (string, error) {
+// With w.res set (the pod netns is gone), a hardware NIC not found on the
+// host whose function is still on the node is on its way back and is
+// waited for (awaitOnHost).
+func (p *Plugin) returnNetdev(podNS netns.NsHandle, d *attachment.Device, w *waitFor, log *slog.Logger) (string, error) {
 	mac, _ := net.ParseMAC(d.Host.MAC)
 	want := rdma.LinkConfig{Name: d.Host.Name, MTU: d.Host.MTU, MAC: mac, Up: d.Host.Up}
-	if l, err := p.Links.Get(p.HostNS, want.Name); err == nil && !isOurs(l, d) {
-		want.Name = tempName(d)
+	var res Resolver
+	if w != nil {
+		res = w.res
 	}
 	var podLink rdma.Link
 	inPod := false
@@ -329,16 +362,17 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, res Res
 	}
 	mark("links")
 	if inPod {
+		want.Name = p.freeHostName(*d, -1)
 		if _, err := p.Links.Move(podNS, podLink, p.HostNS, want); err != nil {
 			return "", fmt.Errorf("return netdev %s to the host as %s: %w", d.PodIfName, want.Name, err)
 		}
 	} else {
-		l, ok, err := p.findOnHost(d)
+		l, ok, err := p.findOnHost(*d, res)
 		if err != nil {
 			return "", err
 		}
 		if !ok && res != nil && !podNS.IsOpen() {
-			if l, ok, err = p.awaitOnHost(d, res, deadline, log); err != nil {
+			if l, ok, err = p.awaitOnHost(d, w, log); err != nil {
 				return "", err
 			}
 		}
@@ -346,7 +380,9 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, res Res
 			log.Warn("netdev no longer exists; nothing to return", "netdev", d.Host.Name, "podIfName", d.PodIfName)
 			return "", nil
 		}
-		if l.Name != d.Host.Name || l.MTU != d.Host.MTU || l.MAC != d.Host.MAC || l.Up != d.Host.Up {
+		// Named after the wait: the lock was given up meanwhile.
+		want.Name = p.freeHostName(*d, l.Index)
+		if l.Name != want.Name || l.MTU != d.Host.MTU || l.MAC != d.Host.MAC || l.Up != d.Host.Up {
 			if _, err := p.Links.Set(p.HostNS, l.Name, want); err != nil {
 				return "", fmt.Errorf("restore netdev %s on the host as %s: %w", l.Name, want.Name, err)
 			}
@@ -360,9 +396,25 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d attachment.Device, res Res
 	return want.Name, nil
 }
 
+// freeHostName is the name d's netdev gets back on the host: its own, or a
+// temporary one when another netdev has taken it. ours is the index of the
+// netdev on the host when it is there already (-1 when not): a VF that
+// came back re-probed has a new MAC, maybe under its old name.
+func (p *Plugin) freeHostName(d attachment.Device, ours int) string {
+	if l, err := p.Links.Get(p.HostNS, d.Host.Name); err == nil && l.Index != ours && !isOurs(l, d) {
+		return tempName(d)
+	}
+	return d.Host.Name
+}
+
 // findOnHost looks for d's netdev in the host netns: by MAC, under its own
-// name, its pod name, a temporary name or a kernel "devN" name.
-func (p *Plugin) findOnHost(d attachment.Device) (rdma.Link, bool, error) {
+// name, its pod name, a temporary name or a kernel "devN" name; else, with
+// res set and a record that names d's function (Kind), as the one netdev
+// its function has on the host, under any name and with any MAC: a VF
+// re-probed while its pod died (an FLR, mlx5 health recovery) comes back
+// so. A record without Kind (written before it existed) may be an SF whose
+// PCIAddress is its PF's, whose netdev is not the SF's: MAC only then.
+func (p *Plugin) findOnHost(d attachment.Device, res Resolver) (rdma.Link, bool, error) {
 	links, err := p.Links.List(p.HostNS)
 	if err != nil {
 		return rdma.Link{}, false, err
@@ -375,41 +427,113 @@ func (p *Plugin) findOnHost(d attachment.Device) (rdma.Link, bool, error) {
 			return l, true, nil
 		}
 	}
+	if res == nil || d.SoftType != "" || d.Child != "" || !functionKnown(d) {
+		return rdma.Link{}, false, nil
+	}
+	present, names, err := res.FunctionNetdevs(d.PCIAddress, d.AuxDevice)
+	if err != nil || !present || len(names) != 1 {
+		return rdma.Link{}, false, err
+	}
+	for _, l := range links {
+		if l.Name == names[0] {
+			return l, true, nil
+		}
+	}
 	return rdma.Link{}, false, nil
 }
 
-// awaitOnHost waits until deadline for d's netdev to appear in the host
-// netns, polling, when d is a hardware NIC whose PCI function is still on
-// the node (a soft device's netdev is not returned by the kernel, and a NIC
-// whose function is gone will not come back). Not found by then is an
-// error wrapping ErrNetdevNotBack; false without an error when there is
-// nothing to wait for.
-func (p *Plugin) awaitOnHost(d attachment.Device, res Resolver, deadline time.Time, log *slog.Logger) (rdma.Link, bool, error) {
-	if d.SoftType != "" || d.PCIAddress == "" {
+// functionKnown reports whether d's record says which function to look
+// its netdev up by: a PF or VF by its PCI address, an SF by its auxiliary
+// device.
+func functionKnown(d attachment.Device) bool {
+	switch d.Kind {
+	case "PF", "VF":
+		return d.PCIAddress != ""
+	case "SF":
+		return d.AuxDevice != ""
+	}
+	return false
+}
+
+// awaitOnHost waits for d's netdev to appear in the host netns, polling,
+// when d is a hardware NIC whose function is still on the node (its PCI
+// function; an SF's auxiliary device): the kernel moves a physical netdev
+// out of a dying netns asynchronously. A soft device's netdev is not
+// returned by the kernel, and a NIC whose function is gone (hot-unplugged,
+// a VF or SF destroyed) will not come back: nothing to wait for then, and
+// false without an error.
+//
+// The wait gives up the node-wide lock (w.lock) and ends at w.deadline,
+// with an error wrapping ErrNetdevNotBack: the caller keeps the record for
+// the next DEL or GC. d.AwaitSince is set on the first wait, and once
+// NetdevGiveUp has passed since it, the NIC is given up: logged as an
+// error, and false without an error, so the attachment ends (its IPAM
+// released, its record removed) and the device is no longer claimed: it
+// rejoins its pool when its netdev reappears. A pod's DEL so never fails
+// for longer than NetdevGiveUp because of one NIC.
+func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger) (rdma.Link, bool, error) {
+	if d.SoftType != "" || d.PCIAddress == "" && d.AuxDevice == "" {
 		return rdma.Link{}, false, nil
 	}
-	present, err := res.PCIFunctionExists(d.PCIAddress)
+	aux := ""
+	if d.Kind == "SF" {
+		aux = d.AuxDevice
+	}
+	fn := cmp.Or(aux, d.PCIAddress)
+	present, _, err := w.res.FunctionNetdevs(d.PCIAddress, aux)
 	if err != nil {
 		return rdma.Link{}, false, fmt.Errorf("netdev %s of %s: %w", d.Host.Name, d.RDMA, err)
 	}
 	if !present {
+		log.Warn("the NIC's function is gone from the node; nothing will come back", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn)
 		return rdma.Link{}, false, nil
 	}
 	start := time.Now()
+	if d.AwaitSince == nil {
+		t := start.UTC()
+		d.AwaitSince = &t
+	}
+	bound := cmp.Or(p.NetdevGiveUp, DefaultNetdevGiveUp)
+	giveUp := d.AwaitSince.Add(bound)
+	end := w.deadline
+	if giveUp.Before(end) {
+		end = giveUp
+	}
+	w.lock.release()
+	var l rdma.Link
+	ok := false
 	for {
-		l, ok, err := p.findOnHost(d)
-		if err != nil || ok {
+		l, ok, err = p.findOnHost(*d, w.res)
+		if err != nil || ok || !time.Now().Before(end) {
+			break
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(end)))
+	}
+	if lerr := w.lock.acquire(); lerr != nil {
+		return rdma.Link{}, false, lerr
+	}
+	if err != nil {
+		return rdma.Link{}, false, err
+	}
+	if ok {
+		// Found without the lock; the record still claims it, so nothing
+		// took it since. Read again under the lock for its current state.
+		if l, ok, err = p.findOnHost(*d, w.res); err != nil || ok {
 			if ok {
-				log.Info("netdev came back from the pod's netns", "netdev", l.Name, "pci", d.PCIAddress, "waited", time.Since(start))
+				log.Info("netdev came back from the pod's netns", "netdev", l.Name, "function", fn, "waited", time.Since(start))
 			}
 			return l, ok, err
 		}
-		if !time.Now().Before(deadline) {
-			log.Warn("netdev has not come back from the pod's netns; record kept", "netdev", d.Host.Name, "pci", d.PCIAddress,
-				"podIfName", d.PodIfName, "waited", time.Since(start))
-			return rdma.Link{}, false, fmt.Errorf("netdev %s of %s (PCI %s, pod name %s): %w within %v; record kept for the next DEL or GC",
-				d.Host.Name, d.RDMA, d.PCIAddress, d.PodIfName, ErrNetdevNotBack, time.Since(start).Round(time.Millisecond))
-		}
-		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
 	}
+	if !time.Now().Before(giveUp) {
+		log.Error("netdev has not come back from the pod's netns since the first wait for it; given up, the attachment ends: "+
+			"the device rejoins its pool when its netdev reappears", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn,
+			"podIfName", d.PodIfName, "waitingSince", d.AwaitSince.Format(time.RFC3339), "giveUp", bound)
+		return rdma.Link{}, false, nil
+	}
+	log.Warn("netdev has not come back from the pod's netns; record kept", "netdev", d.Host.Name, "function", fn,
+		"podIfName", d.PodIfName, "waited", time.Since(start), "waitingSince", d.AwaitSince.Format(time.RFC3339))
+	return rdma.Link{}, false, fmt.Errorf("netdev %s of %s (function %s, pod name %s): %w within %v (waiting since %s, given up after %v); record kept for the next DEL or GC",
+		d.Host.Name, d.RDMA, fn, d.PodIfName, ErrNetdevNotBack, time.Since(start).Round(time.Millisecond),
+		d.AwaitSince.Format(time.RFC3339), bound)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -25,6 +26,15 @@ import (
 // returns a physical NIC to the host, has not run yet. home does it (down,
 // into the host netns, renamed to hostName) when the test says so.
 func goneAfterAdd(t *testing.T, mode rdma.NetnsMode) (e *env, before snapshot, a *skel.CmdArgs, home func(hostName string) error) {
+	t.Helper()
+	e, before, a, _, home = goneAfterAddPod(t, mode)
+	return e, before, a, home
+}
+
+// goneAfterAddPod is goneAfterAdd that also returns the netlink handle of
+// the pod's netns (which keeps it alive).
+func goneAfterAddPod(t *testing.T, mode rdma.NetnsMode) (e *env, before snapshot, a *skel.CmdArgs, ph *netlink.Handle,
+	home func(hostName string) error) {
 	t.Helper()
 	e = newEnv(t, 1, false, mode)
 	h := netnstest.Handle(t, e.host)
@@ -40,7 +50,7 @@ func goneAfterAdd(t *testing.T, mode rdma.NetnsMode) (e *env, before snapshot, a
 	conf := e.conf("1.1.0", `"mtu":9000,"mac":"02:00:00:00:aa:01","runtimeConfig":{"deviceID":"mlx5_0"}`)
 	a = args("c1", pod, "net1", conf)
 	mustAdd(t, e, a)
-	ph := netnstest.Handle(t, pod) // holds the namespace once its path is gone
+	ph = netnstest.Handle(t, pod) // holds the namespace once its path is gone
 	podID, hostID := pod.Handle.UniqueId(), e.host.Handle.UniqueId()
 	if err := pod.Remove(); err != nil {
 		t.Fatal(err)
@@ -72,7 +82,7 @@ func goneAfterAdd(t *testing.T, mode rdma.NetnsMode) (e *env, before snapshot, a
 		e.rdma.mu.Unlock()
 		return nil
 	}
-	return e, before, a, home
+	return e, before, a, ph, home
 }
 
 // TestDelWaitsForNICFromGoneNetns: DEL runs after the pod's netns is gone

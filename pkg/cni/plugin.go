@@ -98,15 +98,22 @@ type GPUSource interface {
 }
 
 // Resolver finds one RDMA device by name, PCI address or aux device name,
-// tells whether a PCI function is on the node (a NIC whose netdev DEL
-// cannot find, still on its way back from a dying pod netns, or gone), and
+// tells whether a NIC's function (its PCI function; an SF's auxiliary
+// device) is on the node and which netdevs it has on the host (a NIC whose
+// netdev DEL cannot find: still on its way back from a dying pod netns,
+// back re-probed under another name and MAC, or gone), and
 // reads an IPoIB netdev's partition key (a shared InfiniBand NIC's child
 // is in its parent's partition). discovery.Scanner implements it.
 type Resolver interface {
 	LookupRDMA(id string) (discovery.RDMADevice, error)
-	PCIFunctionExists(addr string) (bool, error)
+	FunctionNetdevs(pciAddr, auxDev string) (present bool, netdevs []string, err error)
 	NetdevPKey(name string) (uint16, error)
 }
+
+// DefaultNetdevGiveUp is NetdevGiveUp's default: with the runtime's retries
+// of DEL a few seconds apart, a pod is Terminating at most about a minute
+// and a half because a NIC did not come back from its netns.
+const DefaultNetdevGiveUp = 90 * time.Second
 
 // Plugin holds the dependencies of the command handlers.
 type Plugin struct {
@@ -140,8 +147,16 @@ type Plugin struct {
 	// NetdevReturnWait bounds how long DEL (and GC) wait for a NIC whose
 	// pod netns is gone to appear in the host netns: the kernel returns a
 	// physical netdev from a dying netns asynchronously, under the pod's
-	// name or "devN". Past it the record is kept (ErrNetdevNotBack).
+	// name or "devN". Past it the record is kept (ErrNetdevNotBack). The
+	// node-wide lock is not held meanwhile.
 	NetdevReturnWait time.Duration
+	// NetdevGiveUp bounds the wait for such a NIC across DELs and GCs,
+	// from the first (the record keeps when that was): past it the NIC is
+	// given up (logged as an error), the attachment ends and the device is
+	// no longer claimed. The runtime retries a failed DEL, so this bounds
+	// how long a pod stays Terminating because of the plugin. 0 is
+	// DefaultNetdevGiveUp.
+	NetdevGiveUp time.Duration
 
 	// opPool is the pool of the command's netconf, for its operation
 	// record (Main's one command per process; atomic: tests and the
@@ -221,6 +236,7 @@ func New(log io.Writer) (*Plugin, error) {
 		// The kernel's netns cleanup runs from a workqueue; under load it
 		// takes a few seconds, well inside a runtime's DEL timeout.
 		NetdevReturnWait: 5 * time.Second,
+		NetdevGiveUp:     DefaultNetdevGiveUp,
 	}, nil
 }
 

@@ -57,9 +57,9 @@ type ReclaimResult struct {
 // pods whose netns is gone only. The IPAM leases of records of a previous
 // boot are released too (as ADD and GC do).
 //
-// The NetdevReturnWait of p bounds the wait for a NIC not back yet, under
-// the node-wide lock: the agent's plugin sets it short and tries again on
-// its next pass (ErrNetdevNotBack).
+// The NetdevReturnWait of p bounds the wait of the pass for the NICs not
+// back yet, without the node-wide lock: the agent's plugin sets it short
+// and tries again on its next pass (ErrNetdevNotBack), until NetdevGiveUp.
 func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachment.Key) []ReclaimResult {
 	log := p.Log
 	if log == nil {
@@ -67,19 +67,15 @@ func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachmen
 	}
 	store := opts.Store
 	out := make([]ReclaimResult, 0, len(keys))
-	unlock, err := store.Lock()
-	if err != nil {
+	lk := &nodeLock{store: store}
+	if err := lk.acquire(); err != nil {
 		for _, k := range keys {
 			out = append(out, ReclaimResult{Key: k, Err: err})
 		}
 		return out
 	}
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
+	defer lk.release()
+	deadline := p.returnDeadline()
 	_, prev, _ := store.List()
 	type pending struct {
 		res     int // index in out
@@ -126,7 +122,7 @@ func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachmen
 			}
 		}
 		l := log.With("containerID", rec.ContainerID, "ifName", rec.IfName, "netns", rec.Netns)
-		rerr := p.returnDevices(netns.None(), &rec, p.Resolver(opts.SysfsRoot), l)
+		rerr := p.returnDevices(netns.None(), &rec, p.Resolver(opts.SysfsRoot), lk, deadline, l)
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)
 		}
@@ -134,8 +130,7 @@ func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachmen
 		out = append(out, r)
 		todo = append(todo, pending{res: len(out) - 1, rec: rec, release: release})
 	}
-	unlock()
-	locked = false
+	lk.release()
 	p.releasePrevious(ctx, store, prev, opts.CNIPath, log)
 	for _, t := range todo {
 		ipamType, ipamConf := recordedIPAM(t.rec)
@@ -165,7 +160,7 @@ func (p *Plugin) ReturnedByKernel(rec attachment.Attachment) bool {
 		if d.Returned || d.SoftType != "" || d.Child != "" {
 			continue
 		}
-		if _, ok, err := p.findOnHost(d); err != nil || !ok {
+		if _, ok, err := p.findOnHost(d, nil); err != nil || !ok {
 			return false
 		}
 		n++
@@ -194,5 +189,6 @@ func NewReclaimer(log *slog.Logger, bootID string, wait time.Duration) (*Plugin,
 		Log:              log,
 		SoftRDMAWait:     2 * time.Second,
 		NetdevReturnWait: wait,
+		NetdevGiveUp:     DefaultNetdevGiveUp,
 	}, nil
 }

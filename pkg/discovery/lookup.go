@@ -76,3 +76,71 @@ func (s Scanner) PCIFunctionExists(addr string) (bool, error) {
 	}
 	return false, fmt.Errorf("read pci function %s: %w", addr, err)
 }
+
+// FunctionNetdevs reports whether the function behind an RDMA device is on
+// the node and names the netdevs it has in the netns whose sysfs this is
+// (the host's, for the daemon and the CNI plugin): for an SF, its
+// auxiliary device auxDev ("mlx5_core.sf.2", whose netdev hangs under it);
+// otherwise the PCI function pciAddr ("0000:3b:00.0"). The CNI plugin asks
+// it of a NIC it cannot find by MAC when its pod's netns is gone: a VF
+// that was re-probed (an FLR, mlx5 health recovery) comes back under any
+// name with a new MAC, and an SF that was deleted never comes back even
+// though its PF is still there. Switchdev representors
+// (phys_port_name pfNvfM, pfNsfM, optionally with a cN controller prefix)
+// hang under their PF's PCI function too and are left out: they are never
+// what a pod was given.
+func (s Scanner) FunctionNetdevs(pciAddr, auxDev string) (present bool, netdevs []string, err error) {
+	if s.SysRoot == "" {
+		return false, nil, fmt.Errorf("sysfs root is not set")
+	}
+	bus, name := "bus/pci/devices", pciAddr
+	if auxDev != "" {
+		bus, name = "bus/auxiliary/devices", auxDev
+	}
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return false, nil, fmt.Errorf("%q is not a PCI address or an auxiliary device name", name)
+	}
+	dir := filepath.Join(s.SysRoot, bus, name)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil, nil
+		}
+		return false, nil, fmt.Errorf("read function %s: %w", name, err)
+	}
+	names, err := readDirNames(filepath.Join(dir, "net"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return true, nil, fmt.Errorf("list the netdevs of %s: %w", name, err)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		b, _ := os.ReadFile(filepath.Join(dir, "net", n, "phys_port_name"))
+		if representorPort(strings.TrimSpace(string(b))) {
+			continue
+		}
+		netdevs = append(netdevs, n)
+	}
+	return true, netdevs, nil
+}
+
+// representorPort reports whether a phys_port_name is a switchdev
+// representor's: "pf0vf3", "pf1sf7", "c1pf0vf2" (the kernel's
+// devlink port naming); an uplink's is "p0", a plain function's "".
+func representorPort(name string) bool {
+	if c, ok := strings.CutPrefix(name, "c"); ok {
+		i := strings.IndexFunc(c, func(r rune) bool { return r < '0' || r > '9' })
+		if i <= 0 {
+			return false
+		}
+		name = c[i:]
+	}
+	rest, ok := strings.CutPrefix(name, "pf")
+	if !ok {
+		return false
+	}
+	i := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if i <= 0 {
+		return false
+	}
+	kind, num := rest[i:min(i+2, len(rest))], rest[min(i+2, len(rest)):]
+	return (kind == "vf" || kind == "sf") && num != "" && strings.Trim(num, "0123456789") == ""
+}

@@ -116,8 +116,17 @@ type HostLink struct {
 // became in the pod.
 type Device struct {
 	// RDMA is the RDMA device name, the claim key ("mlx5_0", "rxe0").
-	RDMA       string   `json:"rdma"`
+	RDMA string `json:"rdma"`
+	// Kind is the device's function kind as discovery has it ("PF",
+	// "VF", "SF", "virtual"); AuxDevice is an SF's auxiliary device
+	// ("mlx5_core.sf.2"), whose PCIAddress is its PF's. DEL finds a NIC
+	// whose pod netns is gone by its function's netdev (under any name and
+	// MAC) only when Kind says which function that is. Both added to
+	// version 1 without a bump, as IPs (a reader of version 1 ignores
+	// them; docs/upgrades.md).
+	Kind       string   `json:"kind,omitempty"`
 	PCIAddress string   `json:"pciAddress,omitempty"`
+	AuxDevice  string   `json:"auxDevice,omitempty"`
 	Host       HostLink `json:"host"`
 	PodIfName  string   `json:"podIfName"`
 	PodMAC     string   `json:"podMAC,omitempty"`
@@ -138,6 +147,11 @@ type Device struct {
 	// Added to version 1 without a bump: a reader of version 1 decodes
 	// without refusing unknown keys and ignores it (docs/upgrades.md).
 	IPs []string `json:"ips,omitempty"`
+	// AwaitSince is when a DEL or GC first waited for the device's netdev
+	// to come back from a pod netns that is gone; the wait ends for good
+	// (the device given up) a bound after it. Added to version 1 without a
+	// bump: a reader that drops it only restarts that bound.
+	AwaitSince *time.Time `json:"awaitSince,omitempty"`
 	// Returned is set once DEL or GC gave the device back to the host:
 	// only its IPAM release is left, and it is no longer claimed.
 	Returned bool `json:"returned,omitempty"`
