@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netns"
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
@@ -126,9 +127,19 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 }
 
 // Status reports whether the plugin can work on this node: RDMA netlink
-// answers, the
-// state dir is writable and, in standalone mode, the kubelet answers (in
-// DRA mode, the claims dir can be read).
+// answers, the state dir is writable and, in standalone mode, the kubelet
+// answers (in DRA mode, the claims dir can be read).
+//
+// A standalone entry is chained in the node's primary network, whose STATUS
+// a runtime (containerd 2.x, cniVersion 1.1.0) turns into the node's
+// network readiness: a failure there takes the node NotReady for every pod.
+// So there it fails only on what a pod without RDMA needs to pass through
+// (the kubelet's answer, or the claims dir, which say the pod has no
+// device): RDMA netlink that does not answer (a driver container reloading
+// the RDMA stack) and a state dir that cannot be written cost only the pods
+// with devices, whose ADD fails loudly. Those are logged as warnings and
+// counted in the operation's metric (kube_rdma_cni_operations_total,
+// command STATUS, code 50) while the runtime is told success.
 func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := p.parse(args)
 	log, closeLog := p.logger(conf)
@@ -136,12 +147,12 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var errs, rdmaOnly []error
 	if _, err := p.RDMA.NetnsMode(p.HostNS); err != nil {
-		errs = append(errs, fmt.Errorf("rdma netlink: %w", err))
+		rdmaOnly = append(rdmaOnly, fmt.Errorf("rdma netlink: %w", err))
 	}
 	if err := (p.store(conf)).Writable(); err != nil {
-		errs = append(errs, err)
+		rdmaOnly = append(rdmaOnly, err)
 	}
 	if conf.FromDRA() {
 		_, damaged, err := claimrecord.ReadAll(conf.DRAClaimsDir)
@@ -157,6 +168,13 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 		if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
 			errs = append(errs, fmt.Errorf("kubelet PodResources API: %w", err))
 		}
+	}
+	if conf.Standalone() && len(rdmaOnly) > 0 {
+		log.Warn("STATUS: pods with RDMA devices of this network cannot be attached now; pods without pass through, "+
+			"so STATUS succeeds (the node's network stays ready)", "err", errors.Join(rdmaOnly...))
+		p.statusDegraded.Store(uint32(types.ErrPluginNotAvailable))
+	} else {
+		errs = append(rdmaOnly, errs...)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrNotAvailable, errors.Join(errs...))

@@ -50,6 +50,10 @@ func (p *Plugin) recordOp(command string, e *types.Error, d time.Duration) {
 	}
 	if e != nil {
 		r.Code = e.Code
+	} else if command == "STATUS" {
+		// A chained entry's STATUS that told the runtime success although
+		// RDMA netlink or the state dir failed (Status).
+		r.Code = uint(p.statusDegraded.Load())
 	}
 	if err := cniops.Append(cniops.Dir(p.Node.StateDir), r); err != nil && p.Log != nil {
 		p.Log.Warn("record the operation for the daemon's metrics", "err", err)

@@ -162,6 +162,9 @@ type Plugin struct {
 	// record (Main's one command per process; atomic: tests and the
 	// daemon's reclaimer share a Plugin between goroutines).
 	opPool atomic.Pointer[string]
+	// statusDegraded is the CNI code of a STATUS of a chained entry that
+	// succeeded although a check failed (Status), for its operation record.
+	statusDegraded atomic.Uint32
 }
 
 // NodeFileEnv names the node file in the plugin's environment (the
