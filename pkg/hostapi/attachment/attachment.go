@@ -46,12 +46,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
+	"github.com/kube-rdma/kube-rdma/internal/jsonkeep"
 	"github.com/kube-rdma/kube-rdma/internal/quarantine"
 )
 
@@ -164,6 +166,31 @@ type Device struct {
 	// device; an exclusive one may not hold it meanwhile. A record with a
 	// child is schema 2.
 	Child string `json:"child,omitempty"`
+	// Unknown are the keys of the device a newer writer added that this
+	// binary does not know: written back as read (internal/jsonkeep).
+	Unknown jsonkeep.Unknown `json:"-"`
+}
+
+// UnmarshalJSON decodes a device, keeping the keys it does not know.
+func (d *Device) UnmarshalJSON(b []byte) error {
+	type plain Device
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	p.Unknown = jsonkeep.Split(b, reflect.TypeFor[plain]())
+	*d = Device(p)
+	return nil
+}
+
+// MarshalJSON encodes a device with the keys it read and did not know.
+func (d Device) MarshalJSON() ([]byte, error) {
+	type plain Device
+	b, err := json.Marshal(plain(d))
+	if err != nil {
+		return nil, err
+	}
+	return jsonkeep.Merge(b, d.Unknown)
 }
 
 // PodRef is the pod an attachment is for, from the runtime's CNI_ARGS
@@ -202,6 +229,33 @@ type Attachment struct {
 	// ignores the key takes the record for what it is (no version bump:
 	// docs/upgrades.md).
 	Release *Release `json:"release,omitempty"`
+	// Unknown are the keys a newer writer added that this binary does not
+	// know (a rollback, or two binaries of the node at different versions
+	// writing one record): written back as read, never dropped
+	// (internal/jsonkeep). A newer schema is refused, not rewritten.
+	Unknown jsonkeep.Unknown `json:"-"`
+}
+
+// UnmarshalJSON decodes a record, keeping the keys it does not know.
+func (a *Attachment) UnmarshalJSON(b []byte) error {
+	type plain Attachment
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	p.Unknown = jsonkeep.Split(b, reflect.TypeFor[plain]())
+	*a = Attachment(p)
+	return nil
+}
+
+// MarshalJSON encodes a record with the keys it read and did not know.
+func (a Attachment) MarshalJSON() ([]byte, error) {
+	type plain Attachment
+	b, err := json.Marshal(plain(a))
+	if err != nil {
+		return nil, err
+	}
+	return jsonkeep.Merge(b, a.Unknown)
 }
 
 // Release counts the failed IPAM releases of a record of a previous boot.

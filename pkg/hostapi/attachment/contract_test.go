@@ -297,3 +297,62 @@ func TestIPsInVersion1(t *testing.T) {
 		t.Errorf("record with ips, less them (-golden +got)\n%s", diff)
 	}
 }
+
+// TestNewerFieldsKept: a record of this schema that a newer release wrote
+// with fields this binary does not know (testdata/attachment-v1-newer-
+// fields.json: two at the top, two in a device, one of them an object), as
+// an older binary meets it after a rollback or beside a newer plugin. Read
+// and saved again it is unchanged; saved after this binary changed a field
+// it knows (a device returned), only that field changed; a field it knows
+// and cleared stays cleared.
+func TestNewerFieldsKept(t *testing.T) {
+	in, err := os.ReadFile("testdata/attachment-v1-newer-fields.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := goldenStore(t, in)
+	rec, err := s.Load(goldenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(s.Dir, "3f2a9c0b7d1e_net1.json")
+	asJSON := func(b []byte) map[string]any {
+		t.Helper()
+		var v map[string]any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%v:\n%s", err, b)
+		}
+		return v
+	}
+	if err := s.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(path)
+	if diff := cmp.Diff(asJSON(in), asJSON(out)); diff != "" {
+		t.Errorf("read and saved again (-read +written):\n%s", diff)
+	}
+	// Saved once more it is byte for byte what the first save wrote.
+	rec2, err := s.Load(goldenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(rec2); err != nil {
+		t.Fatal(err)
+	}
+	if out2, _ := os.ReadFile(path); !bytes.Equal(out, out2) {
+		t.Errorf("second save differs:\n%s\n---\n%s", out, out2)
+	}
+
+	rec.Devices[0].Returned = true
+	rec.Pod = nil // a known field cleared stays cleared
+	if err := s.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = os.ReadFile(path)
+	want := asJSON(in)
+	want["devices"].([]any)[0].(map[string]any)["returned"] = true
+	delete(want, "pod")
+	if diff := cmp.Diff(want, asJSON(out)); diff != "" {
+		t.Errorf("after this binary changed what it knows (-want +written):\n%s", diff)
+	}
+}
