@@ -235,6 +235,17 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 			log.Info("attachment in flight (an ADD or DEL holds it); not collected", "containerID", rec.ContainerID, "ifName", rec.IfName)
 			continue
 		}
+		// Read again under its own lock: a wait for an earlier one's NIC
+		// gave the node-wide lock up, and its DEL may have ended meanwhile.
+		cur, err := store.Load(rec.Key)
+		if err != nil {
+			release()
+			if !errors.Is(err, attachment.ErrNotFound) && !errors.Is(err, attachment.ErrStale) {
+				errs = append(errs, fmt.Errorf("gc %s: %w", rec.Key, err))
+			}
+			continue
+		}
+		rec = cur
 		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
 		podNS := openPodNS(log, rec.Netns)
 		rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), lk, deadline, log)
