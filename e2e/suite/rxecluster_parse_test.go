@@ -225,13 +225,29 @@ func TestServerClient(t *testing.T) {
 
 	// A failed exchange (the client gave up, the server ended in error) runs again on the
 	// next port.
-	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 143")}, clients: []error{refused, refused, refused, refused, refused, nil}}
+	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 143")}, clients: append(slices.Repeat([]error{refused}, clientTries), nil)}
 	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7001" {
 		t.Errorf("got %q", got)
 	}
 	if !slices.Contains(ex.cmds, "srv: timeout 100 tool -s 7001") {
 		t.Errorf("commands %q: want a second server on 7001", ex.cmds)
 	}
+
+	// A client slow to fail (a starved guest's exec) met its server, unless it was rejected
+	// (nothing listening yet): tried again on the same port; any other slow failure fails the
+	// exchange, which runs again on the next port.
+	defer func(d time.Duration) { metServer = d }(metServer)
+	metServer = 0
+	rejected := errors.New("command terminated with exit code 255 (stderr: cma event RDMA_CM_EVENT_REJECTED, error 8")
+	ex = &scriptedExecer{clients: []error{rejected, rejected, nil}}
+	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7000" {
+		t.Errorf("rejected: got %q, want the same port tried again", got)
+	}
+	ex = &scriptedExecer{clients: []error{refused, nil}}
+	if got := (&env{}).serverClient(t, ex, "ns", 7000, cmds, "srv", "cli"); got != "client on 7001" {
+		t.Errorf("slow failure: got %q, want the next port", got)
+	}
+	metServer = 10 * time.Second
 
 	// The client passed, its server failed: a failed exchange too.
 	ex = &scriptedExecer{servers: map[string]error{"7000": errors.New("exit 1")}, clients: []error{nil, nil}}

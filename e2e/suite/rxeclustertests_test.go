@@ -414,12 +414,17 @@ const (
 	exchangeTries = 2
 )
 
-// serverBind is how long a client waits for its server to listen before each try.
-var serverBind = time.Second
+// serverBind is how long a client waits for its server to listen before its first try, and
+// by how much longer before each next one; metServer is how long a client that failed must
+// have run to have met its server.
+var serverBind, metServer = time.Second, 10 * time.Second
+
+// clientTries bounds the client's tries against one server (1+2+...+7 s of waits at most).
+const clientTries = 7
 
 // serverClient runs cmds(port)'s server in pod srv (exec, in the background), then its
-// client in pod cli, retried while the server is not listening yet (up to 5 times, a second
-// apart), and returns the client's output. An exchange that fails runs again once on port+1;
+// client in pod cli, retried while the server is not listening yet (clientTries times, a second
+// more apart each time), and returns the client's output. An exchange that fails runs again once on port+1;
 // t fails when both do.
 func (e *env) serverClient(t *testing.T, ex kubectlrdma.Execer, ns string, port int, cmds func(port string) (server, client []string), srv, cli string) string {
 	t.Helper()
@@ -454,11 +459,13 @@ func (e *env) exchange(t *testing.T, ex kubectlrdma.Execer, ns, srv string, serv
 		done <- result{out, err}
 	}()
 	for try := 1; ; try++ {
-		time.Sleep(serverBind) // the server binds first
+		time.Sleep(time.Duration(try) * serverBind) // the server binds first; a starved one takes longer
 		start := time.Now()
 		got, err = ex.Exec(ctx, ns, cli, "test", append([]string{"timeout", strconv.Itoa(clientSeconds)}, client...))
-		// A client that fails at once found no server yet; one that ran a while met it.
-		if err == nil || try == 5 || time.Since(start) > 10*time.Second || ctx.Err() != nil {
+		// A client that fails at once found no server yet; one that ran a while met it, unless
+		// its connection was rejected, the answer of a peer where nothing listens on the port
+		// yet (an exec into a starved TCG guest can take more than those 10 s).
+		if err == nil || try == clientTries || ctx.Err() != nil || (time.Since(start) > metServer && !noListener(got, err)) {
 			break
 		}
 		t.Logf("%s in %s (try %d): %v\n%s", client[0], cli, try, err, got)
@@ -478,6 +485,17 @@ func (e *env) exchange(t *testing.T, ex kubectlrdma.Execer, ns, srv string, serv
 		return got, r.out, fmt.Errorf("server: %w", r.err)
 	}
 	return got, r.out, nil
+}
+
+// noListener says whether a client's output or error is that of a peer with nothing
+// listening yet: rdma_cm's REJECTED (reason 8, invalid service ID), perftest's failed TCP
+// connect of its out-of-band exchange.
+func noListener(out string, err error) bool {
+	s := out
+	if err != nil {
+		s += err.Error()
+	}
+	return strings.Contains(s, "RDMA_CM_EVENT_REJECTED") || strings.Contains(s, "Couldn't connect to")
 }
 
 // kubeconfigFlags points client options at the suite's cluster (E2E_KUBECONFIG).
