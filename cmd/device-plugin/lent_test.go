@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // TestLentDevicesWiring: with --cni-state-dir the agent asks the CNI
@@ -57,6 +59,20 @@ func TestLentDevicesWiring(t *testing.T) {
 	if diff := cmp.Diff(map[string]bool{"rxe0": true}, got); diff != "" {
 		t.Errorf("LentDevices (-want +got):\n%s", diff)
 	}
+	if f := d.Config().LentFile; f != "" {
+		t.Errorf("LentFile %q without --pools-file, want none", f)
+	}
+	// With the pools file, the lent devices are kept beside it across restarts.
+	pools := filepath.Join(t.TempDir(), nodepools.FileName)
+	if cfg, err = parseRunFlags(append(args(store.Dir), "--pools-file", pools), &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err = newAgent(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.Config().LentFile, filepath.Join(filepath.Dir(pools), "_lent-devices.json"); got != want {
+		t.Errorf("LentFile %q, want %q", got, want)
+	}
 	cfg, err = parseRunFlags(args(""), &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +80,7 @@ func TestLentDevicesWiring(t *testing.T) {
 	if d, _, err = newAgent(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d.Config().Lent != nil {
-		t.Error("LentDevices without --cni-state-dir")
+	if d.Config().Lent != nil || d.Config().LentFile != "" {
+		t.Error("LentDevices or LentFile without --cni-state-dir")
 	}
 }

@@ -124,6 +124,11 @@ func newAgent(cfg runConfig, drv *dra.Driver) (*agent.Agent, *deviceplugin.Plugi
 	}
 	if ok {
 		c.Lent = lentDevices{store: store}
+		if c.PoolsFile != "" {
+			// Beside the pools file: on the host's tmpfs (nothing is lent after a
+			// reboot) and removed with it by uninstall.
+			c.LentFile = nodepools.LentPath(c.PoolsFile)
+		}
 	}
 	if cfg.dra.enabled {
 		c.QuarantineDirs["claim"] = filepath.Join(dra.ClaimsDir(cfg.dra.pluginDir), claimrecord.QuarantineDir)

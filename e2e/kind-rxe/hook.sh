@@ -151,6 +151,7 @@ done
 for d in $cdi; do for f in "$d"/kube-rdma-*; do [ -e "$f" ] && echo "cdi $f"; done; done
 for f in "$dp"/kube-rdma-*; do [ -e "$f" ] && echo "device-plugin $f"; done
 [ -e /var/run/kube-rdma/alloc/_pools.json ] && echo "pools-file /var/run/kube-rdma/alloc/_pools.json"
+[ -e /var/run/kube-rdma/alloc/_lent-devices.json ] && echo "pools-file /var/run/kube-rdma/alloc/_lent-devices.json"
 :
 EOF
 }

@@ -198,9 +198,10 @@ node_state() {
   done
   find "$NODE_RUN/cdi" -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'cdi %f\n' 2>/dev/null
   find /var/lib/kubelet/device-plugins -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'socket %f\n' 2>/dev/null
-  # The daemon's pools file (pkg/hostapi/nodepools) in the chart's allocDir: the default, or
-  # the gpuAligned phase's. helm uninstall removes it (the hook, and the daemon on the marker).
-  for f in /var/run/kube-rdma/alloc/_pools.json "$NODE_RUN/alloc/_pools.json"; do
+  # The daemon's pools file (pkg/hostapi/nodepools) and its lent-devices file beside it, in
+  # the chart's allocDir: the default, or the gpuAligned phase's. helm uninstall removes them
+  # (the hook, and the daemon on the marker).
+  for f in /var/run/kube-rdma/alloc/{_pools,_lent-devices}.json "$NODE_RUN"/alloc/{_pools,_lent-devices}.json; do
     [[ ! -e $f ]] || echo "pools-file $f"
   done
   # The device plugin's NPWG device-info files of our resources (pkg/hostapi/devinfo; the

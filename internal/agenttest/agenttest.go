@@ -45,6 +45,7 @@ type Config struct {
 	NetnsMode                                                            agent.NetnsModeReader
 	Events                                                               []agent.EventSource
 	Lent                                                                 agent.LentDevices
+	LentFile                                                             string
 	// DRA, when set, serves the pools whose frontend is dra.
 	DRA agent.FrontEnd
 }
@@ -62,7 +63,7 @@ func New(c Config) (*agent.Agent, *deviceplugin.Plugin, error) {
 	}
 	a, err := agent.New(agent.Config{ConfigFile: c.ConfigFile, SysRoot: c.SysRoot, ProcRoot: c.ProcRoot, AllocDir: c.AllocDir, PoolsFile: c.PoolsFile, Uninstalling: c.Uninstalling, StatusAuth: c.StatusAuth,
 		Allocations: c.Allocations, AllocGCInterval: c.AllocGCInterval, AllocGCGrace: c.AllocGCGrace, FilesInterval: c.FilesInterval, QuarantineDirs: c.QuarantineDirs, MetricsAddr: c.MetricsAddr,
-		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events, Lent: c.Lent})
+		NodeName: c.NodeName, HealthInterval: c.HealthInterval, Logger: c.Logger, NetnsMode: c.NetnsMode, FrontEnds: fes, Events: c.Events, Lent: c.Lent, LentFile: c.LentFile})
 	return a, dp, err
 }
 
@@ -97,6 +98,13 @@ func Start(t *testing.T, topo nodesim.Topology, mutate func(*Config)) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return StartOn(t, tree, mutate)
+}
+
+// StartOn is Start on a tree already built: a daemon restarted on the node
+// another one ran on.
+func StartOn(t *testing.T, tree nodesim.Tree, mutate func(*Config)) *Env {
+	t.Helper()
 	// Unix socket paths are limited to 108 bytes; t.TempDir can be longer.
 	kdir, err := os.MkdirTemp("", "dp")
 	if err != nil {

@@ -108,6 +108,12 @@ type Config struct {
 	// none is; a device the watcher no longer sees is dropped after a
 	// grace of two HealthIntervals.
 	Lent LentDevices
+	// LentFile is where the devices Lent says are lent are kept, as last
+	// seen, across restarts of the daemon (the agent alone writes it;
+	// removed when none is lent and once the chart is being uninstalled).
+	// "" keeps nothing: a restarted daemon then no longer lists a device
+	// already in a pod until the pod gives it back.
+	LentFile string
 	// Events trigger an immediate re-read; nil means link and address
 	// updates in the agent's network namespace (nodewatch.Netlink). Use an
 	// empty, non-nil slice for none. Changes of class/infiniband are always
@@ -190,7 +196,7 @@ func New(cfg Config) (*Agent, error) {
 	d := &Agent{
 		cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), viewChanged: make(chan struct{}), gauged: map[string]bool{},
 		scanner: discovery.Scanner{SysRoot: cfg.SysRoot, ProcRoot: cfg.ProcRoot},
-		lent:    newLentKeeper(cfg.Lent, lentGrace(cfg.HealthInterval), cfg.Logger),
+		lent:    newLentKeeper(cfg.Lent, lentGrace(cfg.HealthInterval), cfg.Logger, cfg.LentFile),
 	}
 	counters := &portCounters{sysRoot: cfg.SysRoot}
 	d.m = newMetrics(counters)

@@ -45,6 +45,9 @@ func (d *Agent) push(raw *nodewatch.Snapshot) {
 		}
 	}
 	d.poolsFile.update(d.cfg.PoolsFile, members, d.cfg.Uninstalling, d.log, d.conf, d.pools)
+	if d.poolsFile.withdrawn {
+		d.lent.withdraw()
+	}
 	d.feStatus = map[config.Frontend][]PoolStatus{}
 	for _, name := range sortedKeys(d.cfg.FrontEnds) {
 		// Every snapshot: a health change is a device list or taint change.

@@ -1,11 +1,17 @@
 package agent
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
+	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
@@ -31,19 +37,27 @@ type LentDevices interface {
 // ResourceSlice) holds until a record has had time to be read. It is owned
 // by the agent's Run goroutine.
 //
-// After a restart of the daemon a device already in a pod has never been
-// seen: it is missing from its pool until the pod gives it back (DEL), when
-// discovery sees it again. Nothing of it is on disk to rebuild it from (the
-// attachment record names it, not its ports, GIDs or char devices).
+// A restarted daemon has never seen a device already in a pod: the
+// attachment record names it, not its ports, GIDs or char devices. So the
+// devices kept as lent are written to file (Config.LentFile, the agent's
+// own), and a new keeper starts from them as seen: each is kept again as
+// long as the records say it is lent, and goes after the grace when they
+// do not. The pools, CDI specs, slices and node state are then the same
+// across the restart.
 type lentKeeper struct {
 	src   LentDevices // nil: none is ever lent
 	grace time.Duration
 	log   *slog.Logger
+	file  string // "" keeps nothing across restarts
 
 	seen map[string]seenDevice // every device seen and not dropped, by name
 	lent map[string]bool       // the last good answer of src
 	err  string                // the last error of src, logged once
 	kept []string              // the names added to the last snapshot, sorted
+
+	written     []string // the names in file, sorted
+	writeFailed bool     // the last write or removal of file failed: try again
+	withdrawn   bool     // the chart is being uninstalled: file removed, written no more
 }
 
 // seenDevice is a device as last seen, and since when it is missing.
@@ -68,8 +82,107 @@ type seenDevice struct {
 // budgets: the device is unhealthy from the first snapshot without it.
 func lentGrace(healthInterval time.Duration) time.Duration { return 2 * healthInterval }
 
-func newLentKeeper(src LentDevices, grace time.Duration, log *slog.Logger) *lentKeeper {
-	return &lentKeeper{src: src, grace: grace, log: log, seen: map[string]seenDevice{}, lent: map[string]bool{}}
+func newLentKeeper(src LentDevices, grace time.Duration, log *slog.Logger, file string) *lentKeeper {
+	k := &lentKeeper{src: src, grace: grace, log: log, seen: map[string]seenDevice{}, lent: map[string]bool{}}
+	if src != nil {
+		k.file = file
+	}
+	k.load()
+	return k
+}
+
+// lentFile is the format of the lent-devices file.
+type lentFile struct {
+	Version int                    `json:"version"`
+	Devices []discovery.RDMADevice `json:"devices"`
+}
+
+const lentFileVersion = 1
+
+// load seeds seen with the devices of file, as an earlier process last saw
+// them lent. A file that cannot be read or decoded is logged and ignored:
+// its devices are then missing from their pools until their pods give them
+// back, as without the file, and the next write replaces it.
+func (k *lentKeeper) load() {
+	if k.file == "" {
+		return
+	}
+	data, err := os.ReadFile(k.file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var f lentFile
+	if err == nil {
+		err = json.Unmarshal(data, &f)
+	}
+	if err == nil && f.Version != lentFileVersion {
+		err = fmt.Errorf("version %d, want %d", f.Version, lentFileVersion)
+	}
+	if err != nil {
+		k.log.Warn("read the devices lent to pods before this restart; those still in pods are missing from their pools until given back",
+			"path", k.file, "err", err)
+		k.writeFailed = true // replaced by the next write
+		return
+	}
+	for _, dev := range f.Devices {
+		if dev.Name == "" {
+			continue
+		}
+		k.seen[dev.Name] = seenDevice{dev: dev}
+		k.written = append(k.written, dev.Name)
+	}
+	slices.Sort(k.written)
+	if len(k.written) > 0 {
+		k.log.Info("devices lent to pods before this restart, kept while their records say so", "devices", k.written, "path", k.file)
+	}
+}
+
+// persist writes the devices kept as lent to file when they changed (or
+// the last write failed); none removes it.
+func (k *lentKeeper) persist(kept []discovery.RDMADevice) {
+	if k.file == "" || k.withdrawn {
+		return
+	}
+	var devs []discovery.RDMADevice
+	var names []string
+	for _, dev := range kept {
+		if k.lent[dev.Name] {
+			devs, names = append(devs, dev), append(names, dev.Name)
+		}
+	}
+	slices.Sort(names)
+	if slices.Equal(names, k.written) && !k.writeFailed {
+		return
+	}
+	var err error
+	if len(devs) == 0 {
+		if err = os.Remove(k.file); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	} else {
+		var data []byte
+		if data, err = json.MarshalIndent(lentFile{Version: lentFileVersion, Devices: devs}, "", "  "); err == nil {
+			err = atomicfile.Write(k.file, append(data, '\n'), 0o644, ".lent-devices-*")
+		}
+	}
+	if k.writeFailed = err != nil; err != nil {
+		k.log.Warn("write the devices lent to pods; a restart now would forget them until their pods give them back", "path", k.file, "err", err)
+		return
+	}
+	k.written = names
+}
+
+// withdraw removes file and writes it no more: the chart is being
+// uninstalled. A failed removal is tried again at the next call.
+func (k *lentKeeper) withdraw() {
+	if k.file == "" || (k.withdrawn && !k.writeFailed) {
+		return
+	}
+	k.withdrawn = true
+	err := os.Remove(k.file)
+	if k.writeFailed = err != nil && !errors.Is(err, fs.ErrNotExist); k.writeFailed {
+		k.log.Warn("remove the devices lent to pods", "path", k.file, "err", err)
+	}
 }
 
 // apply returns snap with the devices kept added (healthy when lent,
@@ -121,6 +234,7 @@ func (k *lentKeeper) apply(snap *nodewatch.Snapshot, now time.Time) (*nodewatch.
 	}
 	changed := !slices.Equal(names, k.kept)
 	k.kept = names
+	k.persist(kept)
 	if len(kept) == 0 {
 		return snap, changed
 	}

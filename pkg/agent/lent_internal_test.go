@@ -4,7 +4,10 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,7 +85,7 @@ func TestLentKeeper(t *testing.T) {
 		}},
 	} {
 		src := &stepLent{}
-		k := newLentKeeper(src, grace, slog.New(slog.DiscardHandler))
+		k := newLentKeeper(src, grace, slog.New(slog.DiscardHandler), "")
 		t0 := time.Now()
 		for i, s := range c.steps {
 			src.lent, src.err = s.lent, s.err
@@ -109,5 +112,51 @@ func TestLentKeeper(t *testing.T) {
 				t.Errorf("%s, step %d: the watcher's snapshot was modified (-before +after):\n%s", c.name, i, diff)
 			}
 		}
+	}
+}
+
+// TestLentFileEdges: a lent-devices file that does not decode, or of
+// another version, is ignored (its devices are not listed) and replaced
+// by the next write; withdraw removes the file and nothing writes it
+// again.
+func TestLentFileEdges(t *testing.T) {
+	a := discovery.RDMADevice{Name: "mlx5_0", PCIAddress: "0000:18:00.0"}
+	lentA := &stepLent{lent: map[string]bool{"mlx5_0": true}}
+	empty := &nodewatch.Snapshot{Node: &discovery.Node{}}
+	for _, bad := range []string{`{"version": 1, "devices": [`, `{"version": 2, "devices": [{"name": "mlx5_0"}]}`} {
+		file := filepath.Join(t.TempDir(), "_lent-devices.json")
+		if err := os.WriteFile(file, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		k := newLentKeeper(lentA, time.Second, slog.New(slog.DiscardHandler), file)
+		if out, _ := k.apply(empty, time.Now()); len(out.Node.RDMADevices) != 0 {
+			t.Errorf("%q: devices %v from a file that does not decode", bad, out.Node.RDMADevices)
+		}
+		if _, err := os.Stat(file); !os.IsNotExist(err) {
+			t.Errorf("%q: file not replaced (nothing lent: removed): %v", bad, err)
+		}
+	}
+
+	file := filepath.Join(t.TempDir(), "_lent-devices.json")
+	k := newLentKeeper(lentA, time.Second, slog.New(slog.DiscardHandler), file)
+	k.apply(&nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{a}}}, time.Now())
+	k.apply(empty, time.Now())
+	if b, err := os.ReadFile(file); err != nil || !strings.Contains(string(b), `"mlx5_0"`) {
+		t.Fatalf("lent mlx5_0 not written: %q, %v", b, err)
+	}
+	// Another keeper from it (a restart) keeps mlx5_0.
+	k2 := newLentKeeper(lentA, time.Second, slog.New(slog.DiscardHandler), file)
+	if out, _ := k2.apply(empty, time.Now()); len(out.Node.RDMADevices) != 1 || !out.Healthy["mlx5_0"] {
+		t.Errorf("restarted keeper: %v %v, want mlx5_0 healthy", out.Node.RDMADevices, out.Healthy)
+	}
+	k2.withdraw()
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("withdraw left the file: %v", err)
+	}
+	lentA.lent = map[string]bool{"mlx5_0": true, "mlx5_1": true} // a change that would be written
+	k2.apply(&nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{{Name: "mlx5_1"}}}}, time.Now())
+	k2.apply(empty, time.Now())
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("written after withdraw: %v", err)
 	}
 }

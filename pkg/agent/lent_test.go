@@ -244,3 +244,99 @@ func TestLentDeviceStaysInDRAPool(t *testing.T) {
 		return ""
 	})
 }
+
+// TestRestartKeepsLentDevice: a daemon restarted while a device sits in a
+// pod (exclusive RDMA netns mode: gone from the host's class/infiniband)
+// keeps it in its pool, as the daemon before it last saw it, healthy, with
+// the same CDI spec, from the lent-devices file; once the record goes it is
+// dropped and the file removed. Without the file a restarted daemon does
+// not list it: what the file is for.
+func TestRestartKeepsLentDevice(t *testing.T) {
+	lent := &fakeLent{}
+	cdi := filepath.Join(t.TempDir(), "cdi")
+	spec := filepath.Join(cdi, "kube-rdma-hca.json")
+	file := filepath.Join(t.TempDir(), "_lent-devices.json")
+	opts := func(lentFile string) func(c *agenttest.Config) {
+		return func(c *agenttest.Config) {
+			c.CDIDir = cdi
+			c.NetnsMode = agenttest.FakeNetns{Mode: rdma.NetnsExclusive}
+			c.FilesInterval = 50 * time.Millisecond
+			c.Lent = lent
+			c.LentFile = lentFile
+		}
+	}
+	e := start(t, nodesim.SoftRoCE(), opts(file))
+	e.WaitFor(t, 5*time.Second, "rxe0 listed", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 1 })
+	var id string
+	for k := range health(e.Kubelet, hca) {
+		id = k
+	}
+	poll(t, 2*time.Second, "cdi spec written", func() bool { _, err := os.Stat(spec); return err == nil })
+	wantSpec, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDev, _ := rxe0(e)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("lent-devices file with nothing lent: %v", err)
+	}
+
+	lent.set("rxe0")
+	if err := e.Tree.RemoveRDMA("rxe0"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Second, "rxe0 in the lent-devices file", func() bool {
+		b, err := os.ReadFile(file)
+		return err == nil && strings.Contains(string(b), `"name": "rxe0"`)
+	})
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := func(lentFile string) *env {
+		e2 := agenttest.StartOn(t, e.Tree, opts(lentFile))
+		t.Cleanup(func() { _ = e2.Stop() })
+		return e2
+	}
+	e2 := restarted(file)
+	e2.WaitFor(t, 5*time.Second, "rxe0 listed by the restarted daemon", hasHealth(hca, id, pluginapi.Healthy))
+	holds(t, 1500*time.Millisecond, "lent rxe0 after the restart", func() string {
+		dev, member := rxe0(e2)
+		if !member {
+			return "not a member of hca"
+		}
+		if diff := cmp.Diff(wantDev, dev); diff != "" {
+			return "device changed (-want +got):\n" + diff
+		}
+		if h := health(e2.Kubelet, hca)[id]; h != pluginapi.Healthy {
+			return "kubelet health " + h
+		}
+		if got, err := os.ReadFile(spec); err != nil || !slices.Equal(got, wantSpec) {
+			return "cdi spec changed or gone: " + string(got)
+		}
+		return ""
+	})
+	if err := e2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same restart without the file: rxe0 is not listed.
+	e3 := restarted("")
+	holds(t, 1500*time.Millisecond, "rxe0 without the file", func() string {
+		if _, member := rxe0(e3); member {
+			return "a member of hca with nothing to rebuild it from"
+		}
+		return ""
+	})
+	if err := e3.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The record gone (the pod gave it back without the device coming back):
+	// dropped after its grace, the file removed.
+	e4 := restarted(file)
+	e4.WaitFor(t, 5*time.Second, "rxe0 listed again", hasHealth(hca, id, pluginapi.Healthy))
+	lent.set()
+	e4.WaitFor(t, 3*time.Second, "rxe0 dropped", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 0 })
+	poll(t, 2*time.Second, "the lent-devices file removed", func() bool { _, err := os.Stat(file); return os.IsNotExist(err) })
+}

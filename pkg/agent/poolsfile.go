@@ -31,6 +31,9 @@ const DefaultFilesInterval = 10 * time.Second
 // a reader moved a torn one aside (Config.FilesInterval).
 func (d *Agent) restoreFiles() {
 	d.poolsFile.update(d.cfg.PoolsFile, false, d.cfg.Uninstalling, d.log, d.conf, d.pools)
+	if d.poolsFile.withdrawn {
+		d.lent.withdraw()
+	}
 	for _, name := range sortedKeys(d.cfg.FrontEnds) {
 		if k, ok := d.cfg.FrontEnds[name].(FileKeeper); ok {
 			k.RestoreFiles()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // UninstallMarkerName is the file in the CNI bin directory that says the
@@ -101,14 +102,17 @@ func Uninstall(o Options) error {
 	return c.removeBinary()
 }
 
-// removePoolsFile removes the node agent's pools file; "" or one not there
-// is fine.
+// removePoolsFile removes the node agent's pools file and its lent-devices
+// file beside it; "" or files not there is fine.
 func removePoolsFile(path string) error {
 	if path == "" {
 		return nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove the node's pools file: %w", err)
+	}
+	if err := os.Remove(nodepools.LentPath(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the node agent's lent-devices file: %w", err)
 	}
 	return nil
 }

@@ -115,7 +115,7 @@ func TestUninstallKeepsBinaryForAttachedPods(t *testing.T) {
 }
 
 // TestUninstallRemovesPoolsFile: Uninstall removes the node agent's pools
-// file (PoolsFile) with the rest, whether the binary goes or stays for an
+// file (PoolsFile) and its lent-devices file beside it with the rest, whether the binary goes or stays for an
 // attached pod (a DEL does not read it), and again without error when it is
 // gone; without PoolsFile it is left.
 func TestUninstallRemovesPoolsFile(t *testing.T) {
@@ -123,6 +123,10 @@ func TestUninstallRemovesPoolsFile(t *testing.T) {
 		e := newEnv(t)
 		pools := nodepools.Path(filepath.Join(t.TempDir(), "alloc"))
 		if err := nodepools.Write(pools, []byte(`{"version":1,"pools":[]}`)); err != nil {
+			t.Fatal(err)
+		}
+		lent := nodepools.LentPath(pools)
+		if err := os.WriteFile(lent, []byte(`{"version":1,"devices":[]}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if attached {
@@ -142,6 +146,9 @@ func TestUninstallRemovesPoolsFile(t *testing.T) {
 			}
 			if _, err := os.Stat(pools); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("attached %v: pools file after Uninstall: %v, want removed", attached, err)
+			}
+			if _, err := os.Stat(lent); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("attached %v: lent-devices file after Uninstall: %v, want removed", attached, err)
 			}
 		}
 	}

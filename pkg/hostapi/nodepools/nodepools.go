@@ -36,6 +36,15 @@ import (
 // FileName is the pools file's name in the alloc dir.
 const FileName = "_pools.json"
 
+// LentFileName is the node agent's own file beside the pools file: the
+// devices lent to pods as it last saw them, so that a restarted daemon keeps
+// them in their pools (no other program reads it; uninstall removes it with
+// the pools file).
+const LentFileName = "_lent-devices.json"
+
+// LentPath is the lent-devices file beside the pools file at poolsFile.
+func LentPath(poolsFile string) string { return filepath.Join(filepath.Dir(poolsFile), LentFileName) }
+
 // Version is the format this binary writes.
 const Version = 1
 
