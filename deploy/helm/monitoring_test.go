@@ -23,7 +23,7 @@ const (
 	dashboardFile  = chartDir + "/files/grafana-dashboard.json"
 )
 
-// pendingMetrics are series the rules and the dashboard use that other branches of issue 20
+// pendingMetrics are series the rules and the dashboard use that other branches
 // add to the daemon (the pod-without-NIC gauge, the quarantined-records counter). The test
 // fails once one is defined in the code, so that its entry goes.
 var pendingMetrics = map[string]bool{}

@@ -19,7 +19,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
-// The faults-dra phase's tests (issue 20): the faults of the DRA front end, with claim pods
+// The faults-dra phase's tests: the faults of the DRA front end, with claim pods
 // (a ResourceClaimTemplate of one NIC of a dra pool), each ended by fault.check like the
 // faults phase's.
 

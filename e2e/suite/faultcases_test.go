@@ -21,7 +21,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
-// The faults phase's tests (issue 20): each breaks one thing under running and starting pods
+// The faults phase's tests: each breaks one thing under running and starting pods
 // and ends with fault.check, the one invariant (faults_test.go).
 
 const quarantinedAttachments = `kube_rdma_device_plugin_quarantined_files{kind="attachment"}`

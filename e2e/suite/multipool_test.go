@@ -13,7 +13,7 @@ import (
 
 // testMultiPoolPod runs a pod with one device of an NCCL pool and one of a
 // pool with nccl: false (on the local node: ib, and the chained vf pool),
-// the layout of a compute fabric beside a storage network (issue 26). NCCL_IB_HCA
+// the layout of a compute fabric beside a storage network. NCCL_IB_HCA
 // names the NCCL pool's device only, whatever order the kubelet merged the two
 // pools' responses in; no RoCE GID index comes with an InfiniBand HCA; both
 // pools' KUBE_RDMA_<POOL>_RDMA_DEVICES are there; and kubectl rdma doctor,

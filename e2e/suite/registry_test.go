@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The chart and image from an OCI registry, as users install a release (issue 25): the harness
+// The chart and image from an OCI registry, as users install a release: the harness
 // runs `make release` against a registry of its own, and `hook describe` names
 //
 //	chart oci://HOST:PORT/PATH/kube-rdma   the release's chart (helm install oci://...)

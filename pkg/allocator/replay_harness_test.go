@@ -1,7 +1,7 @@
 package allocator
 
 // This file replays random pod sequences on the golden GPU nodes and scores
-// three ways of choosing a pod's NICs (issue 11): AlignToGPUs; random NICs
+// three ways of choosing a pod's NICs: AlignToGPUs; random NICs
 // on the NUMA nodes of the pod's GPUs (what the kubelet's Topology Manager
 // gives today); for each GPU a random NIC under the same PCIe root complex
 // (what DRA's resource.kubernetes.io/pcieRoot constraint gives).
@@ -47,7 +47,7 @@ type replayNode struct {
 	gpus []discovery.Location
 }
 
-// replayNodes are the nodes of issue 11's "Must show"; the four-GPU
+// replayNodes are the nodes of the replay; the four-GPU
 // server twice: as in the golden tests (two NICs) and with a NIC on every
 // GPU's root complex.
 func replayNodes() []replayNode {

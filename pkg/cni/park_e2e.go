@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The local-node e2e's fault hook (its faults phase, issue 20): the CNI
+// The local-node e2e's fault hook (its faults phase): the CNI
 // plugin killed mid-ADD. Built only with the tag kuberdma_e2e (the e2e's
 // own build of the plugin); the shipped binary's park does nothing
 // (park_off.go).

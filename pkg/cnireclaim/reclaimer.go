@@ -1,5 +1,5 @@
 // Package cnireclaim is the node agent's reclaimer of the CNI plugin's
-// attachments whose DEL never came (kube-rdma issue 20): every pass it reads
+// attachments whose DEL never came: every pass it reads
 // the attachment records, decides which belong to a pod that is gone, and
 // has the CNI plugin's own restore (cni.Plugin.Reclaim, the code DEL runs)
 // return their devices, release their IPAM leases and remove the records.
@@ -10,7 +10,7 @@
 //   - the kernel has given its NICs back to the host (a physical netdev
 //     leaves a netns only when the netns dies): at once, whatever the
 //     kubelet says, so a pool that selects the NIC by netdev name finds it
-//     again within one pass (issue 21);
+//     again within one pass;
 //   - the kubelet's PodResources List no longer shows its pod (by namespace
 //     and name: List carries no UID, so a pod re-created under the same
 //     name keeps the record until that pod is gone too);

@@ -235,7 +235,7 @@ func TestPass(t *testing.T) {
 	}{
 		{name: "gone, pod unknown, NIC back as net1", gone: true, back: "net1", reclaim: true},
 		{name: "gone, pod unknown, NIC back as dev7", gone: true, back: "dev7", reclaim: true},
-		// Issue 21: a NIC the kernel returned under a temporary name is
+		// A NIC the kernel returned under a temporary name is
 		// restored at once, however long the kubelet takes.
 		{name: "gone, pod listed, NIC back as dev7", gone: true, back: "dev7", listed: true, reclaim: true},
 		{name: "gone, pod listed, NIC not back", gone: true, listed: true},

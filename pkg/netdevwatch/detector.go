@@ -3,7 +3,7 @@
 // pool, of the device plugin or of DRA, and gpuAligned pools) but have no
 // complete attachment of them: pods whose sandbox was created while the
 // kube-rdma entry was missing from the conflist (a restart window, an
-// uninstall). It fails loudly in every mode, NRI or not (issue 20): a
+// uninstall). It fails loudly in every mode, NRI or not: a
 // Warning Event on the pod (RDMANetdevMissing), the series
 // kube_rdma_pods_missing_netdev and kube_rdma_pods_missing_netdev_found_total,
 // and the findings it hands the node-state publisher

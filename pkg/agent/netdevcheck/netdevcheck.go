@@ -1,7 +1,7 @@
 // Package netdevcheck decides whether a pod that holds devices of a pool
 // whose pods get netdevs through the CNI plugin (the chained pool, of the
 // device plugin or of DRA, and every gpuAligned pool) got them: fail
-// closed, loudly (issue 20). A pod created while the kube-rdma entry was
+// closed, loudly. A pod created while the kube-rdma entry was
 // missing from the conflist (the daemon's restart window, an uninstall)
 // holds the devices but attached nothing; its containers would start
 // without their netdevs.
