@@ -35,8 +35,7 @@ With --hold it then waits for SIGTERM or SIGINT, waits --linger more and
 removes the marker before it exits: helm deletes the hook's pods and the
 agent's DaemonSet in one teardown, and an agent still running after the
 marker went (it had not looked for it while the hook ran) would write the
-pools file again; the linger lets the agent's SIGTERM come first (a CI run
-on 917e83b left the file so, 26 ms before its agent stopped). A DaemonSet restart or upgrade never runs this: the entry
+pools file again; the linger lets the agent's SIGTERM come first. A DaemonSet restart or upgrade never runs this: the entry
 and the binary stay across them. Exit status 0 when done, 2 for a bad
 command line, 1 for any other failure; logs go to stderr.
 

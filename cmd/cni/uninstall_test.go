@@ -46,8 +46,8 @@ func TestUninstallCommandPoolsFile(t *testing.T) {
 // TestUninstallHoldLinger: `uninstall --hold` keeps the marker until SIGTERM
 // and --linger after it (helm deletes the hook's pods and the agent's
 // DaemonSet in one teardown: an agent still running after the marker went
-// wrote its pools file again in a CI run on 917e83b), then removes it and
-// exits 0. A negative --linger is a usage error.
+// can write its pools file again), then removes it and exits 0. A negative
+// --linger is a usage error.
 func TestUninstallHoldLinger(t *testing.T) {
 	if err := uninstallCommand([]string{"--bin-dir", t.TempDir(), "--hold", "--linger", "-1s"}, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, cli.ErrUsage) {
 		t.Errorf("--linger -1s: %v, want a usage error", err)

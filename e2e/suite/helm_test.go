@@ -66,8 +66,8 @@ func (e *env) runHelm(ctx context.Context, args ...string) ([]byte, error) {
 // node shows what it showed before (hook node-state: the sockets back). The
 // CNI binary, its node file and the conflist entry stay all along: the node
 // is sampled during the rollout and any sample whose cni-* lines differ from
-// before fails the test (before, the old pod's cni-chain took the entry out
-// when it stopped, and a sandbox created before the new pod put it back got
+// before fails the test (were the old pod's cni-chain to take the entry out
+// when it stops, a sandbox created before the new pod put it back would get
 // no RDMA netdev).
 func (e *env) restartDaemonSet(t *testing.T) {
 	t.Helper()

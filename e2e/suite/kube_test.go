@@ -19,9 +19,9 @@ const (
 	pollInterval = 500 * time.Millisecond
 	podStartup   = 2 * time.Minute
 	// podGone bounds a deleted pod's way out: the kubelet stops its containers and runs the
-	// CNI DEL. CI on 98fe5e0 had a soft-RoCE guest whose containerd missed the kubelet's
-	// KillContainer deadline for minutes (a pod took 3 min to start there): a
-	// deadline, not a figure, so passing runs are no slower.
+	// CNI DEL. A starved soft-RoCE guest's containerd can miss the kubelet's KillContainer
+	// deadline for minutes (a pod can take 3 min to start there): a deadline, not a figure,
+	// so passing runs are no slower.
 	podGone  = 5 * time.Minute
 	podLabel = "kube-rdma-e2e"
 )

@@ -218,9 +218,9 @@ func (l localNodeDesc) nodeValues() values {
 			// The daemon's reclaimer of attachments whose DEL never came: this node's IPAM
 			// data dir (the chained network's dataDir) and containerd's netns dir: with
 			// netns_mounts_under_state_dir, containerd 2.2 mounts them under its CRI plugin's
-			// state dir (up.sh makes it a shared mount). Until 2026-11-27 this said
-			// containerd/state/netns, where no netns is: the reclaimer saw none of them and
-			// judged none (a path in a directory it does not see is left to DEL and GC).
+			// state dir (up.sh makes it a shared mount), not containerd/state/netns, where no
+			// netns is: a reclaimer pointed there sees none of them and judges none (a path
+			// in a directory it does not see is left to DEL and GC).
 			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/io.containerd.grpc.v1.cri/netns"}},
 	}
 	if l.fromRegistry {

@@ -160,8 +160,8 @@ func TestParsePortWait(t *testing.T) {
 		t.Errorf("slow ip: %+v %v, want own 0", w, err)
 	}
 	// healthSince is the start of the re-read that found the change: a periodic one that
-	// started 45 ms before it (CI on 98fe5e0) is the change's; one a second before is not,
-	// nor one after the poll saw it.
+	// started 45 ms before it is the change's; one a second before is not, nor one after
+	// the poll saw it.
 	for _, tc := range []struct {
 		line string
 		ok   bool

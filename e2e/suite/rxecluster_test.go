@@ -97,9 +97,9 @@ func (c rxeClusterDesc) values() values {
 			// every 10 s, 5 s to answer) kept busy, and probes timed out on a slow host.
 			"probes": values{
 				"readiness": values{"periodSeconds": 15, "timeoutSeconds": 10},
-				// CI on 98fe5e0: a guest starved for minutes (kubelet housekeeping up to 11 s,
-				// probes past their 10 s) had both daemons restarted by liveness at 4 x 30 s,
-				// which only added a start and a scan to the starved CPU: 10 x 30 s here.
+				// A guest can be starved for minutes (kubelet housekeeping up to 11 s, probes
+				// past their 10 s); liveness at 4 x 30 s restarts both daemons then, which only
+				// adds a start and a scan to the starved CPU: 10 x 30 s here.
 				"liveness": values{"initialDelaySeconds": 60, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 10}},
 			// A guest stalled for 40 s during an uninstall (containerd took 45 s to see a
 			// 5 s-grace hook container exit): the daemon, killed 34 s after SIGTERM, left its
@@ -148,7 +148,7 @@ const rxeDRAPool = "rxe-dra"
 // pool): two releases, each pinned to its node. A claim pod on the first node and a device
 // plugin pod on the second move RDMA traffic to each other. Skipped with one node.
 func (c rxeClusterDesc) draPhase() phase {
-	// Its budget: run 18 (the slower host) took 12.5 min for it alone, boot included; with
+	// Its budget: on the slower host it takes up to 12.5 min alone, boot included; with
 	// E2E_DEADLINE (CI), less than 15 min left skips it, named in the report.
 	p := phase{name: "rxe-cluster-dra", budget: 15 * time.Minute}
 	if len(c.nodes) < 2 {

@@ -52,7 +52,7 @@ const rxeHealthInterval = 500 * time.Millisecond
 // check says why w's healthSince cannot be the change's. healthSince is when the re-read that
 // found the new health started (nodewatch.Watcher.publish), so a periodic re-read that started
 // before `ip link set` and read the port after it gives one up to a health interval before the
-// change: CI on 98fe5e0 had -45 ms, which the old bound (not before the change) failed. A
+// change (-45 ms, say), so the bound is a health interval before it, not the change. A
 // healthSince earlier than that is an older transition's; one later than the poll that saw it
 // (100 ms of rounding: the poll's figure has two decimals) is a later one's.
 func (w portWait) check() error {
@@ -408,8 +408,8 @@ const (
 	serverSeconds = 100 // the server waits for its client, then serves it
 	clientSeconds = 60  // rping -C 10 or ib_write_bw -D 5 take a few seconds under TCG
 	// exchangeTries: the exchanges run again, on the next port, after a failure. Under TCG on a
-	// loaded two-core host one rdma_cm exchange in a CI run hung until the test's deadline
-	// (rxe-cluster-dra, 157 s) where every other run passed; the first failure is logged whole
+	// loaded two-core host an rdma_cm exchange can hang until the test's deadline
+	// (rxe-cluster-dra, 157 s) where it otherwise passes; the first failure is logged whole
 	// (both sides' output), and the second must pass.
 	exchangeTries = 2
 )

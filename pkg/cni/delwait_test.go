@@ -89,9 +89,9 @@ func goneAfterAddPod(t *testing.T, mode rdma.NetnsMode) (e *env, before snapshot
 // but before the kernel has returned the NIC; the NIC comes back 400 ms
 // later as net1 or devN, with the pod's MAC and MTU, down. DEL waits for
 // it, restores its name, MAC, MTU and up state, moves nothing else, and
-// removes the record. (Before, DEL logged "netdev no longer exists" and
-// deleted the record, and the NIC stayed net1 with the pod's settings,
-// out of a pool that selects it by netdev name.)
+// removes the record. (Without the wait, DEL would log "netdev no longer
+// exists" and delete the record, and the NIC would stay net1 with the pod's
+// settings, out of a pool that selects it by netdev name.)
 func TestDelWaitsForNICFromGoneNetns(t *testing.T) {
 	for _, mode := range []rdma.NetnsMode{"exclusive", "shared"} {
 		for _, name := range []string{"net1", "dev77"} {
@@ -128,7 +128,7 @@ func TestDelWaitsForNICFromGoneNetns(t *testing.T) {
 // DEL fails, code 11 (try again later), saying so and that the record is
 // kept; the record is there. When the NIC is back, the next DEL restores it
 // and removes the record. A NIC whose PCI function is gone from the node
-// is not waited for: DEL succeeds at once, as before.
+// is not waited for: DEL succeeds at once.
 func TestDelNICNeverBack(t *testing.T) {
 	e, before, a, home := goneAfterAdd(t, "exclusive")
 	e.p.NetdevReturnWait = 300 * time.Millisecond

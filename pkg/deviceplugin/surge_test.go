@@ -92,7 +92,7 @@ func TestSurgeUpdate(t *testing.T) {
 	}
 	// The kubelet's calls reach the new daemon through the socket. Its
 	// ListAndWatch replaces the old one's stream on the new registration
-	// and sends the list a moment later (CI once read it in between).
+	// and sends the list a moment later (a read can fall in between).
 	old.WaitFor(t, 5*time.Second, "the new daemon's device list", func(k *kubeletstub.Kubelet) bool {
 		devs, _ := k.Devices(hca)
 		return len(devs) > 0

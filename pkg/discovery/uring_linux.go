@@ -21,7 +21,7 @@ import (
 //
 // Where io_uring is missing or forbidden (kernels before 5.6, the default
 // seccomp profile of container runtimes, io_uring_disabled) newRing fails
-// and the scan reads one attribute at a time, as before.
+// and the scan reads one attribute at a time.
 type ring struct {
 	fd                   int
 	sqMem, cqMem, sqeMem []byte

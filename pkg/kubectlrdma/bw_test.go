@@ -321,10 +321,10 @@ func (l *laggingCluster) GetState(ctx context.Context, name string) (*v1alpha1.R
 
 // TestBWWaitsForTheState: a pod whose containers started after its node's
 // state was last written is not in it yet; bw waits up to --wait for the
-// state to list it (CI's run on 6fc6245 ran bw a second after its pods
-// turned Running, on a daemon whose write was still retrying, and failed on
-// two good pods), fails with ErrStateBehind when it does not, and fails at
-// once on a state written after the pod started that lacks it.
+// state to list it (bw run a second after its pods turned Running, on a
+// daemon whose write is still retrying, would otherwise fail on good pods),
+// fails with ErrStateBehind when it does not, and fails at once on a state
+// written after the pod started that lacks it.
 func TestBWWaitsForTheState(t *testing.T) {
 	defer func(p time.Duration) { bwStatePoll = p }(bwStatePoll)
 	bwStatePoll = time.Millisecond

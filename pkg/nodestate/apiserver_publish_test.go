@@ -270,10 +270,10 @@ func needed(t *testing.T, env *envtest.Environment, admin client.Client) {
 
 // TestPublishWithPreviousCRD: Helm never upgrades a chart's crds/, so after
 // helm upgrade this daemon writes to the previous release's CRD, which has
-// no status.summary.table (testdata/crd-before-summary-table, the CRD of
-// 38e36aa). Server-side apply refuses a status with a field the schema
-// lacks, so the writer leaves such a field out (and says so) and the rest of
-// the status is written (docs/upgrades.md).
+// no status.summary.table (testdata/crd-before-summary-table, a CRD from
+// before that field). Server-side apply refuses a status with a field the
+// schema lacks, so the writer leaves such a field out (and says so) and the
+// rest of the status is written (docs/upgrades.md).
 func TestPublishWithPreviousCRD(t *testing.T) {
 	_, cfg := startAPIServerWith(t, filepath.Join("testdata", "crd-before-summary-table"))
 	admin := newClient(t, cfg)

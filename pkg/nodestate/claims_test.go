@@ -147,8 +147,8 @@ func TestPublisherClaims(t *testing.T) {
 	}
 
 	// The torn record first: a poll that lists the directory after the good one is there
-	// sees both (written the other way round, a poll between the two published the claim
-	// before the torn record existed, and the checks below ran before the next: CI, non-root).
+	// sees both (written the other way round, a poll between the two can publish the claim
+	// before the torn record exists, and the checks below can run before the next).
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}

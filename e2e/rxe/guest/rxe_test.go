@@ -143,7 +143,7 @@ func writeBW(t *testing.T, a, b endpoint, port int) float64 {
 	}
 	// -u 18: a 1 s QP retransmit timeout (4.096 us * 2^18) instead of perftest's 67 ms. Under
 	// TCG acks often take longer than 67 ms; the spurious go-back-N retransmits that follow
-	// made about one run in six report 0.00 MB/s. With 18 no retransmits were counted.
+	// make about one run in six report 0.00 MB/s. With 18 no retransmits are counted.
 	common := []string{"-F", "-D", secs, "-s", "65536", "-u", "18", "-p", strconv.Itoa(port)}
 	srv := proc{NS: a.NS, Name: "ib_write_bw", Args: append([]string{"-d", a.RXE, "-x", strconv.Itoa(a.GID)}, common...)}
 	cli := proc{NS: b.NS, Name: "ib_write_bw", Args: append(append([]string{"-d", b.RXE, "-x", strconv.Itoa(b.GID)}, common...), a.IP.String())}

@@ -11,8 +11,8 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
 
-// readGolden is testdata/pool-v1.json, a pool file as the daemon of
-// 0009e5e wrote it (PoolFile.Marshal, before pool files had a version).
+// readGolden is testdata/pool-v1.json, a pool file as the daemon wrote it
+// before pool files had a version (PoolFile.Marshal).
 func readGolden(t *testing.T) []byte {
 	t.Helper()
 	b, err := os.ReadFile("testdata/pool-v1.json")

@@ -16,7 +16,7 @@ import (
 )
 
 // goldenBoot and goldenKey are those of testdata/attachment-v1.json, a
-// record as the CNI plugin of 0009e5e wrote it (Store.Save, schema 1).
+// record as the CNI plugin wrote it in schema 1 (Store.Save).
 const goldenBoot = "6f1c2a0e-3d4b-4c5d-8e9f-0a1b2c3d4e5f"
 
 var goldenKey = Key{"3f2a9c0b7d1e", "net1"}

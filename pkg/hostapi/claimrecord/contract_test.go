@@ -11,8 +11,8 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
 )
 
-// goldenUID is the claim of testdata/claim-v1.json, a record as the agent of
-// 0009e5e wrote it (Write, before records had a version).
+// goldenUID is the claim of testdata/claim-v1.json, a record as the agent
+// wrote it before records had a version (Write).
 const goldenUID = "5b1c0e4e-0000-4000-8000-000000000001"
 
 func goldenDir(t *testing.T, data []byte) string {

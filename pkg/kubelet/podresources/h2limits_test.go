@@ -139,14 +139,14 @@ func manyIDs(n int) []podresources.ContainerDevices {
 func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
 // TestByResourceLinear: ByResource grows linearly with the IDs, not
-// quadratically (a list lookup per ID, as before, took 23 s for 80k IDs).
+// quadratically (a list lookup per ID takes 23 s for 80k IDs).
 // The two sizes are timed in the same run, each the fastest of seven after
-// a GC, so the ratio holds on a loaded machine where an absolute time (it
-// had "under 50 ms", which a CI run under load missed at 54 ms) does not.
+// a GC, so the ratio holds on a loaded machine where an absolute time does
+// not (under load the larger size can take 54 ms, past an "under 50 ms").
 // They are 40x apart so that the bound sits far from both outcomes: linear
-// is 40, and maps that outgrow the CPU's caches made 10x the IDs take up to
-// 48x as long in a CI run on 6fc6245 (a 40x bound on a 10x step failed
-// there); quadratic is 1,600. The bound is 400.
+// is 40, and maps that outgrow the CPU's caches can make 10x the IDs take up
+// to 48x as long (so a 40x bound on a 10x step is too tight); quadratic is
+// 1,600. The bound is 400.
 func TestByResourceLinear(t *testing.T) {
 	fastest := func(n int) time.Duration {
 		ctrs := manyIDs(n)
