@@ -120,8 +120,9 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		rec.Binding = gr.binding()
 	}
 	// The record goes first: a crash from here on leaves DEL and GC what
-	// they need to put the host back.
-	if err := store.Save(rec); err != nil {
+	// they need to put the host back. Not fsynced: nothing it names yet
+	// outlives a boot (record2 is, before IPAM runs; Store.SaveNoSync).
+	if err := store.SaveNoSync(rec); err != nil {
 		return nil, err
 	}
 	mark("record1")
@@ -143,8 +144,9 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	final := conf.IPAMType == "" && gr == nil
 	rec.Complete = final
 	// What the moves recorded (pod names, soft devices) is on disk before
-	// the lock goes.
-	if err := store.Save(rec); err != nil {
+	// the lock goes; fsynced when IPAM runs next, whose lease outlives a
+	// boot and which a previous boot's release finds by this record.
+	if err := saveRecord(store, rec, conf.IPAMType != ""); err != nil {
 		return nil, err
 	}
 	unlock()
@@ -166,13 +168,22 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 	}
 	if !final {
 		rec.Complete = true
-		if err := store.Save(rec); err != nil {
+		if err := saveRecord(store, rec, conf.IPAMType != ""); err != nil {
 			return nil, err
 		}
 		mark("record3")
 	}
 	log.Info("attached", "devices", len(rec.Devices), "elapsed", time.Since(start))
 	return result, nil
+}
+
+// saveRecord saves rec, fsynced when it names an IPAM lease or one to come
+// (durable), else only atomically (Store.SaveNoSync).
+func saveRecord(store attachment.Store, rec attachment.Attachment, durable bool) error {
+	if durable {
+		return store.Save(rec)
+	}
+	return store.SaveNoSync(rec)
 }
 
 // planDevices decides, without the node-wide lock, how the devices are

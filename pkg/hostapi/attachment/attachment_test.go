@@ -309,3 +309,34 @@ func TestBindingCompatible(t *testing.T) {
 		t.Errorf("a record without a binding is written with one:\n%s", b)
 	}
 }
+
+// TestSaveNoSync: a record saved without fsync is the same file, byte for
+// byte, as Save writes, read back as it was, with no temporary file left.
+func TestSaveNoSync(t *testing.T) {
+	a := Attachment{Key: Key{"c1", "net1"}, Netns: "/run/netns/p", CNIVersion: "1.1.0", Network: "rdma",
+		Devices: []Device{{RDMA: "mlx5_0", PodIfName: "net1"}}}
+	synced, unsynced := Store{Dir: t.TempDir(), BootID: "b"}, Store{Dir: t.TempDir(), BootID: "b"}
+	if err := synced.Save(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := unsynced.SaveNoSync(a); err != nil {
+		t.Fatal(err)
+	}
+	name, _ := a.Key.file()
+	want, err := os.ReadFile(filepath.Join(synced.Dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(unsynced.Dir, name))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("SaveNoSync wrote %q (%v), Save %q", got, err, want)
+	}
+	back, err := unsynced.Load(a.Key)
+	if err != nil || back.Devices[0].RDMA != "mlx5_0" || back.BootID != "b" {
+		t.Errorf("Load after SaveNoSync: %+v, %v", back, err)
+	}
+	ents, _ := os.ReadDir(unsynced.Dir)
+	if len(ents) != 1 {
+		t.Errorf("state dir holds %d entries, want the record alone", len(ents))
+	}
+}
