@@ -486,6 +486,7 @@ func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger)
 	}
 	if !present {
 		log.Warn("the NIC's function is gone from the node; nothing will come back", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn)
+		p.gaveUp.Add(1)
 		return rdma.Link{}, false, nil
 	}
 	start := time.Now()
@@ -529,6 +530,7 @@ func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger)
 		log.Error("netdev has not come back from the pod's netns since the first wait for it; given up, the attachment ends: "+
 			"the device rejoins its pool when its netdev reappears", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn,
 			"podIfName", d.PodIfName, "waitingSince", d.AwaitSince.Format(time.RFC3339), "giveUp", bound)
+		p.gaveUp.Add(1)
 		return rdma.Link{}, false, nil
 	}
 	log.Warn("netdev has not come back from the pod's netns; record kept", "netdev", d.Host.Name, "function", fn,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 )
 
 // The tests of this file hold that a DEL whose pod netns is gone always
@@ -142,6 +143,9 @@ func TestDelSFGone(t *testing.T) {
 				if recs := e.snapshot().Records; len(recs) != 0 {
 					t.Errorf("records left: %v", recs)
 				}
+				if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != OpCodeGaveUp {
+					t.Errorf("operation records' codes = %v, want [%d]", codes, OpCodeGaveUp)
+				}
 				return
 			}
 			if !errors.Is(err, ErrNetdevNotBack) || cniCode(err) != 11 || !strings.Contains(err.Error(), "mlx5_core.sf.9") {
@@ -201,12 +205,30 @@ func TestDelGivesUp(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "given up, the attachment ends") {
 		t.Errorf("the give-up is not an error in the log:\n%s", logs.String())
 	}
+	if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != OpCodeGaveUp {
+		t.Errorf("operation records' codes = %v, want [%d]: the give-up counted in kube_rdma_cni_operations_total", codes, OpCodeGaveUp)
+	}
+}
+
+// opCodes is the code of the operation record Main would leave for
+// command, as the daemon reads it from the spool.
+func opCodes(t *testing.T, e *env, command string) []uint {
+	t.Helper()
+	e.p.Node.StateDir = e.stateDir
+	e.p.recordOp(command, nil, time.Millisecond)
+	var codes []uint
+	for range 2 { // Drain reads what its previous call moved aside
+		if _, err := cniops.Drain(cniops.Dir(e.stateDir), func(r cniops.Record) { codes = append(codes, r.Code) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return codes
 }
 
 // TestDelWaitHoldsNoLock: while a DEL waits for a NIC that does not come
 // back, an ADD of another NIC and the DEL of another pod go through at
-// once. (Before, both waited for the node-wide lock the DEL held through
-// its wait: an ADD took NetdevReturnWait longer.)
+// once: the DEL does not hold the node-wide lock through its wait (an ADD
+// would take NetdevReturnWait longer).
 func TestDelWaitHoldsNoLock(t *testing.T) {
 	e := newEnv(t, 3, false, "exclusive")
 	e.p.NetdevReturnWait = 2 * time.Second

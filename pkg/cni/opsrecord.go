@@ -48,12 +48,16 @@ func (p *Plugin) recordOp(command string, e *types.Error, d time.Duration) {
 	if pool := p.opPool.Load(); pool != nil {
 		r.Pool = *pool
 	}
-	if e != nil {
+	switch {
+	case e != nil:
 		r.Code = e.Code
-	} else if command == "STATUS" {
+	case command == "STATUS":
 		// A chained entry's STATUS that told the runtime success although
 		// RDMA netlink or the state dir failed (Status).
 		r.Code = uint(p.statusDegraded.Load())
+	case (command == "DEL" || command == "GC") && p.gaveUp.Load() > 0:
+		// Succeeded, but a NIC was given up: the attachment ended without it.
+		r.Code = OpCodeGaveUp
 	}
 	if err := cniops.Append(cniops.Dir(p.Node.StateDir), r); err != nil && p.Log != nil {
 		p.Log.Warn("record the operation for the daemon's metrics", "err", err)

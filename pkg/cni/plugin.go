@@ -165,7 +165,19 @@ type Plugin struct {
 	// statusDegraded is the CNI code of a STATUS of a chained entry that
 	// succeeded although a check failed (Status), for its operation record.
 	statusDegraded atomic.Uint32
+	// gaveUp counts the NICs this command's DEL or GC gave up on (their
+	// function gone, or not back within NetdevGiveUp), for its operation
+	// record (OpCodeGaveUp).
+	gaveUp atomic.Uint32
 }
+
+// OpCodeGaveUp is the code a DEL or GC that succeeded records in the
+// operations spool when it ended an attachment without one of its NICs (the
+// NIC's PCI function or auxiliary device gone, or its netdev not back within
+// NetdevGiveUp): kube_rdma_cni_operations_total{code="105"} counts them. It
+// is never returned to the runtime, and no error code of docs/cni.md's
+// table is 105.
+const OpCodeGaveUp = 105
 
 // NodeFileEnv names the node file in the plugin's environment (the
 // runtime's, which no netconf reaches); unset, it is netconf.NodeFileName
