@@ -54,8 +54,16 @@ storage:
 http:
   addr: $ADDR
 YAML
-  # setsid: the registry outlives this script, in its own process group.
-  setsid "$bin" serve "$STATE/config.yml" >"$STATE/log" 2>&1 </dev/null &
+  # setsid: the registry outlives this script, in its own process group. It keeps none of the
+  # caller's descriptors above 2: one may be a run's lock (the local-node e2e's flock), which
+  # a registry outliving a killed run would otherwise hold, and the next run wait for.
+  (
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd=${fd##*/}
+      if [[ $fd -gt 2 ]]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid "$bin" serve "$STATE/config.yml" >"$STATE/log" 2>&1 </dev/null
+  ) &
   echo $! >"$STATE/pid"
   for _ in $(seq 100); do
     answers 2>/dev/null && { log "$("$bin" --version 2>/dev/null | head -1) on $ADDR, storage $STATE/data"; echo "$ADDR"; exit 0; }
