@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-bin}"
-# Limits. Sizes in MB (10^6 bytes), RSS in MiB (VmRSS kB / 1024, as README quotes it),
+# Limits. Sizes in MB (10^6 bytes), RSS in MiB (VmRSS kB / 1024, as docs/benchmarks.md quotes it),
 # CPU in % of one core. The CNI limit is ours: it runs twice per pod.
 max_dp_mb=40 max_kubectl_mb=60 max_cni_mb=6 max_rss_mb=30 max_cpu=0.5
 secs="${WEIGHT_IDLE_SECONDS:-30}"

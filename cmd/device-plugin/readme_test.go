@@ -20,17 +20,17 @@ import (
 // ...) to its keys, each true when the key may be left out.
 type contract map[string]map[string]bool
 
-// readmeContract parses the JSON key list quoted in README.md's Discovery
-// section: the first ```text block that starts with {"rdmaDevices".
+// readmeContract parses the JSON key list quoted in docs/discovery.md: the
+// first ```text block that starts with {"rdmaDevices".
 func readmeContract(t *testing.T) contract {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/discovery.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)```text\n(\\{\"rdmaDevices\".*?)```").FindSubmatch(b)
 	if m == nil {
-		t.Fatal("README.md quotes no JSON key list (a ```text block starting with {\"rdmaDevices\")")
+		t.Fatal("docs/discovery.md quotes no JSON key list (a ```text block starting with {\"rdmaDevices\")")
 	}
 	toks := regexp.MustCompile(`"[A-Za-z0-9]+"|\?|:|\[|\]|\{|\}|,|\.\.\.|\S`).FindAllString(string(m[1]), -1)
 	c := contract{}
@@ -61,7 +61,7 @@ func readmeContract(t *testing.T) contract {
 			}
 		case tok == "?" || tok == ":" || tok == "[" || tok == "]" || tok == "," || tok == "...":
 		default:
-			t.Fatalf("README.md JSON key list: unexpected %q", tok)
+			t.Fatalf("docs/discovery.md JSON key list: unexpected %q", tok)
 		}
 	}
 	return c
@@ -147,14 +147,14 @@ func outputContract(t *testing.T) contract {
 	return c
 }
 
-// TestReadmeJSONContract keeps README.md's quoted key list equal to the
-// types' json tags, and to what `device-plugin discover -o json` prints on
+// TestReadmeJSONContract keeps docs/discovery.md's quoted key list equal to
+// the types' json tags, and to what `device-plugin discover -o json` prints on
 // the built-in sample nodes: every listed key appears, every printed key is
 // listed, and a key not marked optional is in every object.
 func TestReadmeJSONContract(t *testing.T) {
 	readme := readmeContract(t)
 	if diff := cmp.Diff(codeContract(), readme); diff != "" {
-		t.Errorf("README.md JSON key list vs the json tags of discovery.Node (true: optional) (-code +README):\n%s", diff)
+		t.Errorf("docs/discovery.md JSON key list vs the json tags of discovery.Node (true: optional) (-code +docs):\n%s", diff)
 	}
 	out := outputContract(t)
 	for path, keys := range readme {
@@ -162,16 +162,16 @@ func TestReadmeJSONContract(t *testing.T) {
 			seenOptional, seen := out[path][k]
 			switch {
 			case !seen:
-				t.Errorf("README lists %s.%s; no sample node's discover -o json has it", path, k)
+				t.Errorf("docs/discovery.md lists %s.%s; no sample node's discover -o json has it", path, k)
 			case seenOptional && !optional:
-				t.Errorf("README lists %s.%s as always present; some objects lack it", path, k)
+				t.Errorf("docs/discovery.md lists %s.%s as always present; some objects lack it", path, k)
 			}
 		}
 	}
 	for path, keys := range out {
 		for k := range keys {
 			if _, ok := readme[path][k]; !ok {
-				t.Errorf("discover -o json prints %s.%s; README does not list it", path, k)
+				t.Errorf("discover -o json prints %s.%s; docs/discovery.md does not list it", path, k)
 			}
 		}
 	}

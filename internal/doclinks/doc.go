@@ -1,0 +1,2 @@
+// Package doclinks checks the relative links of the repository's Markdown files.
+package doclinks
