@@ -15,9 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
+// podStartup bounds a pod's way from creation to Running and Ready: 2 min, and 5 min on the
+// rxe-cluster harness (TestCluster), whose TCG guests (one vCPU each, sharing the host's two
+// cores with the control plane) can take over 2 min to start one: the CNI ADD alone 11 s and
+// containerd's calls to its shim timing out. A deadline, not a figure: passing runs are no
+// slower.
+var podStartup = 2 * time.Minute
+
 const (
 	pollInterval = 500 * time.Millisecond
-	podStartup   = 2 * time.Minute
 	// podGone bounds a deleted pod's way out: the kubelet stops its containers and runs the
 	// CNI DEL. A starved soft-RoCE guest's containerd can miss the kubelet's KillContainer
 	// deadline for minutes (a pod can take 3 min to start there): a deadline, not a figure,

@@ -108,6 +108,7 @@ func TestCluster(t *testing.T) {
 		h, err = kindRXE(d)
 	case "rxe-cluster":
 		h, err = rxeCluster(d)
+		podStartup = 5 * time.Minute
 	default:
 		err = fmt.Errorf("hook describe: harness %q: want local-node, kind-rxe or rxe-cluster", d["harness"])
 	}
