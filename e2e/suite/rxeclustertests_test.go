@@ -250,7 +250,7 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 			}
 			break
 		}
-		if attempt == 2 {
+		if attempt == 3 { // a starved guest's exec can miss bw's deadline
 			t.Fatalf("kubectl rdma bw failed %d times", attempt)
 		}
 	}
