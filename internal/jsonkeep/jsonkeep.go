@@ -86,6 +86,12 @@ func Split(data []byte, t reflect.Type) Unknown {
 		if out == nil {
 			out = Unknown{}
 		}
+		// Compact: the writer's encoder indents the value again, so a value
+		// read, written and read back is the same bytes.
+		var c bytes.Buffer
+		if json.Compact(&c, v) == nil {
+			v = c.Bytes()
+		}
 		out[key] = v
 	}
 	return out
