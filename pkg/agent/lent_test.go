@@ -103,6 +103,27 @@ func holds(t *testing.T, d time.Duration, what string, cond func() string) {
 	}
 }
 
+// keptAsLent is a holds condition: rxe0 still a member of hca with the data
+// it had, Healthy for the kubelet (device id), its pool's CDI spec as it was.
+func keptAsLent(e *env, wantDev discovery.RDMADevice, id, spec string, wantSpec []byte) func() string {
+	return func() string {
+		dev, member := rxe0(e)
+		if !member {
+			return "not a member of hca"
+		}
+		if diff := cmp.Diff(wantDev, dev); diff != "" {
+			return "device changed (-want +got):\n" + diff
+		}
+		if h := health(e.Kubelet, hca)[id]; h != pluginapi.Healthy {
+			return "kubelet health " + h
+		}
+		if got, err := os.ReadFile(spec); err != nil || !slices.Equal(got, wantSpec) {
+			return "cdi spec changed or gone: " + string(got)
+		}
+		return ""
+	}
+}
+
 // TestLentDeviceStaysMember: a device moved into a pod's network namespace
 // (gone from the host's class/infiniband) while the records say it is lent
 // stays a member of its pool, with the data it had and healthy, and the
@@ -130,22 +151,7 @@ func TestLentDeviceStaysMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, 2*time.Second, "the records asked about the missing rxe0", func() bool { return lent.timesAsked() > 0 })
-	holds(t, 1500*time.Millisecond, "lent rxe0", func() string {
-		dev, member := rxe0(e)
-		if !member {
-			return "not a member of hca"
-		}
-		if diff := cmp.Diff(wantDev, dev); diff != "" {
-			return "device changed (-want +got):\n" + diff
-		}
-		if h := health(e.Kubelet, hca)[id]; h != pluginapi.Healthy {
-			return "kubelet health " + h
-		}
-		if got, err := os.ReadFile(spec); err != nil || !slices.Equal(got, wantSpec) {
-			return "cdi spec changed or gone: " + string(got)
-		}
-		return ""
-	})
+	holds(t, 1500*time.Millisecond, "lent rxe0", keptAsLent(e, wantDev, id, spec, wantSpec))
 
 	lent.set() // DEL without the device back (it went with its pod)
 	e.WaitFor(t, 2*time.Second, "rxe0 dropped", func(k *kubeletstub.Kubelet) bool { return len(health(k, hca)) == 0 })
@@ -300,22 +306,7 @@ func TestRestartKeepsLentDevice(t *testing.T) {
 	}
 	e2 := restarted(file)
 	e2.WaitFor(t, 5*time.Second, "rxe0 listed by the restarted daemon", hasHealth(hca, id, pluginapi.Healthy))
-	holds(t, 1500*time.Millisecond, "lent rxe0 after the restart", func() string {
-		dev, member := rxe0(e2)
-		if !member {
-			return "not a member of hca"
-		}
-		if diff := cmp.Diff(wantDev, dev); diff != "" {
-			return "device changed (-want +got):\n" + diff
-		}
-		if h := health(e2.Kubelet, hca)[id]; h != pluginapi.Healthy {
-			return "kubelet health " + h
-		}
-		if got, err := os.ReadFile(spec); err != nil || !slices.Equal(got, wantSpec) {
-			return "cdi spec changed or gone: " + string(got)
-		}
-		return ""
-	})
+	holds(t, 1500*time.Millisecond, "lent rxe0 after the restart", keptAsLent(e2, wantDev, id, spec, wantSpec))
 	if err := e2.Stop(); err != nil {
 		t.Fatal(err)
 	}
