@@ -231,7 +231,16 @@ func TestNRIThroughDaemon(t *testing.T) {
 	defer func() { close(stop); <-readers }()
 	want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: 8 << 30, Soft: 8 << 30}}
 	opt := cmpopts.IgnoreUnexported(api.POSIXRlimit{})
-	if diff := cmp.Diff(want, create(&api.Container{Linux: &api.LinuxContainer{Devices: nodes}}), opt); diff != "" {
+	// The plugin reports itself connected while it answers Synchronize; the
+	// runtime adds it to the plugins it calls once that answer is in. Until
+	// then a container gets nothing, so the first one is retried until the
+	// runtime calls the plugin.
+	var got []*api.POSIXRlimit
+	waitUntil(t, "the runtime to call the plugin", func() bool {
+		got = create(&api.Container{Linux: &api.LinuxContainer{Devices: nodes}})
+		return len(got) > 0
+	})
+	if diff := cmp.Diff(want, got, opt); diff != "" {
 		t.Errorf("container with %s's device nodes (-want +got):\n%s", member, diff)
 	}
 	cdi := &api.Container{Annotations: map[string]string{"cdi.k8s.io/kube-rdma_hca": v.Pools[0].CDIDevices[0]}}
