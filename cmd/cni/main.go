@@ -19,11 +19,12 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
 const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
 
-var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | help | version]
+var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | memlock-hook --limit L | help | version]
 
 ` + about + `.
 The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
@@ -35,6 +36,10 @@ Commands (without CNI_COMMAND):
              plugin into the primary conflist, and keep it there (install -h)
   uninstall  take the entry, the binary and its node file out again (the
              chart's pre-delete hook; uninstall -h)
+  memlock-hook
+             the OCI hook the node daemon names in its CDI specs: raises
+             the locked-memory limit of a container with its devices
+             (memlock-hook -h); the runtime runs it, not a person
   version    print the version, commit and build date (also --version)
   help       print this help (also -h, --help)
 `
@@ -56,6 +61,8 @@ func command(args []string, stdout, stderr io.Writer) error {
 		return installCommand(args[1:], stdout, stderr)
 	case "uninstall":
 		return uninstallCommand(args[1:], stdout, stderr)
+	case memlockhook.Command:
+		return memlockHookCommand(args[1:], os.Stdin, stdout, stderr)
 	}
 	if ok, err := cli.Builtin("kube-rdma", usage, args, stdout, stderr); ok {
 		if err == nil && cli.IsVersion(args[0]) {

@@ -60,6 +60,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer drv.Stop() // when the agent does not run; it stops its front ends itself
 	}
 	cfg.NetnsMode = e2eNetnsMode()
+	if cfg.plugin.MemlockHook, err = installMemlockHook(cfg.hookDir, cfg.hookBinary); err != nil {
+		return err
+	}
 	d, dp, err := newAgent(cfg, drv)
 	if err != nil {
 		return err
@@ -156,6 +159,8 @@ type runConfig struct {
 	statusAuth  statusAuthFlags
 	reclaim     reclaimFlags
 	cniMetrics  cniMetricsFlags
+	hookDir     string
+	hookBinary  string
 }
 
 func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
@@ -167,6 +172,8 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root")
 	fs.StringVar(&cfg.plugin.DevRoot, "dev-root", "/dev", "where the host's /dev is visible to the daemon (read only; responses name /dev paths)")
 	fs.StringVar(&cfg.plugin.CDIDir, "cdi-dir", "/var/run/cdi", "directory for CDI specs; empty disables CDI")
+	fs.StringVar(&cfg.hookDir, "memlock-hook-dir", "", "host directory (seen by the daemon at the same path) where the daemon installs the kube-rdma binary that each pool's CDI spec runs as a createRuntime hook: every container given a pool's devices gets the pool's memlock, with or without NRI (docs/device-plugin.md, Locked memory); needs --cdi-dir; empty: no hook")
+	fs.StringVar(&cfg.hookBinary, "memlock-hook-binary", "", "the kube-rdma binary to install in --memlock-hook-dir; empty: kube-rdma beside this executable (the image's /usr/local/bin/kube-rdma)")
 	fs.StringVar(&cfg.plugin.DeviceInfoDir, "device-info-dir", "", "directory of the NPWG device-info files of allocated devices, which Multus reads (the host's "+devinfo.DefaultDPDir+", seen by the daemon at the same path); empty writes none")
 	fs.StringVar(&cfg.AllocDir, "alloc-dir", allocdir.DefaultRoot, "host directory of gpuAligned pools (pool files, allocation directories), seen at the same path by the daemon; empty refuses gpuAligned pools")
 	fs.StringVar(&cfg.PoolsFile, "pools-file", nodepools.Path(allocdir.DefaultRoot), "the node's pools file (the served pools' devices), read by the CNI plugin at <its node file's allocDir>/"+nodepools.FileName+"; empty writes none")
@@ -215,6 +222,9 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runConfig, error) {
 	cfg.Logger = newLogger(stderr, lv)
 	cfg.plugin.AllocDir, cfg.plugin.Logger = cfg.AllocDir, cfg.Logger
 	cfg.Uninstalling = uninstalling(cfg.reclaim.binDir)
+	if cfg.hookDir != "" && cfg.plugin.CDIDir == "" {
+		return cfg, cli.Usagef("run: --memlock-hook-dir needs --cdi-dir: the hook is in the pools' CDI specs")
+	}
 	return cfg, nil
 }
 

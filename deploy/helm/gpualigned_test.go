@@ -24,7 +24,7 @@ func TestGPUAligned(t *testing.T) {
 		t.Errorf("bindings %q, %q; want gpuAligned, none", c.Pools[0].Binding, c.Pools[1].Binding)
 	}
 	ds := daemonSet(t, objs)
-	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/var/lib/kube-rdma/hooks": false, "/dev": true,
 		"/var/lib/kubelet/pod-resources": true, "/run/rdma/alloc": false}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
@@ -54,7 +54,7 @@ func TestGPUAlignedWithoutNodeState(t *testing.T) {
 	objs := render(t, "--set", "nodeState.enabled=false", "--set-json",
 		`config.pools=[{"name":"gpu-nics","mode":"exclusive","binding":"gpuAligned","selectors":{"linkLayers":["InfiniBand"]}}]`)
 	ds := daemonSet(t, objs)
-	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/var/lib/kube-rdma/hooks": false, "/dev": true,
 		"/var/lib/kubelet/pod-resources": true, "/var/run/kube-rdma/alloc": false}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)

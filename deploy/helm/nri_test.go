@@ -75,3 +75,34 @@ func TestNRIRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestMemlockHook: the memlock hook's directory is mounted read-write at the host's path and
+// passed to the daemon; without CDI (cdiDir "") or with memlockHookDir "" there is no hook, no
+// mount and an empty flag.
+func TestMemlockHook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+		dir  string
+	}{
+		{"default", nil, "/var/lib/kube-rdma/hooks"},
+		{"other dir", []string{"--set", "devicePlugin.memlockHookDir=/opt/kr/hooks"}, "/opt/kr/hooks"},
+		{"no cdi", []string{"--set", "devicePlugin.cdiDir="}, ""},
+		{"off", []string{"--set", "devicePlugin.memlockHookDir="}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := daemonSet(t, render(t, tc.set...))
+			if a := "--memlock-hook-dir=" + tc.dir; !slices.Contains(ds.Template.Spec.Containers[0].Args, a) {
+				t.Errorf("device plugin args %q lack %s", ds.Template.Spec.Containers[0].Args, a)
+			}
+			for p, ro := range hostPaths(ds) {
+				if strings.Contains(p, "hooks") && (p != tc.dir || ro) {
+					t.Errorf("host path %s (read-only %v), want only %q read-write", p, ro, tc.dir)
+				}
+			}
+			if _, ok := hostPaths(ds)[tc.dir]; tc.dir != "" && !ok {
+				t.Errorf("host paths %v lack %s", hostPaths(ds), tc.dir)
+			}
+		})
+	}
+}

@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	if diff := cmp.Diff([]string{"device-plugin"}, containerNames(spec.Containers)); diff != "" || len(spec.InitContainers) != 0 {
 		t.Errorf("containers (-want +got):\n%s init containers %v", diff, containerNames(spec.InitContainers))
 	}
-	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/var/lib/kube-rdma/hooks": false, "/dev": true,
 		"/var/lib/kubelet/pod-resources": true}
 	if diff := cmp.Diff(want, hostPaths(ds)); diff != "" {
 		t.Errorf("host paths, true = read-only (-want +got):\n%s", diff)
@@ -62,7 +62,7 @@ func TestDefaults(t *testing.T) {
 	checkUnprivileged(t, spec.Containers)
 	args := spec.Containers[0].Args
 	for _, a := range []string{"--config=/etc/kube-rdma/config.yaml", "--kubelet-dir=/var/lib/kubelet/device-plugins",
-		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--metrics-addr=127.0.0.1:9478",
+		"--sysfs-root=/sys", "--dev-root=/host/dev", "--cdi-dir=/var/run/cdi", "--memlock-hook-dir=/var/lib/kube-rdma/hooks", "--metrics-addr=127.0.0.1:9478",
 		"--cni-state-dir=" /* no CNI plugin installed: no records to read */, "--cni-mode=not-installed",
 		"--alloc-dir=", /* no gpuAligned pool: no alloc dir mounted, the daemon refuses one added by hand */
 		"--pools-file=" /* no CNI plugin to read it */} {
@@ -175,7 +175,7 @@ func TestChained(t *testing.T) {
 	}
 	// The daemon's CAP_NET_ADMIN and its read-write state dir are the reclaimer's (TestReclaim).
 	checkUnprivileged(t, append(spec.InitContainers, spec.Containers[1:]...))
-	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/dev": true,
+	want := map[string]bool{"/var/lib/kubelet/device-plugins": false, "/var/run/cdi": false, "/var/lib/kube-rdma/hooks": false, "/dev": true,
 		"/srv/fixture/sys": true, "/opt/cni/bin": false, "/etc/cni/net.d": false, "/var/lib/cni/kube-rdma": false,
 		"/var/lib/cni/kube-rdma/metrics": false, "/var/lib/k/pod-resources": true, "/var/run/kube-rdma/alloc": false,
 		"/var/lib/cni/networks": false, "/var/run/netns": true}

@@ -197,6 +197,8 @@ node_state() {
     echo "cni-conf $(basename "$f") $(jq -cS . "$f" 2>/dev/null | sha256sum | cut -c1-16)"
   done
   find "$NODE_RUN/cdi" -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'cdi %f\n' 2>/dev/null
+  # The memlock hook binaries the pools' CDI specs name: the daemon removes them with the specs.
+  find /var/lib/kube-rdma/hooks -mindepth 1 -maxdepth 1 -name 'kube-rdma-hook-*' -printf 'memlock-hook %f\n' 2>/dev/null || true
   find /var/lib/kubelet/device-plugins -mindepth 1 -maxdepth 1 -name 'kube-rdma*' -printf 'socket %f\n' 2>/dev/null
   # The daemon's pools file (pkg/hostapi/nodepools) and its lent-devices file beside it, in
   # the chart's allocDir: the default, or the gpuAligned phase's. helm uninstall removes them

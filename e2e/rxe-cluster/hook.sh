@@ -161,6 +161,7 @@ verb_node_state() {
 if [ -f \$bin ]; then echo \"cni-bin \$bin sha256:\$(sha256sum \$bin | cut -d' ' -f1)\"; else echo \"cni-bin \$bin absent\"; fi
 for d in /var/run/cdi /etc/cdi; do for f in \"\$d\"/kube-rdma-*; do [ -e \"\$f\" ] && echo \"cdi \$f\"; done; done
 for f in /var/lib/kubelet/device-plugins/kube-rdma-*; do [ -e \"\$f\" ] && echo \"device-plugin \$f\"; done
+for f in /var/lib/kube-rdma/hooks/kube-rdma-hook-*; do [ -e \"\$f\" ] && echo \"memlock-hook \$f\"; done
 [ -e /var/run/kube-rdma/alloc/_pools.json ] && echo 'pools-file /var/run/kube-rdma/alloc/_pools.json'
 [ -e /var/run/kube-rdma/alloc/_lent-devices.json ] && echo 'pools-file /var/run/kube-rdma/alloc/_lent-devices.json'
 $IP -o link show | awk -F': ' '{n = \$2; sub(/@.*/, \"\", n); if (n !~ /^(veth|cni0)/) print \"link \" n (\$3 ~ /[<,]UP[,>]/ ? \" UP\" : \" DOWN\")}'

@@ -223,6 +223,13 @@ func (l localNodeDesc) nodeValues() values {
 			// in a directory it does not see is left to DEL and GC).
 			"reclaim": values{"ipamDataDir": l.rdmaIPAM, "netnsDir": l.nodeRun + "/containerd/state/io.containerd.grpc.v1.cri/netns"}},
 	}
+	if !l.memlockRaisable {
+		// The memlock hook raises a container's limit from the host, which here takes the
+		// CAP_SYS_RESOURCE this machine's root lacks: every pool left at the default
+		// (unlimited) would fail to start its pods. The hook is checked where the
+		// capability is (the rxe-cluster e2e's guests).
+		v["devicePlugin"].(values)["memlockHookDir"] = ""
+	}
 	if l.fromRegistry {
 		delete(v, "image") // the chart's defaults: the image its release pushed beside it
 	}
@@ -230,12 +237,16 @@ func (l localNodeDesc) nodeValues() values {
 }
 
 // prevNodeValues are nodeValues without what the previous release's chart does not know (its
-// values schema refuses unknown keys): cni.reclaim came after it.
+// values schema refuses unknown keys): cni.reclaim and devicePlugin.memlockHookDir came after
+// it.
 func (l localNodeDesc) prevNodeValues() values {
 	v := l.nodeValues()
 	cni := maps.Clone(v["cni"].(values))
 	delete(cni, "reclaim")
 	v["cni"] = cni
+	dp := maps.Clone(v["devicePlugin"].(values))
+	delete(dp, "memlockHookDir")
+	v["devicePlugin"] = dp
 	return v
 }
 

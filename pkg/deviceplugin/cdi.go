@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"fmt"
 	"path/filepath"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -8,6 +9,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
 // cdiSharedDevice is the CDI device name of a shared pool's whole set.
@@ -30,6 +32,7 @@ func cdiAnnotationKey(pool string) string {
 type cdiWriter struct {
 	dir     string
 	devRoot string
+	hook    string // the memlock hook's host path; "" for none
 }
 
 func (w cdiWriter) path(pool string) string {
@@ -44,6 +47,18 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	spec := cdispec.Spec{Kind: resource, Devices: []cdispec.Device{}}
 	if containeredits.Present(w.devRoot, RDMACM) {
 		spec.ContainerEdits.DeviceNodes = containeredits.CDIDeviceNodes([]string{RDMACM})
+	}
+	// The hook is the spec's, not a device's: the runtime applies a spec's
+	// own edits once per container however many of its devices it gets.
+	if w.hook != "" {
+		limit := config.MemlockUnlimited
+		if pool.Memlock != "" {
+			var err error
+			if limit, err = config.ParseMemlock(pool.Memlock); err != nil {
+				return false, fmt.Errorf("pool %s: %w", pool.Name, err)
+			}
+		}
+		spec.ContainerEdits.Hooks = []*cdispec.Hook{memlockhook.CDIHook(w.hook, limit)}
 	}
 	// Device nodes only. The environment names every device of the container
 	// (NCCL_IB_HCA==mlx5_3,mlx5_4), so it is the Allocate response's, which

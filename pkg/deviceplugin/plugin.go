@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
 // Config is what the device plugin front end needs; cmd/device-plugin fills
@@ -44,6 +46,11 @@ type Config struct {
 	DevRoot string
 	// CDIDir is where CDI specs are written; "" disables CDI.
 	CDIDir string
+	// MemlockHook is the host path of the kube-rdma binary that each pool's
+	// CDI spec runs as a createRuntime hook to raise the container's
+	// RLIMIT_MEMLOCK to the pool's memlock (pkg/memlockhook); "" names no
+	// hook. Only with CDIDir.
+	MemlockHook string
 	// AllocDir is the host directory of gpuAligned pools (pool files and
 	// allocation directories, docs/gpu-aligned.md). The daemon must see it
 	// at the same path as the host: Allocate's mounts name it. The agent
@@ -108,7 +115,7 @@ func New(cfg Config) (*Plugin, error) {
 	p := &Plugin{cfg: cfg, log: cfg.Logger, m: newMetrics(), pools: map[string]*poolServer{}, registered: make(chan struct{}),
 		alloc: allocContext{devRoot: cfg.DevRoot, cdi: cfg.CDIDir != "", allocDir: cfg.AllocDir, devInfoDir: cfg.DeviceInfoDir}}
 	if cfg.CDIDir != "" {
-		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot}
+		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot, hook: cfg.MemlockHook}
 	}
 	return p, nil
 }
@@ -277,6 +284,13 @@ func (p *Plugin) Stop() {
 		p.mu.Lock()
 		delete(p.pools, name)
 		p.mu.Unlock()
+	}
+	// The hook binary goes with the last spec that names it; specs another
+	// daemon serves now keep theirs.
+	if p.cfg.MemlockHook != "" && p.cfg.CDIDir != "" {
+		if err := memlockhook.RemoveUnused(filepath.Dir(p.cfg.MemlockHook), p.cfg.CDIDir); err != nil {
+			p.log.Warn("remove the memlock hook binary", "err", err)
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ func containerScript(netdevs, rdmaDevices []string) string {
 	var b strings.Builder
 	b.WriteString(`for f in /dev/infiniband/uverbs*; do [ -e "$f" ] || continue; if e=$( (exec 3<>"$f") 2>&1 ); then echo "dev $f ok"; else echo "dev $f err ${e##*: }"; fi; done
 echo "memlock $(ulimit -l)"
+while read -r a b c d _; do [ "$a $b $c" = "Max locked memory" ] && echo "memlock-main $d"; done 2>/dev/null </proc/1/limits
 echo "hca ${NCCL_IB_HCA-<unset>}"
 echo "gidindex ${NCCL_IB_GID_INDEX-<unset>}"
 command -v ip >/dev/null 2>&1 || echo "noip"
@@ -60,9 +61,10 @@ type gidEntry struct {
 type containerView struct {
 	devOK     []string
 	devErr    map[string]string // device node -> the shell's open error
-	memlock   string
-	hca       string // "<unset>" when unset
-	gidIndex  string // "<unset>" when unset
+	memlock   string            // ulimit -l of the exec'd shell: KiB or "unlimited"
+	mainLock  string            // the soft RLIMIT_MEMLOCK of the container's PID 1, in bytes or "unlimited"; "" unread
+	hca       string            // "<unset>" when unset
+	gidIndex  string            // "<unset>" when unset
 	noIP      bool
 	operstate map[string]string   // netdev -> operstate ("missing")
 	addrs     map[string][]string // netdev -> addresses
@@ -84,6 +86,8 @@ func parseContainerView(out string) containerView {
 			v.devErr[strings.TrimPrefix(f[0], "/dev/infiniband/")] = strings.TrimSpace(msg)
 		case key == "memlock":
 			v.memlock = rest
+		case key == "memlock-main":
+			v.mainLock = rest
 		case key == "hca":
 			v.hca = rest
 		case key == "gidindex":

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +52,10 @@ func TestContainerScriptRuns(t *testing.T) {
 	v := parseContainerView(string(out))
 	if v.memlock == "" || v.hca == "" || v.gidIndex == "" {
 		t.Errorf("memlock %q, hca %q, gidindex %q from:\n%s", v.memlock, v.hca, v.gidIndex, out)
+	}
+	// PID 1's soft limit, from its /proc/1/limits line, in bytes.
+	if _, err := strconv.ParseUint(v.mainLock, 10, 64); err != nil && v.mainLock != "unlimited" {
+		t.Errorf("memlock of PID 1 %q from:\n%s", v.mainLock, out)
 	}
 	if st := v.operstate["lo"]; st != "unknown" && st != "up" {
 		t.Errorf("lo operstate %q from:\n%s", st, out)
@@ -134,5 +139,29 @@ func TestGIDCheckFixByMode(t *testing.T) {
 	v = parseContainerView("rdma mlx5_3 present\ngid mlx5_3 1 0 IB/RoCE v1\n")
 	if c := gidCheck(v, a, "shared"); c.Verdict != Fail || !strings.Contains(c.Detail, "no RoCE v2 GID") {
 		t.Errorf("no RoCE v2 GID: %+v", c)
+	}
+}
+
+// TestMemlockCheck: the exec'd shell's limit and the container's first
+// process's (what the memlock hook raises) give the verdict.
+func TestMemlockCheck(t *testing.T) {
+	for _, tc := range []struct {
+		exec, main string
+		verdict    Verdict
+		detail     string
+	}{
+		{"unlimited", "unlimited", Pass, "unlimited"},
+		{"unlimited", "", Pass, "unlimited"},
+		{"8192", "unlimited", Pass, "unlimited for the container's processes; 8192 KiB for processes started with kubectl exec"},
+		{"8192", "8388608", Warn, "locked memory limited to 8192 KiB"},
+		{"8192", "", Warn, "locked memory limited to 8192 KiB"},
+		{"8192", "68719476736", Warn, "locked memory limited to 8192 KiB (67108864 KiB for the container's first process)"},
+		// A shared process namespace: PID 1 is the sandbox's, the shell's is what counts.
+		{"unlimited", "8388608", Pass, "unlimited"},
+	} {
+		c := memlockCheck(containerView{memlock: tc.exec, mainLock: tc.main})
+		if c.Verdict != tc.verdict || !strings.HasPrefix(c.Detail, tc.detail) || (c.Verdict == Warn) != (c.Fix != "") {
+			t.Errorf("exec %s, main %s: %v %q (fix %q); want %v %q...", tc.exec, tc.main, c.Verdict, c.Detail, c.Fix, tc.verdict, tc.detail)
+		}
 	}
 }

@@ -243,9 +243,23 @@ func joinInts(v []int) string {
 
 func memlockCheck(v containerView) Check {
 	c := Check{Name: containerCheckNames[3], Verdict: Pass, Detail: v.memlock}
-	if v.memlock != "unlimited" {
+	main := v.mainLock
+	if n, err := strconv.ParseUint(main, 10, 64); err == nil {
+		main = strconv.FormatUint(n/1024, 10)
+	}
+	switch {
+	case v.memlock == "unlimited":
+	case main == "unlimited":
+		// The memlock hook raised the container's first process (the
+		// workload and what it starts); a kubectl exec'd process gets the
+		// runtime's limit unless NRI set it in the container's spec.
+		c.Detail = "unlimited for the container's processes; " + v.memlock + " KiB for processes started with kubectl exec (the runtime's limit: with nri.enabled they get the pool's too)"
+	default:
 		c.Verdict, c.Detail = Warn, "locked memory limited to "+v.memlock+" KiB"
-		c.Fix = "RDMA pins its buffers: turn on the chart's nri.enabled (the daemon then sets RLIMIT_MEMLOCK for containers with our devices; needs NRI in the runtime), or raise the runtime's own limit for every container (containerd's unit LimitMEMLOCK=infinity)"
+		if main != "" && main != v.memlock {
+			c.Detail += " (" + main + " KiB for the container's first process)"
+		}
+		c.Fix = "RDMA pins its buffers: keep the chart's devicePlugin.memlockHookDir set with CDI on in the runtime (the pools' CDI specs then raise RLIMIT_MEMLOCK of containers with our devices), turn on nri.enabled (needs NRI in the runtime; covers kubectl exec'd processes too), or raise the runtime's own limit for every container (containerd's unit LimitMEMLOCK=infinity)"
 	}
 	return c
 }
