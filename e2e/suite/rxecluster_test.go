@@ -78,8 +78,9 @@ func parseRXECluster(d map[string]string) (rxeClusterDesc, error) {
 
 // values are the release's: a pool of every node's soft-RoCE device, the CNI chained on it
 // with one host-local range (the harness starts each node after the first 32 addresses
-// further), the node state, NRI (the containers' RLIMIT_MEMLOCK: doctor warns at the
-// runtime's 8 MiB), and the API server's address for the daemon (no kube-proxy).
+// further), the node state, NRI off (the containers' RLIMIT_MEMLOCK comes from the memlock
+// hook in the pool's CDI spec alone, which CrossNode checks through doctor), and the API
+// server's address for the daemon (no kube-proxy).
 func (c rxeClusterDesc) values() values {
 	return values{
 		"image": values{"repository": c.imageRepo, "tag": c.imageTag, "pullPolicy": "Never"},
@@ -106,7 +107,7 @@ func (c rxeClusterDesc) values() values {
 			// socket and CDI spec. Its exit needs milliseconds of a CPU that runs.
 			"terminationGracePeriodSeconds": 120},
 		"nodeState": values{"enabled": true},
-		"nri":       values{"enabled": true},
+		"nri":       values{"enabled": false},
 	}
 }
 
@@ -165,6 +166,8 @@ func (c rxeClusterDesc) draPhase() phase {
 		"selectors": values{"kinds": []string{"virtual"}, "rdmaDevices": []string{c.device}}}}}
 	dra["cni"].(values)["chained"].(values)["pool"] = rxeDRAPool
 	dra["dra"] = values{"enabled": true}
+	// A claim's CDI spec names no memlock hook: its containers' limit is the NRI plugin's.
+	dra["nri"] = values{"enabled": true}
 	p.config = func(cf *config) {
 		cf.pools = []pool{{rxePool, "exclusive", 1}}
 		cf.chainedPool = rxePool

@@ -280,6 +280,11 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 		if code != 0 || len(lines) == 0 {
 			t.Errorf("doctor on %s: exit %d, %d checks", n, code, len(lines))
 		}
+		// NRI is off: the container's own processes have the pool's limit (unlimited) from
+		// the memlock hook, a kubectl exec'd shell the runtime's.
+		if got := lines["in container: ulimit -l (locked memory)"]; !strings.HasPrefix(got, "PASS unlimited for the container's processes") {
+			t.Errorf("doctor on %s: locked memory %q: want the container's processes unlimited by the memlock hook (NRI off), an exec'd shell at the runtime's limit", n, got)
+		}
 		checks = append(checks, len(lines))
 	}
 	// The ratio of the writes (the same size and duration both times): the Gb/sec figures
