@@ -52,6 +52,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := setStatusAuth(&cfg, a); err != nil {
 		return err
 	}
+	// Before the front ends: the pools' and claims' CDI specs name the hook.
+	if cfg.plugin.MemlockHook, err = installMemlockHook(cfg.hookDir, cfg.hookBinary); err != nil {
+		return err
+	}
 	drv, err := startDRA(ctx, cfg, a)
 	if err != nil {
 		return err
@@ -60,9 +64,6 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer drv.Stop() // when the agent does not run; it stops its front ends itself
 	}
 	cfg.NetnsMode = e2eNetnsMode()
-	if cfg.plugin.MemlockHook, err = installMemlockHook(cfg.hookDir, cfg.hookBinary); err != nil {
-		return err
-	}
 	d, dp, err := newAgent(cfg, drv)
 	if err != nil {
 		return err

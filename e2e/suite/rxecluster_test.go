@@ -166,7 +166,7 @@ func (c rxeClusterDesc) draPhase() phase {
 		"selectors": values{"kinds": []string{"virtual"}, "rdmaDevices": []string{c.device}}}}}
 	dra["cni"].(values)["chained"].(values)["pool"] = rxeDRAPool
 	dra["dra"] = values{"enabled": true}
-	// A claim's CDI spec names no memlock hook: its containers' limit is the NRI plugin's.
+	// NRI on beside the memlock hook: the runtime applies NRI's limit after the hook's.
 	dra["nri"] = values{"enabled": true}
 	p.config = func(cf *config) {
 		cf.pools = []pool{{rxePool, "exclusive", 1}}

@@ -47,6 +47,9 @@ type DriverConfig struct {
 	CDIDir string
 	// DevRoot is where this process sees the host's /dev.
 	DevRoot string
+	// MemlockHook is the host path of the memlock hook binary the claims'
+	// CDI specs run (pkg/memlockhook); "" names none.
+	MemlockHook string
 	// HealthInterval is how often device health is re-sent to the kubelet
 	// while nothing changes; 0 means 10 s (the kubelet marks a device's
 	// health unknown after 30 s without one).
@@ -129,7 +132,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{}), refused: make(chan struct{})}
-	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger}
+	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger, MemlockHook: cfg.MemlockHook}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(DriverName),
@@ -228,6 +231,7 @@ func (d *Driver) Publish(pools map[string][]discovery.RDMADevice, opts map[strin
 		if opts[name].NoNCCL {
 			ix.SetNoNCCL(pool)
 		}
+		ix.SetMemlock(pool, opts[name].Memlock)
 		var sl []resourceslice.Slice
 		for _, s := range Slices(devs) {
 			sl = append(sl, resourceslice.Slice{Devices: s})
@@ -285,6 +289,13 @@ func (d *Driver) NCCL(pool string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.index.NCCL(pool)
+}
+
+// Memlock implements Lookup over the last publication.
+func (d *Driver) Memlock(pool string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.index.Memlock(pool)
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.

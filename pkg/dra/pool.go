@@ -21,7 +21,19 @@ func PoolName(node, pool string) string { return claimrecord.DRAPool(node, pool)
 type Index struct {
 	devices map[string]map[string]discovery.RDMADevice
 	noNCCL  map[string]bool
+	memlock map[string]uint64
 }
+
+// SetMemlock records a pool's locked-memory limit (0: none).
+func (ix *Index) SetMemlock(pool string, limit uint64) {
+	if ix.memlock == nil {
+		ix.memlock = map[string]uint64{}
+	}
+	ix.memlock[pool] = limit
+}
+
+// Memlock implements Lookup: the pool's limit, 0 when it has none.
+func (ix *Index) Memlock(pool string) uint64 { return ix.memlock[pool] }
 
 // Add records a pool's published devices.
 func (ix *Index) Add(pool string, devs []Device) {

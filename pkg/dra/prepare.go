@@ -17,6 +17,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
 // CDIKind is the CDI kind of the claims' devices. Each claim gets its own
@@ -39,6 +40,9 @@ type Lookup interface {
 	Device(pool, device string) (discovery.RDMADevice, bool)
 	// NCCL reports whether the pool sets NCCL's variables.
 	NCCL(pool string) bool
+	// Memlock is the pool's locked-memory limit for the memlock hook; 0
+	// names no hook.
+	Memlock(pool string) uint64
 }
 
 // Claim is what Prepare needs of a ResourceClaim: its identity, the pods
@@ -91,6 +95,10 @@ type Preparer struct {
 	// DevRoot is where this process sees the host's /dev (is rdma_cm there?).
 	DevRoot string
 	Devices Lookup
+	// MemlockHook is the host path of the memlock hook binary; the claim's
+	// spec runs it with the highest memlock of its devices' pools. "" names
+	// no hook.
+	MemlockHook string
 	// Log gets the records that did not decode and were moved aside
 	// (claimrecord.Damaged), once each, and the records written again from
 	// memory; nil discards.
@@ -128,6 +136,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	var requests []string
+	var memlock uint64
 	byRequest := map[string][]discovery.RDMADevice{}
 	var ncclDevs []discovery.RDMADevice
 	ncclRequest := map[string]bool{}
@@ -145,6 +154,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 			requests = append(requests, r.Request)
 		}
 		byRequest[r.Request] = append(byRequest[r.Request], d)
+		memlock = max(memlock, p.Devices.Memlock(r.Pool))
 		if p.Devices.NCCL(r.Pool) && !slices.ContainsFunc(ncclDevs, func(x discovery.RDMADevice) bool { return x.Name == d.Name }) {
 			ncclDevs = append(ncclDevs, d)
 			ncclRequest[r.Request] = true
@@ -155,6 +165,9 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	spec := cdispec.Spec{Kind: CDIKind, Devices: []cdispec.Device{}}
 	if containeredits.Present(p.DevRoot, containeredits.RDMACM) {
 		spec.ContainerEdits.DeviceNodes = containeredits.CDIDeviceNodes([]string{containeredits.RDMACM})
+	}
+	if p.MemlockHook != "" && memlock > 0 {
+		spec.ContainerEdits.Hooks = []*cdispec.Hook{memlockhook.CDIHook(p.MemlockHook, memlock)}
 	}
 	ids := map[string]string{}
 	for _, req := range requests {

@@ -20,6 +20,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
 const pool = "node-a/hca"
@@ -469,5 +470,77 @@ func TestRestoreMovedAsideRecord(t *testing.T) {
 	p2.Restore()
 	if _, err := os.Stat(filepath.Join(f.stateDir, "uid-torn.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a process that never knew the record wrote something: %v", err)
+	}
+}
+
+// TestPrepareMemlockHook: with a hook path, a claim's spec runs the memlock
+// hook once, with the highest memlock of its devices' pools; a claim of
+// pools without one, or a preparer without a hook, names none.
+func TestPrepareMemlockHook(t *testing.T) {
+	_, node := scan(t, nodesim.LocalNode(2))
+	devs, errs := dra.Devices(node.RDMADevices, health(node))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var ib, vf []dra.Device
+	for _, d := range devs {
+		if d.RDMA.LinkLayer == "InfiniBand" {
+			ib = append(ib, d)
+		} else {
+			vf = append(vf, d)
+		}
+	}
+	both := []dra.Result{{Request: "a", Pool: "n/ib", Device: ib[0].API.Name}, {Request: "b", Pool: "n/vf", Device: vf[0].API.Name}}
+	for i, tt := range []struct {
+		name       string
+		hook       string
+		ib, vf     uint64
+		results    []dra.Result
+		wantLimits []string
+	}{
+		{"highest of two pools", "/h/kube-rdma-hook-1", 4 << 20, 64 << 30, both, []string{"68719476736"}},
+		{"unlimited wins", "/h/kube-rdma-hook-1", memlockhook.Unlimited, 64 << 30, both, []string{"unlimited"}},
+		{"pool without a limit", "/h/kube-rdma-hook-1", 0, 64 << 30, both[:1], nil},
+		{"no hook", "", 4 << 20, 64 << 30, both, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := &dra.Index{}
+			ix.Add("n/ib", ib)
+			ix.Add("n/vf", vf)
+			ix.SetMemlock("n/ib", tt.ib)
+			ix.SetMemlock("n/vf", tt.vf)
+			cdiDir := t.TempDir()
+			p := &dra.Preparer{CDIDir: cdiDir, StateDir: t.TempDir(), DevRoot: t.TempDir(), Devices: ix, MemlockHook: tt.hook}
+			uid := fmt.Sprintf("uid-%d", i)
+			if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", Results: tt.results}); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join(cdiDir, "kube-rdma-claim-"+uid+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec cdispec.Spec
+			if err := json.Unmarshal(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			var limits []string
+			for _, h := range spec.ContainerEdits.Hooks {
+				if h.HookName != "createRuntime" || h.Path != tt.hook || len(h.Args) != 4 || h.Args[1] != memlockhook.Command {
+					t.Errorf("hook %+v", h)
+				}
+				limits = append(limits, h.Args[len(h.Args)-1])
+			}
+			for _, d := range spec.Devices {
+				if len(d.ContainerEdits.Hooks) != 0 {
+					t.Errorf("device %s carries hooks %+v: the spec's own edits hold it, once per container", d.Name, d.ContainerEdits.Hooks)
+				}
+			}
+			if diff := cmp.Diff(tt.wantLimits, limits); diff != "" {
+				t.Errorf("hook limits (-want +got):\n%s", diff)
+			}
+			if err := cdispec.ValidateVersion(&spec); err != nil {
+				t.Errorf("spec version: %v", err)
+			}
+		})
 	}
 }

@@ -33,6 +33,9 @@ const ConsumableCapacityGate = "DRAConsumableCapacity"
 type PoolOptions struct {
 	// NoNCCL: the pool does not set NCCL's variables (config nccl: false).
 	NoNCCL bool
+	// Memlock is the pool's RLIMIT_MEMLOCK for the memlock hook in its
+	// claims' CDI specs (config memlock); 0 names no hook for the pool.
+	Memlock uint64
 	// Shares is how many claims a device of the pool takes at once (the
 	// slots of a shared pool); 0 publishes the devices for one claim each.
 	Shares int

@@ -84,9 +84,10 @@ type Pool struct {
 	// Frontend serves the pool: "" or DevicePlugin, or DRA. A pool has
 	// exactly one, and a device is in one pool only.
 	Frontend Frontend `json:"frontend,omitempty"`
-	// Memlock is the RLIMIT_MEMLOCK (soft = hard) the NRI plugin gives the
-	// containers that got this pool's devices: "unlimited" or a quantity
-	// such as 64Gi; "" is unlimited. Only used with --nri.
+	// Memlock is the RLIMIT_MEMLOCK (soft = hard) that the memlock hook in
+	// the pool's CDI specs and the NRI plugin give the containers that got
+	// this pool's devices: "unlimited" or a quantity such as 64Gi; "" is
+	// unlimited.
 	Memlock string `json:"memlock,omitempty"`
 	// NCCL says whether the pool sets NCCL's variables (NCCL_IB_HCA,
 	// NCCL_IB_GID_INDEX; NCCL_CONF_FILE for a gpuAligned pool) in its
