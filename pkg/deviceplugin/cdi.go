@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"fmt"
 	"path/filepath"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -51,14 +50,7 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	// The hook is the spec's, not a device's: the runtime applies a spec's
 	// own edits once per container however many of its devices it gets.
 	if w.hook != "" {
-		limit := config.MemlockUnlimited
-		if pool.Memlock != "" {
-			var err error
-			if limit, err = config.ParseMemlock(pool.Memlock); err != nil {
-				return false, fmt.Errorf("pool %s: %w", pool.Name, err)
-			}
-		}
-		spec.ContainerEdits.Hooks = []*cdispec.Hook{memlockhook.CDIHook(w.hook, limit)}
+		spec.ContainerEdits.Hooks = []*cdispec.Hook{memlockhook.CDIHook(w.hook, pool.MemlockLimit())}
 	}
 	// Device nodes only. The environment names every device of the container
 	// (NCCL_IB_HCA==mlx5_3,mlx5_4), so it is the Allocate response's, which

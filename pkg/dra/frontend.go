@@ -30,13 +30,7 @@ func (d *Driver) Update(u agent.Update) error {
 			continue
 		}
 		pools[a.Pool.Name] = append([]discovery.RDMADevice{}, a.Members...)
-		o := PoolOptions{NoNCCL: !a.Pool.SetsNCCL(), Memlock: config.MemlockUnlimited}
-		if a.Pool.Memlock != "" {
-			// The agent refuses a pool whose memlock does not parse.
-			if v, err := config.ParseMemlock(a.Pool.Memlock); err == nil {
-				o.Memlock = v
-			}
-		}
+		o := PoolOptions{NoNCCL: !a.Pool.SetsNCCL(), Memlock: a.Pool.MemlockLimit()}
 		if a.Pool.Mode == config.Shared {
 			o.Shares = a.Pool.SlotCount()
 		}

@@ -86,6 +86,20 @@ func (f fixture) spec(t *testing.T, uid string) (cdispec.Spec, bool) {
 	return s, true
 }
 
+// prepareSpec prepares a claim of results with p and returns the CDI spec
+// it wrote.
+func prepareSpec(t *testing.T, p *dra.Preparer, uid string, results []dra.Result) cdispec.Spec {
+	t.Helper()
+	if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", Results: results}); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := fixture{cdiDir: p.CDIDir}.spec(t, uid)
+	if !ok {
+		t.Fatalf("claim %s: no CDI spec in %s", uid, p.CDIDir)
+	}
+	return s
+}
+
 func env(d cdispec.Device) map[string]string {
 	m := map[string]string{}
 	for _, e := range d.ContainerEdits.Env {
@@ -198,20 +212,9 @@ func TestPrepareClaimOfTwoPools(t *testing.T) {
 			ix.Add("n/ib", ib)
 			ix.Add("n/vf", vf)
 			ix.SetNoNCCL(tt.noNCCL)
-			cdiDir := t.TempDir()
-			p := &dra.Preparer{CDIDir: cdiDir, StateDir: t.TempDir(), DevRoot: devDir, Devices: ix}
+			p := &dra.Preparer{CDIDir: t.TempDir(), StateDir: t.TempDir(), DevRoot: devDir, Devices: ix}
 			uid := fmt.Sprintf("uid-%d", i)
-			if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", Results: tt.results}); err != nil {
-				t.Fatal(err)
-			}
-			data, err := os.ReadFile(filepath.Join(cdiDir, "kube-rdma-claim-"+uid+".json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var spec cdispec.Spec
-			if err := json.Unmarshal(data, &spec); err != nil {
-				t.Fatal(err)
-			}
+			spec := prepareSpec(t, p, uid, tt.results)
 			got := map[string]map[string]string{}
 			for _, d := range spec.Devices {
 				got[strings.TrimPrefix(d.Name, uid+"-")] = env(d)
@@ -509,20 +512,8 @@ func TestPrepareMemlockHook(t *testing.T) {
 			ix.Add("n/vf", vf)
 			ix.SetMemlock("n/ib", tt.ib)
 			ix.SetMemlock("n/vf", tt.vf)
-			cdiDir := t.TempDir()
-			p := &dra.Preparer{CDIDir: cdiDir, StateDir: t.TempDir(), DevRoot: t.TempDir(), Devices: ix, MemlockHook: tt.hook}
-			uid := fmt.Sprintf("uid-%d", i)
-			if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", Results: tt.results}); err != nil {
-				t.Fatal(err)
-			}
-			data, err := os.ReadFile(filepath.Join(cdiDir, "kube-rdma-claim-"+uid+".json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var spec cdispec.Spec
-			if err := json.Unmarshal(data, &spec); err != nil {
-				t.Fatal(err)
-			}
+			p := &dra.Preparer{CDIDir: t.TempDir(), StateDir: t.TempDir(), DevRoot: t.TempDir(), Devices: ix, MemlockHook: tt.hook}
+			spec := prepareSpec(t, p, fmt.Sprintf("uid-%d", i), tt.results)
 			var limits []string
 			for _, h := range spec.ContainerEdits.Hooks {
 				if h.HookName != "createRuntime" || h.Path != tt.hook || len(h.Args) != 4 || h.Args[1] != memlockhook.Command {
