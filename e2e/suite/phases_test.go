@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -74,6 +75,9 @@ type release struct {
 	// report: the line to append to E2E_REPORT once the release's DaemonSet is ready ("":
 	// none); its %s is the seconds from helm install to then.
 	report string
+	// uninstallTimeout: helm uninstall's --timeout (0: rollout). Its pre-delete hook starts
+	// a pod on every node and then a Job's pod: three pod starts in a row.
+	uninstallTimeout time.Duration
 }
 
 type namedTest struct {
@@ -258,9 +262,14 @@ func (e *env) install(t *testing.T, phase string, r release) {
 func (e *env) uninstall(t *testing.T, releases []release, before map[string]string) {
 	t.Helper()
 	for _, r := range releases {
-		if _, err := e.runHelm(t.Context(), "uninstall", r.name, "--wait", "--timeout", rollout.String()); err != nil {
+		timeout := cmp.Or(r.uninstallTimeout, rollout)
+		start := time.Now()
+		if _, err := e.runHelm(t.Context(), "uninstall", r.name, "--wait", "--timeout", timeout.String()); err != nil {
+			t.Logf("the release's pods (its uninstall hook's too) after %s:\n%s", time.Since(start).Round(time.Second),
+				e.describePods(e.helm.namespace))
 			t.Fatal(err)
 		}
+		t.Logf("helm uninstall %s returned after %s", r.name, time.Since(start).Round(100*time.Millisecond))
 	}
 	start := time.Now()
 	for _, r := range releases {
@@ -282,6 +291,40 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 			e.appendReport(t, line)
 		}
 	}
+}
+
+// describePods is a line per pod of namespace ns: node, phase, whether it is being deleted,
+// and each container's state; it says so when the list fails.
+func (e *env) describePods(ns string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "  (list: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "  %s on %s: %s, created %s ago", p.Name, p.Spec.NodeName, p.Status.Phase,
+			time.Since(p.CreationTimestamp.Time).Round(time.Second))
+		if p.DeletionTimestamp != nil {
+			fmt.Fprintf(&b, ", deleted %s ago", time.Since(p.DeletionTimestamp.Time).Round(time.Second))
+		}
+		for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			switch st := c.State; {
+			case st.Running != nil:
+				fmt.Fprintf(&b, "; %s running since %s", c.Name, st.Running.StartedAt.Format(time.TimeOnly))
+			case st.Terminated != nil:
+				fmt.Fprintf(&b, "; %s exited %d at %s", c.Name, st.Terminated.ExitCode, st.Terminated.FinishedAt.Format(time.TimeOnly))
+			case st.Waiting != nil:
+				fmt.Fprintf(&b, "; %s waiting (%s)", c.Name, st.Waiting.Reason)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(pods.Items) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	return b.String()
 }
 
 // uninstallWait is how long a node of r may take to be as it was before helm install, after

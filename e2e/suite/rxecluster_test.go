@@ -111,6 +111,11 @@ func (c rxeClusterDesc) values() values {
 	}
 }
 
+// rxeUninstallTimeout is helm uninstall's --timeout in the guests: its pre-delete hook is
+// three pod starts in a row (the hook's pod on each node, then its Job's), and a pod start
+// takes up to 1.5 min in a starved guest: 5 min is too tight for three of them and deletion.
+const rxeUninstallTimeout = 10 * time.Minute
+
 func rxeCluster(d map[string]string) (harness, error) {
 	c, err := parseRXECluster(d)
 	if err != nil {
@@ -123,7 +128,8 @@ func rxeCluster(d map[string]string) (harness, error) {
 			cf.chainedPool, cf.portDevice = rxePool, c.device
 		},
 		releases: []release{{name: "kube-rdma", moreNodes: c.nodes[1:], values: []values{c.values()},
-			report: fmt.Sprintf("helm install on %d node(s): DaemonSet ready %%s s after", len(c.nodes))}},
+			report:           fmt.Sprintf("helm install on %d node(s): DaemonSet ready %%s s after", len(c.nodes)),
+			uninstallTimeout: rxeUninstallTimeout}},
 		installed: func(t *testing.T, e *env) {
 			for _, n := range c.nodes {
 				e.waitChained(t, n)
@@ -175,9 +181,11 @@ func (c rxeClusterDesc) draPhase() phase {
 	}
 	p.releases = []release{
 		{name: "kube-rdma", node: c.nodes[0], values: []values{pin(c.nodes[0], dra)},
-			report: "rxe-cluster-dra: release with the DRA front end on " + c.nodes[0] + ", DaemonSet ready %s s after helm install"},
+			report:           "rxe-cluster-dra: release with the DRA front end on " + c.nodes[0] + ", DaemonSet ready %s s after helm install",
+			uninstallTimeout: rxeUninstallTimeout},
 		{name: "kube-rdma-dp", node: c.nodes[1], values: []values{pin(c.nodes[1], c.values())},
-			report: "rxe-cluster-dra: release with the device plugin on " + c.nodes[1] + ", DaemonSet ready %s s after helm install"},
+			report:           "rxe-cluster-dra: release with the device plugin on " + c.nodes[1] + ", DaemonSet ready %s s after helm install",
+			uninstallTimeout: rxeUninstallTimeout},
 	}
 	p.installed = func(t *testing.T, e *env) {
 		e.waitChained(t, c.nodes[1])
