@@ -529,7 +529,7 @@ func (l localNodeDesc) gpuAlignedValues() (values, func(c *config), func(t *test
 // rdma.kube-rdma.io/ib and /vf, which the kubelet keeps in the node's allocatable at 0 once
 // their plugin is gone, and the scheduler gives an extended resource the node lists to the
 // device plugin, not to a DeviceClass's extendedResourceName. ib-dra is NCCL's fabric: the
-// VF pools set no NCCL_* (a config with two NCCL pools is refused).
+// VF pools set no NCCL_* (two NCCL pools with devices on the node would be reported).
 func (l localNodeDesc) draPhase() phase {
 	v, cfg, setup := l.draValues()
 	return phase{

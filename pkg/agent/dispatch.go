@@ -109,6 +109,9 @@ func (d *Agent) assign(snap *nodewatch.Snapshot) map[string][]discovery.RDMADevi
 			problems = append(problems, msg)
 		}
 	}
+	problems = append(problems, d.conf.NCCLConflicts(func(p config.Pool) bool {
+		return len(assigned[p.Name]) > 0 && d.refusal(p) == ""
+	})...)
 	for _, pr := range problems {
 		d.log.Warn("config problem", "problem", pr)
 	}

@@ -300,12 +300,12 @@ func ncclCheck(v containerView, a containerAlloc) Check {
 		c.Fix = "the device plugin sets NCCL_IB_HCA; an env in the pod spec or image must not unset it"
 	case !slices.Equal(hca, names) && len(a.ncclPools) > 1:
 		// Each pool's Allocate named its own devices and the kubelet kept
-		// one value: the daemon did not refuse two NCCL pools (an older
-		// daemon, or a pools file it has not loaded).
+		// one value: two NCCL pools with devices on the node (the daemon
+		// reports them as a configuration problem).
 		c.Verdict = Fail
 		c.Detail = fmt.Sprintf("NCCL_IB_HCA=%s, but the container has devices of pools %s, each of which sets NCCL_IB_HCA to its own devices (%s in all): the kubelet kept one pool's value, so NCCL uses only its NICs",
 			v.hca, strings.Join(a.ncclPools, " and "), strings.Join(names, ","))
-		c.Fix = "give every pool but NCCL's fabric nccl: false in the chart's config.pools and upgrade the release (a daemon that knows the setting refuses two such pools), then recreate the pod"
+		c.Fix = "put the NICs NCCL uses (every rail) in one pool and give the other pools nccl: false in the chart's config.pools, upgrade the release, then recreate the pod"
 	case !slices.Equal(hca, names):
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_HCA=%s, allocated %s", v.hca, strings.Join(names, ","))
 		c.Fix = "remove NCCL_IB_HCA from the pod spec: the device plugin sets it to the allocation"

@@ -92,9 +92,9 @@ type Pool struct {
 	// NCCL says whether the pool sets NCCL's variables (NCCL_IB_HCA,
 	// NCCL_IB_GID_INDEX; NCCL_CONF_FILE for a gpuAligned pool) in its
 	// containers; unset is true. The per-pool KUBE_RDMA_<POOL>_* variables
-	// are set either way. A container has one NCCL_IB_HCA: Validate refuses
-	// two NCCL pools whose devices a container could get together with
-	// different values (docs/device-plugin.md, "A pod with several pools").
+	// are set either way. A container has one NCCL_IB_HCA: two NCCL pools
+	// with devices on one node are reported there (NCCLConflicts;
+	// docs/device-plugin.md, "A pod with several pools").
 	NCCL      *bool     `json:"nccl,omitempty"`
 	Selectors Selectors `json:"selectors"`
 }

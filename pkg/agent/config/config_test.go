@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -149,23 +151,6 @@ func TestParseBad(t *testing.T) {
 			"pools[0].frontend: dra and binding gpuAligned do not go together: with DRA the scheduler aligns NICs and GPUs (matchAttribute on resource.kubernetes.io/pcieRoot or kube-rdma.io/pcieSwitch)"},
 		{"dra pool overlapping a shared pool", head + noNCCL("roce", "shared", "{linkLayers: [Ethernet]}") + dra("nics", "{vendors: [15b3]}", true),
 			`pools[1].selectors: pool "nics" may select the same devices as pool "roce" (pools[0]), and one of them has frontend dra: a device is served by exactly one front end; give both a selector field with no value in common`},
-		{"two device plugin pools set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + pool("vf", "exclusive", "{kinds: [VF], linkLayers: [Ethernet]}"),
-			`pools[1].nccl: pools "vf" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a pod that asks for both gets the NCCL_IB_HCA of one of them (each pool's Allocate names its own devices and the kubelet keeps one value per variable), so NCCL uses only that pool's NICs; ` +
-				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
-		{"two device plugin pools of one link layer set NCCL's variables", head + pool("rail0", "exclusive", "{rdmaDevices: [mlx5_0]}") + noNCCL("front", "shared", "{linkLayers: [Ethernet]}") +
-			"- name: rail1\n  mode: exclusive\n  nccl: true\n  selectors: {rdmaDevices: [mlx5_1]}\n",
-			`pools[2].nccl: pools "rail1" and "rail0" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a pod that asks for both gets the NCCL_IB_HCA of one of them (each pool's Allocate names its own devices and the kubelet keeps one value per variable), so NCCL uses only that pool's NICs; ` +
-				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
-		{"a dra pool and a device plugin pool set NCCL's variables", head + pool("ib", "exclusive", "{linkLayers: [InfiniBand]}") + dra("roce", "{linkLayers: [Ethernet]}", true),
-			`pools[1].nccl: pools "roce" and "ib" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
-				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
-		{"two dra pools set NCCL's variables", head + dra("rail0", "{rdmaDevices: [mlx5_0]}", true) + dra("rail1", "{rdmaDevices: [mlx5_1]}", true),
-			`pools[1].nccl: pools "rail1" and "rail0" (pools[0]) both set NCCL's variables (nccl is true unless set to false): ` +
-				`a pod with devices of both gets two NCCL_IB_HCA values (the kubelet's environment and a claim's CDI environment, or two claims') and the runtime keeps one, so NCCL uses only one pool's NICs; ` +
-				`set nccl: false on the pool that is not NCCL's fabric (a storage or front-end network), or select both pools' NICs in one pool`},
 		{"binding with wrong case", head + "- name: a\n  mode: exclusive\n  binding: GPUAligned\n  selectors: {vendors: [15b3]}\n",
 			`pools[0].binding: "GPUAligned" is not gpuAligned (or empty)`},
 	}
@@ -179,6 +164,55 @@ func TestParseBad(t *testing.T) {
 				t.Errorf("message (-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestNCCLConflicts: two or more NCCL pools load (a configuration an earlier
+// release accepted), and are reported where more than one has devices.
+func TestNCCLConflicts(t *testing.T) {
+	text := `resourcePrefix: rdma.example.com
+pools:
+- name: rail0
+  mode: exclusive
+  selectors: {rdmaDevices: [mlx5_0]}
+- name: rail1
+  mode: exclusive
+  frontend: dra
+  selectors: {rdmaDevices: [mlx5_1]}
+- name: roce
+  mode: exclusive
+  nccl: true
+  selectors: {rdmaDevices: [mlx5_4]}
+- name: storage
+  mode: shared
+  nccl: false
+  selectors: {rdmaDevices: [mlx5_9]}
+`
+	c, err := Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("Parse: %v; want three NCCL pools accepted", err)
+	}
+	on := func(names ...string) func(Pool) bool {
+		return func(p Pool) bool { return slices.Contains(names, p.Name) }
+	}
+	want := `pools "rail0", "rail1" all set NCCL's variables (nccl is true unless set to false) and have devices on this node: ` +
+		`a container with devices of two of them gets one pool's NCCL_IB_HCA (each pool names its own devices and the kubelet or the runtime ` +
+		`keeps one value per variable), so NCCL uses only that pool's NICs. Fix: select the NICs NCCL uses (every rail) in one pool, ` +
+		`and set nccl: false on pools that are not NCCL's fabric (a storage or front-end network)`
+	for _, tc := range []struct {
+		served []string
+		want   []string
+	}{
+		{[]string{"rail0", "rail1"}, []string{want}},
+		{[]string{"rail0", "rail1", "storage"}, []string{want}}, // storage sets none
+		{[]string{"roce", "storage"}, nil},                      // a RoCE node: one NCCL pool
+		{[]string{"rail0"}, nil},                                // an InfiniBand node with one rail
+		{nil, nil},                                              // nothing on the node
+		{[]string{"rail0", "rail1", "roce"}, []string{strings.Replace(want, `"rail1"`, `"rail1", "roce"`, 1)}}, // all three named
+	} {
+		if diff := cmp.Diff(tc.want, c.NCCLConflicts(on(tc.served...))); diff != "" {
+			t.Errorf("served %v (-want +got)\n%s", tc.served, diff)
+		}
 	}
 }
 

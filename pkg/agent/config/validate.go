@@ -108,7 +108,6 @@ func (c Config) Validate() error {
 		errs = append(errs, p.Selectors.validate(f+".selectors")...)
 	}
 	errs = append(errs, c.overlaps()...)
-	errs = append(errs, c.ncclConflicts()...)
 	return errors.Join(errs...)
 }
 
