@@ -60,6 +60,9 @@ func testMultiPoolPod(t *testing.T, e *env) {
 	if got := l.env["NCCL_IB_HCA"]; got != "="+ncclDevs {
 		t.Errorf("NCCL_IB_HCA=%q, want %q: the devices of the NCCL pool %s only, not %s's %s", got, "="+ncclDevs, nccl.name, other.name, otherDevs)
 	}
+	if got := l.env["UCX_NET_DEVICES"]; ucxDevices(got) != ncclDevs {
+		t.Errorf("UCX_NET_DEVICES=%q, want the ports of %s: the devices of the NCCL pool %s only, not %s's %s", got, ncclDevs, nccl.name, other.name, otherDevs)
+	}
 
 	state := e.waitNodeState(t, "the pod's allocations and attachment", func(s *v1alpha1.RDMANodeState) error {
 		for _, p := range []string{nccl.name, other.name} {

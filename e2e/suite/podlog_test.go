@@ -149,7 +149,32 @@ func envProblems(env map[string]string, pool string, n int, nccl bool) []string 
 	case !nccl && set:
 		problems = append(problems, fmt.Sprintf("NCCL_IB_HCA=%q, want it unset: pool %s has nccl: false", got, pool))
 	}
+	// UCX_NET_DEVICES may be unset: a daemon of an earlier release (the upgrade phases) set none.
+	ucx, set := env["UCX_NET_DEVICES"]
+	switch {
+	case nccl && set && ucxDevices(ucx) != v:
+		problems = append(problems, fmt.Sprintf("UCX_NET_DEVICES=%q, want the ports of %s", ucx, v))
+	case !nccl && set:
+		problems = append(problems, fmt.Sprintf("UCX_NET_DEVICES=%q, want it unset: pool %s has nccl: false", ucx, pool))
+	}
 	return problems
+}
+
+// ucxDevices is the device names of a UCX_NET_DEVICES value (device:port,...), in order, once
+// each, joined by ",": "mlx5_0:1,mlx5_0:2,mlx5_3:1" is "mlx5_0,mlx5_3". An entry without a
+// port is kept whole, and so fails the comparison.
+func ucxDevices(v string) string {
+	var names []string
+	for _, e := range strings.Split(v, ",") {
+		name, port, ok := strings.Cut(e, ":")
+		if !ok || port == "" {
+			name = e + " (no port)"
+		}
+		if len(names) == 0 || names[len(names)-1] != name {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // netdevProblems checks that the pod has net1..netN and no net(N+1).
@@ -208,6 +233,14 @@ func TestChecks(t *testing.T) {
 		{"env count", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_0", "NCCL_IB_HCA": "=mlx5_0,mlx5_0"}, "ib", 2, true), 1},
 		{"nccl differs", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "mlx5_0"}, "ib", 1, true), 1},
 		{"env missing", envProblems(map[string]string{}, "ib", 1, true), 1},
+		{"ucx ok", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0,mlx5_1", "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+			"UCX_NET_DEVICES": "mlx5_0:1,mlx5_0:2,mlx5_1:1"}, "ib", 2, true), 0},
+		{"ucx names another device", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "=mlx5_0",
+			"UCX_NET_DEVICES": "mlx5_1:1"}, "ib", 1, true), 1},
+		{"ucx without a port", envProblems(map[string]string{"KUBE_RDMA_IB_RDMA_DEVICES": "mlx5_0", "NCCL_IB_HCA": "=mlx5_0",
+			"UCX_NET_DEVICES": "mlx5_0"}, "ib", 1, true), 1},
+		{"ucx from a pool with nccl: false", envProblems(map[string]string{"KUBE_RDMA_VF_RDMA_DEVICES": "mlx5_3",
+			"UCX_NET_DEVICES": "mlx5_3:1"}, "vf", 1, false), 1},
 		{"netdevs ok", netdevProblems([]string{"eth0", "lo", "net1", "net2"}, 2), 0},
 		{"netdev missing and extra", netdevProblems([]string{"net2", "net3"}, 2), 2},
 	}

@@ -39,17 +39,27 @@ func DeviceNodes(devs []discovery.RDMADevice) []string {
 	return out
 }
 
-// NCCLEnv names the devices for NCCL: NCCL_IB_HCA with the "=" prefix so
-// NCCL matches the names exactly (mlx5_1 does not also pick mlx5_10), and
-// NCCL_IB_GID_INDEX when every port is RoCE and they agree on the index.
-func NCCLEnv(devs []discovery.RDMADevice) map[string]string {
+// FabricEnv names the devices for the libraries that choose a fabric by
+// environment: NCCL_IB_HCA with the "=" prefix so NCCL matches the names
+// exactly (mlx5_1 does not also pick mlx5_10), NCCL_IB_GID_INDEX when every
+// port is RoCE and they agree on the index, and UCX_NET_DEVICES (UCX, so
+// Open MPI's and NIXL's UCX transports) as device:port for every port of
+// the devices, in the same order.
+func FabricEnv(devs []discovery.RDMADevice) map[string]string {
 	names := make([]string, 0, len(devs))
+	var ports []string
 	for _, d := range devs {
 		names = append(names, d.Name)
+		for _, p := range d.Ports {
+			ports = append(ports, d.Name+":"+strconv.Itoa(p.Port))
+		}
 	}
 	e := map[string]string{"NCCL_IB_HCA": "=" + strings.Join(names, ",")}
 	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
+	}
+	if len(ports) > 0 {
+		e["UCX_NET_DEVICES"] = strings.Join(ports, ",")
 	}
 	return e
 }

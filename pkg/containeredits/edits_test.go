@@ -18,7 +18,7 @@ func roce(name string, gids ...discovery.GID) discovery.RDMADevice {
 		Ports: []discovery.Port{{Port: 1, LinkLayer: "Ethernet", GIDs: gids}}}
 }
 
-func TestNCCLEnv(t *testing.T) {
+func TestFabricEnv(t *testing.T) {
 	v2 := discovery.GID{Index: 1, GID: "fe80:0000:0000:0000:0a00:00ff:fe00:0001", Type: "RoCE v2"}
 	v2ipv4 := discovery.GID{Index: 3, GID: "0000:0000:0000:0000:0000:ffff:0a00:0001", Type: "RoCE v2"}
 	ib := discovery.RDMADevice{Name: "mlx5_0", Ports: []discovery.Port{{Port: 1, LinkLayer: "InfiniBand"}}}
@@ -27,14 +27,18 @@ func TestNCCLEnv(t *testing.T) {
 		devs []discovery.RDMADevice
 		want map[string]string
 	}{
-		{"infiniband", []discovery.RDMADevice{ib}, map[string]string{"NCCL_IB_HCA": "=mlx5_0"}},
+		{"infiniband", []discovery.RDMADevice{ib}, map[string]string{"NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"}},
 		{"roce, IPv4-mapped GID first", []discovery.RDMADevice{roce("mlx5_1", v2, v2ipv4), roce("mlx5_2", v2ipv4)},
-			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "NCCL_IB_GID_INDEX": "3"}},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_2:1"}},
 		{"roce, indexes differ", []discovery.RDMADevice{roce("mlx5_1", v2), roce("mlx5_2", v2ipv4)},
-			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2"}},
-		{"mixed link layers", []discovery.RDMADevice{ib, roce("mlx5_2", v2ipv4)}, map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_2"}},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_2:1"}},
+		{"mixed link layers", []discovery.RDMADevice{ib, roce("mlx5_2", v2ipv4)},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_2", "UCX_NET_DEVICES": "mlx5_0:1,mlx5_2:1"}},
+		{"two ports, in order", []discovery.RDMADevice{{Name: "mlx5_9", Ports: []discovery.Port{{Port: 1, LinkLayer: "InfiniBand"},
+			{Port: 2, LinkLayer: "InfiniBand"}}}, ib}, map[string]string{"NCCL_IB_HCA": "=mlx5_9,mlx5_0", "UCX_NET_DEVICES": "mlx5_9:1,mlx5_9:2,mlx5_0:1"}},
+		{"no ports known", []discovery.RDMADevice{{Name: "mlx5_7"}}, map[string]string{"NCCL_IB_HCA": "=mlx5_7"}},
 	} {
-		if diff := cmp.Diff(c.want, containeredits.NCCLEnv(c.devs)); diff != "" {
+		if diff := cmp.Diff(c.want, containeredits.FabricEnv(c.devs)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", c.name, diff)
 		}
 	}

@@ -161,11 +161,10 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// envs names what the container got: KUBE_RDMA_<POOL>_*, and NCCL's
-// variables when the pool sets them. NCCL_IB_HCA uses the "=" prefix so NCCL
-// matches the names exactly (mlx5_1 does not also pick mlx5_10). The config
-// allows one device plugin pool to set them, so the kubelet never has two
-// values of one to choose from (config.Validate).
+// envs names what the container got: KUBE_RDMA_<POOL>_*, and NCCL's and
+// UCX's variables when the pool sets them (containeredits.FabricEnv). The
+// kubelet keeps one value of each: a node with two such pools is reported
+// (config.NCCLConflicts).
 func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
 	var names, pcis []string
 	for _, d := range devs {
@@ -177,7 +176,7 @@ func envs(pool config.Pool, devs []discovery.RDMADevice) map[string]string {
 	stem := "KUBE_RDMA_" + config.EnvName(pool.Name)
 	e := map[string]string{}
 	if pool.SetsNCCL() {
-		e = containeredits.NCCLEnv(devs)
+		e = containeredits.FabricEnv(devs)
 	}
 	e[stem+"_RDMA_DEVICES"] = strings.Join(names, ",")
 	e[stem+"_PCI_ADDRESSES"] = strings.Join(pcis, ",")

@@ -175,7 +175,7 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		name := cdiDeviceName(c.UID, req)
 		var env []string
 		if ncclRequest[req] {
-			e := containeredits.NCCLEnv(ncclDevs)
+			e := containeredits.FabricEnv(ncclDevs)
 			for _, k := range slices.Sorted(maps.Keys(e)) {
 				env = append(env, k+"="+e[k])
 			}

@@ -153,7 +153,7 @@ func TestPrepareWritesTheClaimsSpec(t *testing.T) {
 	if diff := cmp.Diff(wantIB, nodes(ib)); diff != "" || len(wantIB) == 0 {
 		t.Errorf("ib request's nodes (-want +got):\n%s", diff)
 	}
-	claimEnv := map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_1,mlx5_3"}
+	claimEnv := map[string]string{"NCCL_IB_HCA": "=mlx5_0,mlx5_1,mlx5_3", "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1,mlx5_3:1"}
 	if diff := cmp.Diff(claimEnv, env(ib)); diff != "" {
 		t.Errorf("ib request's env (-want +got):\n%s", diff)
 	}
@@ -195,16 +195,16 @@ func TestPrepareClaimOfTwoPools(t *testing.T) {
 	}{
 		{"ib is NCCL's, vf is not", "n/vf",
 			[]dra.Result{{Request: "ib", Pool: "n/ib", Device: byRDMA["mlx5_0"].API.Name}, {Request: "vf", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}},
-			map[string]map[string]string{"ib": {"NCCL_IB_HCA": "=mlx5_0"}, "vf": {}}},
+			map[string]map[string]string{"ib": {"NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"}, "vf": {}}},
 		{"one request spans both pools", "n/vf",
 			[]dra.Result{{Request: "nics", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}, {Request: "nics", Pool: "n/ib", Device: byRDMA["mlx5_1"].API.Name}},
-			map[string]map[string]string{"nics": {"NCCL_IB_HCA": "=mlx5_1"}}},
+			map[string]map[string]string{"nics": {"NCCL_IB_HCA": "=mlx5_1", "UCX_NET_DEVICES": "mlx5_1:1"}}},
 		{"vf is NCCL's: two requests, one GID index", "n/ib",
 			[]dra.Result{{Request: "a", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}, {Request: "b", Pool: "n/vf", Device: byRDMA["mlx5_4"].API.Name},
 				{Request: "c", Pool: "n/ib", Device: byRDMA["mlx5_0"].API.Name}},
 			// LocalNode's VFs carry an IPv4-mapped RoCE v2 GID at index 3.
-			map[string]map[string]string{"a": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3"},
-				"b": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3"}, "c": {}}},
+			map[string]map[string]string{"a": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"},
+				"b": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"}, "c": {}}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

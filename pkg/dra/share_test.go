@@ -104,7 +104,7 @@ func TestPrepareShares(t *testing.T) {
 		if diff := cmp.Diff(f.byRDMA["mlx5_0"].RDMA.CharDevices, nodes(s.Devices[0])); diff != "" {
 			t.Errorf("share %s device nodes (-want +got):\n%s", uid, diff)
 		}
-		if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_0"}, env(s.Devices[0])); diff != "" {
+		if diff := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"}, env(s.Devices[0])); diff != "" {
 			t.Errorf("share %s env (-want +got):\n%s", uid, diff)
 		}
 	}

@@ -29,6 +29,7 @@ echo "memlock $(ulimit -l)"
 while read -r a b c d _; do [ "$a $b $c" = "Max locked memory" ] && echo "memlock-main $d"; done 2>/dev/null </proc/1/limits
 echo "hca ${NCCL_IB_HCA-<unset>}"
 echo "gidindex ${NCCL_IB_GID_INDEX-<unset>}"
+echo "ucx ${UCX_NET_DEVICES-<unset>}"
 command -v ip >/dev/null 2>&1 || echo "noip"
 `)
 	for _, n := range netdevs {
@@ -65,6 +66,7 @@ type containerView struct {
 	mainLock  string            // the soft RLIMIT_MEMLOCK of the container's PID 1, in bytes or "unlimited"; "" unread
 	hca       string            // "<unset>" when unset
 	gidIndex  string            // "<unset>" when unset
+	ucx       string            // UCX_NET_DEVICES, "<unset>" when unset; "" when not printed (an older script)
 	noIP      bool
 	operstate map[string]string   // netdev -> operstate ("missing")
 	addrs     map[string][]string // netdev -> addresses
@@ -92,6 +94,8 @@ func parseContainerView(out string) containerView {
 			v.hca = rest
 		case key == "gidindex":
 			v.gidIndex = rest
+		case key == "ucx":
+			v.ucx = rest
 		case key == "noip":
 			v.noIP = true
 		case key == "netdev" && len(f) == 2:

@@ -111,12 +111,17 @@ func TestDoctorMultiPoolPod(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name, hca string
+		ucx       string // "": not printed (an older script)
 		alloc     containerAlloc
 		want      Verdict
 		detail    string
 	}{
-		{"NCCL_IB_HCA names the NCCL pool's devices", "=mlx5_0", allocs[0], Pass, "NCCL_IB_HCA==mlx5_0"},
-		{"the other pool's value: the kubelet's merge of an older daemon", "=mlx5_3",
+		{"NCCL_IB_HCA names the NCCL pool's devices", "=mlx5_0", "", allocs[0], Pass, "NCCL_IB_HCA==mlx5_0"},
+		{"UCX_NET_DEVICES names the same device's port", "=mlx5_0", "mlx5_0:1", allocs[0], Pass, "NCCL_IB_HCA==mlx5_0, UCX_NET_DEVICES=mlx5_0:1"},
+		{"UCX_NET_DEVICES unset (a daemon before it)", "=mlx5_0", "<unset>", allocs[0], Pass, "NCCL_IB_HCA==mlx5_0"},
+		{"UCX_NET_DEVICES names the other pool's device", "=mlx5_0", "mlx5_3:1", allocs[0], Fail, "UCX_NET_DEVICES=mlx5_3:1, allocated mlx5_0"},
+		{"UCX_NET_DEVICES without a port", "=mlx5_0", "mlx5_0", allocs[0], Fail, "UCX_NET_DEVICES=mlx5_0, allocated mlx5_0"},
+		{"the other pool's value: the kubelet's merge of two NCCL pools", "=mlx5_3", "",
 			func() containerAlloc {
 				a := allocs[0]
 				a.ncclPools = []string{"ib", "vf"}
@@ -124,10 +129,10 @@ func TestDoctorMultiPoolPod(t *testing.T) {
 				return a
 			}(),
 			Fail, "each of which sets NCCL_IB_HCA to its own devices"},
-		{"a pod spec's own value", "=mlx5_1", allocs[0], Fail, "allocated mlx5_0"},
+		{"a pod spec's own value", "=mlx5_1", "", allocs[0], Fail, "allocated mlx5_0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := ncclCheck(containerView{hca: tt.hca, gidIndex: "<unset>"}, tt.alloc)
+			c := ncclCheck(containerView{hca: tt.hca, gidIndex: "<unset>", ucx: tt.ucx}, tt.alloc)
 			if c.Verdict != tt.want || !strings.Contains(c.Detail, tt.detail) {
 				t.Errorf("got %+v, want %s with %q", c, tt.want, tt.detail)
 			}

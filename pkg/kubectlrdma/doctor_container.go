@@ -266,8 +266,10 @@ func memlockCheck(v containerView) Check {
 
 // ncclCheck compares NCCL_IB_HCA with the devices of the container's pools
 // that set NCCL's variables (by their names in the pod; pools with nccl:
-// false name theirs in KUBE_RDMA_<POOL>_* only) and NCCL_IB_GID_INDEX with
-// the RoCE v2 GIDs the container sees (the state's index when it sees none).
+// false name theirs in KUBE_RDMA_<POOL>_* only), NCCL_IB_GID_INDEX with
+// the RoCE v2 GIDs the container sees (the state's index when it sees none),
+// and UCX_NET_DEVICES, when set (a daemon before it set none), with the same
+// devices.
 func ncclCheck(v containerView, a containerAlloc) Check {
 	c := Check{Name: containerCheckNames[4], Verdict: Pass}
 	if len(a.nccl) == 0 {
@@ -312,11 +314,33 @@ func ncclCheck(v containerView, a containerAlloc) Check {
 	case v.gidIndex != "<unset>" && len(valid) > 0 && (gidErr != nil || !valid[gid]):
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("NCCL_IB_GID_INDEX=%s, the allocated ports' RoCE v2 GIDs are at %s", v.gidIndex, joinInts(slices.Sorted(maps.Keys(valid))))
 		c.Fix = "remove NCCL_IB_GID_INDEX from the pod spec: the device plugin sets it"
+	case v.ucx != "" && v.ucx != "<unset>" && !slices.Equal(ucxDevices(v.ucx), names):
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("UCX_NET_DEVICES=%s, allocated %s (UCX names each port as device:port)", v.ucx, strings.Join(names, ","))
+		c.Fix = "remove UCX_NET_DEVICES from the pod spec: the device plugin sets it to the allocation's ports"
 	default:
 		c.Detail = "NCCL_IB_HCA=" + v.hca
 		if v.gidIndex != "<unset>" {
 			c.Detail += ", NCCL_IB_GID_INDEX=" + v.gidIndex
 		}
+		if v.ucx != "" && v.ucx != "<unset>" {
+			c.Detail += ", UCX_NET_DEVICES=" + v.ucx
+		}
 	}
 	return c
+}
+
+// ucxDevices is the sorted device names of a UCX_NET_DEVICES value
+// (device:port,...), each once; an entry without a port is kept whole, so
+// it matches no device.
+func ucxDevices(v string) []string {
+	var names []string
+	for _, e := range strings.Split(v, ",") {
+		name, port, ok := strings.Cut(e, ":")
+		if !ok || port == "" {
+			name = e + " (no port)"
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }

@@ -123,6 +123,9 @@ func TestDevicePlugin(t *testing.T) {
 	if got := cr.Envs["NCCL_IB_HCA"]; got != "="+a.RXE {
 		t.Errorf("NCCL_IB_HCA = %q, want %q", got, "="+a.RXE)
 	}
+	if got := cr.Envs["UCX_NET_DEVICES"]; got != a.RXE+":1" {
+		t.Errorf("UCX_NET_DEVICES = %q, want %q", got, a.RXE+":1")
+	}
 	gi, err := strconv.Atoi(cr.Envs["NCCL_IB_GID_INDEX"])
 	if err != nil {
 		t.Fatalf("NCCL_IB_GID_INDEX = %q: %v", cr.Envs["NCCL_IB_GID_INDEX"], err)
