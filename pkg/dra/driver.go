@@ -54,10 +54,11 @@ type DriverConfig struct {
 	// while nothing changes; 0 means 10 s (the kubelet marks a device's
 	// health unknown after 30 s without one).
 	HealthInterval time.Duration
-	// ReconcileInterval is how often the claims' records are checked
-	// against the API server; 0 means 30 s. A record whose claim is gone
-	// (an Unprepare that never came: the daemon was down when the kubelet
-	// sent it) is unprepared, so its devices are free again.
+	// ReconcileInterval is how often the claims' records are read to start
+	// a watch of each new record's claim (and end those of records gone);
+	// 0 means 30 s. A record whose claim goes from the API server (an
+	// Unprepare that never came: the daemon was down when the kubelet sent
+	// it) is unprepared, so its devices are free again (reconcile.go).
 	ReconcileInterval time.Duration
 	// PublishInterval is the least time between two publications of the
 	// ResourceSlices; 0 means DefaultPublishInterval (pace.go).

@@ -2,56 +2,174 @@ package dra
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
 
-// reconcileLoop unprepares, every ReconcileInterval, the prepared claims
-// whose ResourceClaim is gone from the API server.
+// reconcileLoop keeps one watch per prepared claim and unprepares a claim
+// whose ResourceClaim goes from the API server: deleted, or deleted and
+// created again under its name (another UID). A claim cannot be deleted
+// while a pod reserves it (the API server keeps it until reservedFor is
+// empty), so its record is an orphan then: the kubelet's Unprepare never
+// reached this daemon (down, or restarting, at that moment), and the record
+// would otherwise hold its devices until a reboot.
+//
+// Every ReconcileInterval it reads the records (local files, no API call)
+// and starts a watch for each new one and ends those of records gone. A
+// watch is one LIST and one WATCH of the claim's name (a field selector),
+// re-established from its last resource version when the API server ends
+// it: in a steady state no request per claim per interval, where a GET per
+// claim every 30 s was ~530 GETs/s at 2,000 nodes with 8 claims each.
 func (d *Driver) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(d.cfg.ReconcileInterval)
 	defer t.Stop()
+	watches := map[string]context.CancelFunc{} // by claim UID
+	defer func() {
+		for _, cancel := range watches {
+			cancel()
+		}
+	}()
 	for {
+		d.syncClaimWatches(ctx, watches)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			d.reconcile(ctx)
 		}
 	}
 }
 
-// reconcile unprepares the records of claims that no longer exist: the API
-// server answers NotFound for the claim's name, or has a claim of that name
-// with another UID (deleted and created again). A claim cannot be deleted
-// while a pod reserves it (the API server keeps it until reservedFor is
-// empty), so its record is an orphan: the kubelet's Unprepare never reached
-// this daemon (down, or restarting, at that moment), and the record would
-// otherwise hold its devices until a reboot. Any other answer (the API
-// server away, forbidden) leaves the record alone.
-func (d *Driver) reconcile(ctx context.Context) {
+// syncClaimWatches starts a watch for every record without one and ends
+// the watches of records gone (unprepared).
+func (d *Driver) syncClaimWatches(ctx context.Context, watches map[string]context.CancelFunc) {
 	recs, err := d.prep.Prepared()
 	if err != nil {
 		d.log.Warn("reconcile claims: read the records", "err", err)
 		return
 	}
+	live := map[string]bool{}
 	for _, r := range recs {
-		c, err := d.cfg.KubeClient.ResourceV1().ResourceClaims(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			d.log.Debug("reconcile claims: get claim", "claim", r.Namespace+"/"+r.Name, "err", err)
-			continue
-		case string(c.UID) == r.UID:
+		live[r.UID] = true
+		if watches[r.UID] != nil {
 			continue
 		}
-		if err := d.prep.Unprepare(r.UID); err != nil {
-			d.log.Error("reconcile claims: unprepare a claim that is gone", "claim", r.Namespace+"/"+r.Name, "uid", r.UID, "err", err)
-			continue
-		}
-		d.log.Warn("unprepared a claim that is gone from the API server (its Unprepare never came); its devices are free",
-			"claim", r.Namespace+"/"+r.Name, "uid", r.UID, "devices", len(r.Devices))
+		wctx, cancel := context.WithCancel(ctx)
+		watches[r.UID] = cancel
+		go d.watchClaim(wctx, r)
 	}
+	for uid, cancel := range watches {
+		if !live[uid] {
+			cancel()
+			delete(watches, uid)
+		}
+	}
+}
+
+// watchClaim watches the claim of record r until ctx ends or the claim is
+// gone, when it unprepares r. Errors of the API server (away, forbidden)
+// leave the record alone and are retried with back-off.
+func (d *Driver) watchClaim(ctx context.Context, r claimrecord.Record) {
+	claims := d.cfg.KubeClient.ResourceV1().ResourceClaims(r.Namespace)
+	sel := fields.OneTermEqualSelector("metadata.name", r.Name).String()
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = sel
+		return claims.Watch(ctx, o)
+	}}
+	delay := time.Second
+	for ctx.Err() == nil {
+		gone, err := d.claimGone(ctx, claims.List, sel, r.UID, lw)
+		if ctx.Err() != nil {
+			return
+		}
+		if gone && d.unprepareOrphan(r) {
+			return
+		}
+		if err != nil {
+			d.log.Debug("reconcile claims: watch claim", "claim", r.Namespace+"/"+r.Name, "err", err, "retryIn", delay)
+		}
+		// Jittered so that a node's watches do not come back in step after
+		// an API server restart.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay/2 + rand.N(delay/2+1)):
+		}
+		delay = min(2*delay, 5*time.Minute)
+	}
+}
+
+// claimGone lists the claim by name and, while it is there with uid,
+// watches it from the list's resource version. It returns true once the
+// claim is gone or another UID holds its name, and false with the reason
+// when the list failed or the watch ended with an error (the caller lists
+// again after a pause).
+func (d *Driver) claimGone(ctx context.Context, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceClaimList, error),
+	sel, uid string, lw cache.WatcherWithContext) (bool, error) {
+	l, err := list(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return false, err
+	}
+	if !holds(l.Items, uid) {
+		return true, nil
+	}
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, l.ResourceVersion, lw)
+	if err != nil {
+		return false, err
+	}
+	defer rw.Stop()
+	for ev := range rw.ResultChan() {
+		switch ev.Type {
+		case watch.Deleted:
+			if c, ok := ev.Object.(*resourceapi.ResourceClaim); ok && string(c.UID) == uid {
+				return true, nil
+			}
+		case watch.Added, watch.Modified:
+			if c, ok := ev.Object.(*resourceapi.ResourceClaim); ok && string(c.UID) != uid {
+				return true, nil
+			}
+		case watch.Error:
+			// The resource version expired (410): list again.
+			return false, apierrors.FromObject(ev.Object)
+		}
+	}
+	return false, ctx.Err()
+}
+
+// holds reports whether one of items has uid.
+func holds(items []resourceapi.ResourceClaim, uid string) bool {
+	for _, c := range items {
+		if string(c.UID) == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// unprepareOrphan unprepares the record of a claim gone from the API
+// server; false when that failed (tried again after a pause).
+func (d *Driver) unprepareOrphan(r claimrecord.Record) bool {
+	// The usual order: the kubelet's Unprepare removed the record, then the
+	// claim went (a pod's generated claim is deleted after the pod).
+	recs, err := d.prep.Prepared()
+	if err == nil && !slices.ContainsFunc(recs, func(x claimrecord.Record) bool { return x.UID == r.UID }) {
+		return true
+	}
+	if err := d.prep.Unprepare(r.UID); err != nil {
+		d.log.Error("reconcile claims: unprepare a claim that is gone", "claim", r.Namespace+"/"+r.Name, "uid", r.UID, "err", err)
+		return false
+	}
+	d.log.Warn("unprepared a claim that is gone from the API server (its Unprepare never came); its devices are free",
+		"claim", r.Namespace+"/"+r.Name, "uid", r.UID, "devices", len(r.Devices))
+	return true
 }

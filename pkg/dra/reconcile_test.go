@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,10 +25,12 @@ import (
 // TestReconcileOrphanedClaims: records of claims gone from a real API server
 // (deleted; or deleted and created again under the same name, another UID)
 // are unprepared within the reconcile interval, their CDI specs removed; the
-// record of a claim that exists stays. Before, such a record (an Unprepare
-// that never reached the daemon) held its devices until a reboot.
+// record of a claim that exists stays, watched: no request while nothing
+// changes, and its record unprepared once the claim is deleted. The driver
+// runs as the chart's user (its DRA rules). Such a record is an Unprepare
+// that never reached the daemon, and held its devices until a reboot.
 func TestReconcileOrphanedClaims(t *testing.T) {
-	kube, rc := startAPIServer(t)
+	kube, _, env := startAPIServerEnv(t, "DRADeviceTaints=true")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	create := func(name string) string {
@@ -52,6 +58,10 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// As the chart's daemon: its DRA rules (list and watch of claims).
+	var reqs claimRequests
+	rc := chartUser(t, env, kube)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return reqs.count(rt) })
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -79,4 +89,65 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 			t.Errorf("CDI spec of %s there: %v, want %v", uid, got, want)
 		}
 	}
+
+	// The steady state: the kept claim is watched, and 20 reconcile
+	// intervals cost no request.
+	pollFor(t, 10*time.Second, "the kept claim watched", func() bool { return reqs.get()["watch"] >= 1 })
+	before := reqs.get()
+	time.Sleep(20 * 100 * time.Millisecond)
+	if after := reqs.get(); !maps.Equal(before, after) {
+		t.Errorf("claim requests in 20 reconcile intervals: %v before, %v after; want none", before, after)
+	}
+	t.Logf("claim requests for 3 records (2 orphans): %v", before)
+	// Deleted now, its record goes through the watch.
+	if err := kube.ResourceV1().ResourceClaims("default").Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 5*time.Second, "the deleted claim's record unprepared", func() bool {
+		recs, _, err := claimrecord.ReadAll(claims)
+		return err == nil && len(recs) == 0
+	})
+	if n := reqs.get()["get"]; n != 0 {
+		t.Errorf("%d GETs of a claim, want none (a list and a watch per record)", n)
+	}
 }
+
+// claimRequests counts the requests for ResourceClaims by kind: "list",
+// "watch", "get", "other".
+type claimRequests struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *claimRequests) count(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.Contains(r.URL.Path, "/resourceclaims") {
+			kind := "other"
+			switch {
+			case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
+				kind = "watch"
+			case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/resourceclaims"):
+				kind = "list"
+			case r.Method == http.MethodGet:
+				kind = "get"
+			}
+			c.mu.Lock()
+			if c.n == nil {
+				c.n = map[string]int{}
+			}
+			c.n[kind]++
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (c *claimRequests) get() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
