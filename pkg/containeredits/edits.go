@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
@@ -122,12 +123,36 @@ func UpdateSpec(path string, spec cdispec.Spec) (bool, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, fmt.Errorf("create cdi dir: %w", err)
 	}
+	if err := validateSpec(filepath.Dir(path), data); err != nil {
+		return false, fmt.Errorf("cdi spec for %s not written: %w", spec.Kind, err)
+	}
 	// Fsynced: a claim stays prepared across a reboot, and its spec in a
 	// persistent CDI dir must then be whole for the runtime.
 	if err := atomicfile.WriteSynced(path, 0o644, ".kube-rdma-*.tmp", atomicfile.Bytes(data)); err != nil {
 		return false, fmt.Errorf("write cdi spec: %w", err)
 	}
 	return true, nil
+}
+
+// validateSpec reads data as the runtimes read a spec file (containerd's
+// and CRI-O's CDI cache: tags.cncf.io/container-device-interface), from a
+// temporary file in dir: one invalid spec in a CDI directory fails the
+// runtime's whole refresh of it, every other vendor's specs too. The file's
+// name ends in .tmp, which the runtimes' caches do not read.
+func validateSpec(dir string, data []byte) error {
+	f, err := os.CreateTemp(dir, ".kube-rdma-*.tmp")
+	if err != nil {
+		return fmt.Errorf("validate: %w", err)
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return fmt.Errorf("validate: %w", err)
+	}
+	if _, err := cdi.ReadSpec(f.Name(), 0); err != nil {
+		return fmt.Errorf("the runtime would refuse it: %w", err)
+	}
+	return nil
 }
 
 // RemoveSpec removes a spec file; one that is not there is not an error.

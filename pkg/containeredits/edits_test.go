@@ -1,8 +1,10 @@
 package containeredits_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,50 @@ func TestWriteSpecNoDevices(t *testing.T) {
 		if got := err == nil; got != step.want {
 			t.Errorf("step %d: spec on disk %v, want %v (stat: %v)", i, got, step.want, err)
 		}
+	}
+}
+
+// TestWriteSpecValidates: a spec the runtimes' CDI cache would refuse (one
+// such file fails the refresh of the whole directory) is not written, and
+// the file already there stays as it was; nothing else is left in the
+// directory.
+func TestWriteSpecValidates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.json")
+	good := cdispec.Spec{Kind: "kube-rdma.io/claim", Devices: []cdispec.Device{{Name: "a",
+		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes([]string{"/dev/infiniband/uverbs0"})}}}}
+	if err := containeredits.WriteSpec(path, good); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*cdispec.Spec)
+	}{
+		{"device name with a slash", func(s *cdispec.Spec) { s.Devices[0].Name = "a/b" }},
+		{"kind without a class", func(s *cdispec.Spec) { s.Kind = "kube-rdma.io" }},
+		{"env without =", func(s *cdispec.Spec) { s.Devices[0].ContainerEdits.Env = []string{"NCCL_IB_HCA"} }},
+		{"a device without edits", func(s *cdispec.Spec) { s.Devices[0].ContainerEdits = cdispec.ContainerEdits{} }},
+		{"two devices of one name", func(s *cdispec.Spec) { s.Devices = append(s.Devices, s.Devices[0]) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := good
+			bad.Devices = []cdispec.Device{{Name: "a", ContainerEdits: cdispec.ContainerEdits{
+				DeviceNodes: containeredits.CDIDeviceNodes([]string{"/dev/infiniband/uverbs1"})}}}
+			tc.edit(&bad)
+			err := containeredits.WriteSpec(path, bad)
+			if err == nil || !strings.Contains(err.Error(), "the runtime would refuse it") {
+				t.Errorf("WriteSpec: %v, want the runtime's refusal", err)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+				t.Errorf("the spec there changed:\n%s", after)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Errorf("the directory holds %d entries, want the one spec", len(ents))
+			}
+		})
 	}
 }

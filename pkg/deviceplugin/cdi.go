@@ -60,13 +60,20 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {
 		return cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs))}
 	}
-	if pool.Mode == config.Shared {
-		if len(members) > 0 {
-			spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiSharedDevice, ContainerEdits: edits(members)})
+	// A device without device nodes (its uverbs not there yet) is left out:
+	// the runtimes' CDI cache refuses a device with no edits, and with it
+	// every spec of the directory. A container given it fails to start on
+	// the unresolvable name, which the runtime reports.
+	add := func(name string, devs []discovery.RDMADevice) {
+		if e := edits(devs); len(e.DeviceNodes) > 0 {
+			spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: e})
 		}
+	}
+	if pool.Mode == config.Shared {
+		add(cdiSharedDevice, members)
 	} else {
 		for _, d := range members {
-			spec.Devices = append(spec.Devices, cdispec.Device{Name: DeviceID(d), ContainerEdits: edits([]discovery.RDMADevice{d})})
+			add(DeviceID(d), []discovery.RDMADevice{d})
 		}
 	}
 	return containeredits.UpdateSpec(w.path(pool.Name), spec)

@@ -2,12 +2,15 @@ package deviceplugin
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
@@ -61,7 +64,7 @@ func TestSupersededPoolLeavesPath(t *testing.T) {
 	}
 	t.Cleanup(k.Stop)
 	cdi := &cdiWriter{dir: t.TempDir(), devRoot: t.TempDir()}
-	members := []discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0", NUMANode: -1}}
+	members := []discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0", NUMANode: -1, CharDevices: []string{"/dev/infiniband/uverbs0"}}}
 	ctx := context.Background()
 	regs := func(want int, when string) {
 		t.Helper()
@@ -235,7 +238,7 @@ func TestClosedPoolWritesNoSpec(t *testing.T) {
 	dir := shortDir(t)
 	cdi := &cdiWriter{dir: dir, devRoot: dir}
 	s := testPool(dir, cdi)
-	s.setMembers([]discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0"}})
+	s.setMembers([]discovery.RDMADevice{{Name: "mlx5_0", PCIAddress: "0000:18:00.0", CharDevices: []string{"/dev/infiniband/uverbs0"}}})
 	if _, err := os.Stat(cdi.path("hca")); err != nil {
 		t.Fatalf("spec of the members: %v", err)
 	}
@@ -248,5 +251,47 @@ func TestClosedPoolWritesNoSpec(t *testing.T) {
 	}
 	if _, err := os.Stat(cdi.path("hca")); !os.IsNotExist(err) {
 		t.Fatalf("spec after close and writeSpec: %v, want it gone", err)
+	}
+}
+
+// TestCDISpecLeavesOutDevicesWithoutNodes: a member without device nodes
+// (its uverbs not there yet) is not in the pool's spec, which the runtime
+// would refuse, and every spec of the directory with it; the others are.
+func TestCDISpecLeavesOutDevicesWithoutNodes(t *testing.T) {
+	w := cdiWriter{dir: t.TempDir(), devRoot: t.TempDir()}
+	members := []discovery.RDMADevice{
+		{Name: "mlx5_0", PCIAddress: "0000:18:00.0", CharDevices: []string{"/dev/infiniband/uverbs0"}},
+		{Name: "mlx5_1", PCIAddress: "0000:19:00.0"},
+	}
+	for _, mode := range []config.Mode{config.Exclusive, config.Shared} {
+		if _, err := w.write(config.Pool{Name: "hca", Mode: mode}, "rdma.example.com/hca", members); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		data, err := os.ReadFile(w.path("hca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec cdispec.Spec
+		if err := json.Unmarshal(data, &spec); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, d := range spec.Devices {
+			names = append(names, d.Name)
+		}
+		want := []string{"0000:18:00.0"}
+		if mode == config.Shared {
+			want = []string{cdiSharedDevice}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: spec devices %v, want %v", mode, names, want)
+		}
+	}
+	// No member with nodes: no spec at all.
+	if _, err := w.write(config.Pool{Name: "hca", Mode: config.Exclusive}, "rdma.example.com/hca", members[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(w.path("hca")); !os.IsNotExist(err) {
+		t.Errorf("spec of a pool whose members have no nodes: %v, want none", err)
 	}
 }
