@@ -64,7 +64,7 @@ func (s *poolServer) GetPreferredAllocation(_ context.Context, req *pluginapi.Pr
 			loc = devs[0].Location()
 		}
 		topo.Devices = append(topo.Devices, allocator.Device{ID: id, Location: loc,
-			Unhealthy: !setHealthy(devs, health), LinkLayer: linkLayer(devs)})
+			Unhealthy: !anyHealthy(devs, health), LinkLayer: linkLayer(devs)})
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, c := range req.ContainerRequests {

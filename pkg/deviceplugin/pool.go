@@ -224,9 +224,11 @@ func buildSnapshot(pool config.Pool, members []discovery.RDMADevice, health map[
 	if len(members) == 0 {
 		return snap
 	}
-	// A shared set is as healthy as its weakest device: every pod gets all of
-	// it and NCCL uses every HCA named in NCCL_IB_HCA.
-	ok := setHealthy(members, health)
+	// A slot promises the set's healthy devices: every pod gets all of the
+	// set, and NCCL and UCX leave out a port that is not ACTIVE. So the
+	// slots are Healthy while one device of the set is; one uncabled port of
+	// a set of many does not take every slot, and every pod with it.
+	ok := anyHealthy(members, health)
 	var numa []int
 	for _, d := range members {
 		if d.NUMANode >= 0 && !slices.Contains(numa, d.NUMANode) {
@@ -289,14 +291,9 @@ func poolFile(pool config.Pool, resource string, members []discovery.RDMADevice,
 	return f
 }
 
-// setHealthy reports whether every device of a set is healthy.
-func setHealthy(devs []discovery.RDMADevice, health map[string]bool) bool {
-	for _, d := range devs {
-		if !health[d.Name] {
-			return false
-		}
-	}
-	return true
+// anyHealthy reports whether a device of a set is healthy.
+func anyHealthy(devs []discovery.RDMADevice, health map[string]bool) bool {
+	return slices.ContainsFunc(devs, func(d discovery.RDMADevice) bool { return health[d.Name] })
 }
 
 // linkLayer is the link layer every port of every device shares; "" when

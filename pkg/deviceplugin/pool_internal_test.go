@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
@@ -293,5 +294,35 @@ func TestCDISpecLeavesOutDevicesWithoutNodes(t *testing.T) {
 	}
 	if _, err := os.Stat(w.path("hca")); !os.IsNotExist(err) {
 		t.Errorf("spec of a pool whose members have no nodes: %v, want none", err)
+	}
+}
+
+// TestSharedSlotsHealth: a shared pool's slots are Healthy while one device
+// of the set is (one down port of many takes no slot), Unhealthy when none
+// is; every slot stands for the whole set.
+func TestSharedSlotsHealth(t *testing.T) {
+	pool := config.Pool{Name: "roce", Mode: config.Shared, Slots: 3}
+	members := []discovery.RDMADevice{{Name: "mlx5_2", NUMANode: 0}, {Name: "mlx5_3", NUMANode: 1}}
+	for _, tc := range []struct {
+		name   string
+		health map[string]bool
+		want   string
+	}{
+		{"both up", map[string]bool{"mlx5_2": true, "mlx5_3": true}, pluginapi.Healthy},
+		{"one port down", map[string]bool{"mlx5_2": true}, pluginapi.Healthy},
+		{"both down", map[string]bool{}, pluginapi.Unhealthy},
+	} {
+		snap := buildSnapshot(pool, members, tc.health)
+		if len(snap.devices) != 3 {
+			t.Fatalf("%s: %d slots, want 3", tc.name, len(snap.devices))
+		}
+		for _, d := range snap.devices {
+			if d.Health != tc.want {
+				t.Errorf("%s: slot %s %s, want %s", tc.name, d.ID, d.Health, tc.want)
+			}
+			if got := snap.byID[d.ID]; len(got) != 2 {
+				t.Errorf("%s: slot %s stands for %d devices, want the set of 2", tc.name, d.ID, len(got))
+			}
+		}
 	}
 }
