@@ -78,6 +78,8 @@ type release struct {
 	// uninstallTimeout: helm uninstall's --timeout (0: rollout). Its pre-delete hook starts
 	// a pod on every node and then a Job's pod: three pod starts in a row.
 	uninstallTimeout time.Duration
+	// installTimeout: helm install's --timeout (0: 180 s).
+	installTimeout time.Duration
 }
 
 type namedTest struct {
@@ -231,8 +233,9 @@ func (e *env) install(t *testing.T, phase string, r release) {
 	}
 	start := time.Now()
 	args = append(append([]string{"install", r.name}, e.helm.chartRef(orDefault(r.chart, e.helm.chart))...),
-		append([]string{"--create-namespace", "--wait", "--timeout", "180s"}, args...)...)
+		append([]string{"--create-namespace", "--wait", "--timeout", cmp.Or(r.installTimeout, 180*time.Second).String()}, args...)...)
 	if _, err := e.runHelm(t.Context(), args...); err != nil {
+		t.Logf("the release's pods after %s:\n%s", time.Since(start).Round(time.Second), e.describePods(e.helm.namespace))
 		t.Fatal(err)
 	}
 	// helm's --wait can pass a DaemonSet whose status the controller has not filled in yet.

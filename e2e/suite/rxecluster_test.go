@@ -116,6 +116,11 @@ func (c rxeClusterDesc) values() values {
 // takes up to 1.5 min in a starved guest: 5 min is too tight for three of them and deletion.
 const rxeUninstallTimeout = 10 * time.Minute
 
+// rxeInstallTimeout is helm install's --timeout in the guests: the daemon's pod is three
+// container starts (the CNI installer, then the daemon and the chain container) on the guest's
+// one emulated CPU, ready after 101 s on one slow host and not within 180 s on another.
+const rxeInstallTimeout = 6 * time.Minute
+
 func rxeCluster(d map[string]string) (harness, error) {
 	c, err := parseRXECluster(d)
 	if err != nil {
@@ -129,7 +134,7 @@ func rxeCluster(d map[string]string) (harness, error) {
 		},
 		releases: []release{{name: "kube-rdma", moreNodes: c.nodes[1:], values: []values{c.values()},
 			report:           fmt.Sprintf("helm install on %d node(s): DaemonSet ready %%s s after", len(c.nodes)),
-			uninstallTimeout: rxeUninstallTimeout}},
+			uninstallTimeout: rxeUninstallTimeout, installTimeout: rxeInstallTimeout}},
 		installed: func(t *testing.T, e *env) {
 			for _, n := range c.nodes {
 				e.waitChained(t, n)
@@ -182,10 +187,10 @@ func (c rxeClusterDesc) draPhase() phase {
 	p.releases = []release{
 		{name: "kube-rdma", node: c.nodes[0], values: []values{pin(c.nodes[0], dra)},
 			report:           "rxe-cluster-dra: release with the DRA front end on " + c.nodes[0] + ", DaemonSet ready %s s after helm install",
-			uninstallTimeout: rxeUninstallTimeout},
+			uninstallTimeout: rxeUninstallTimeout, installTimeout: rxeInstallTimeout},
 		{name: "kube-rdma-dp", node: c.nodes[1], values: []values{pin(c.nodes[1], c.values())},
 			report:           "rxe-cluster-dra: release with the device plugin on " + c.nodes[1] + ", DaemonSet ready %s s after helm install",
-			uninstallTimeout: rxeUninstallTimeout},
+			uninstallTimeout: rxeUninstallTimeout, installTimeout: rxeInstallTimeout},
 	}
 	p.installed = func(t *testing.T, e *env) {
 		e.waitChained(t, c.nodes[1])
