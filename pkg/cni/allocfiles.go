@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/kube-rdma/kube-rdma/internal/atomicfile"
@@ -62,14 +61,8 @@ func (r *gpuRequest) allocFiles(rec *attachment.Attachment) (map[string][]byte, 
 			fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
 		}
 		// UCX reads no nccl.conf: the env file only, in the pod's NIC order.
-		var ports []string
-		for _, d := range devs {
-			for _, p := range d.Ports {
-				ports = append(ports, d.Name+":"+strconv.Itoa(p.Port))
-			}
-		}
-		if len(ports) > 0 {
-			fmt.Fprintf(&env, "export UCX_NET_DEVICES=%s\n", shellQuote(strings.Join(ports, ",")))
+		if ucx := discovery.UCXNetDevices(devs); ucx != "" {
+			fmt.Fprintf(&env, "export UCX_NET_DEVICES=%s\n", shellQuote(ucx))
 		}
 	}
 	stem := "KUBE_RDMA_" + allocdir.EnvName(r.pool.Pool)

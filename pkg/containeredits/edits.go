@@ -48,19 +48,15 @@ func DeviceNodes(devs []discovery.RDMADevice) []string {
 // the devices, in the same order.
 func FabricEnv(devs []discovery.RDMADevice) map[string]string {
 	names := make([]string, 0, len(devs))
-	var ports []string
 	for _, d := range devs {
 		names = append(names, d.Name)
-		for _, p := range d.Ports {
-			ports = append(ports, d.Name+":"+strconv.Itoa(p.Port))
-		}
 	}
 	e := map[string]string{"NCCL_IB_HCA": "=" + strings.Join(names, ",")}
 	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
 	}
-	if len(ports) > 0 {
-		e["UCX_NET_DEVICES"] = strings.Join(ports, ",")
+	if ucx := discovery.UCXNetDevices(devs); ucx != "" {
+		e["UCX_NET_DEVICES"] = ucx
 	}
 	return e
 }

@@ -1,6 +1,9 @@
 package discovery
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // RoCEv2GIDIndex is the GID index NCCL_IB_GID_INDEX should name for a port:
 // its first RoCE v2 GID with an IPv4-mapped address (what RoCE fabrics
@@ -44,4 +47,17 @@ func CommonRoCEv2GIDIndex(devs []RDMADevice) (int, bool) {
 		}
 	}
 	return idx, found
+}
+
+// UCXNetDevices is the value of UCX_NET_DEVICES for devs: every port of
+// each device as device:port, in the devices' order, joined by ","; "" when
+// no port is known.
+func UCXNetDevices(devs []RDMADevice) string {
+	var ports []string
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			ports = append(ports, d.Name+":"+strconv.Itoa(p.Port))
+		}
+	}
+	return strings.Join(ports, ",")
 }
