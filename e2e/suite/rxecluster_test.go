@@ -118,7 +118,7 @@ const rxeUninstallTimeout = 10 * time.Minute
 
 // rxeInstallTimeout is helm install's --timeout in the guests: the daemon's pod is three
 // container starts (the CNI installer, then the daemon and the chain container) on the guest's
-// one emulated CPU, ready after 101 s on one slow host and not within 180 s on another.
+// one emulated CPU: a minute or two on an idle host, and more than 3 min on a loaded one.
 const rxeInstallTimeout = 6 * time.Minute
 
 func rxeCluster(d map[string]string) (harness, error) {
