@@ -18,6 +18,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 )
 
 // hostPathsEnv is a host with one NIC (mlx5_0 on nic0), a node file, and a
@@ -159,4 +160,100 @@ func TestUplinkRefused(t *testing.T) {
 	if diff := cmp.Diff(before, netnstest.Links(t, e.host)); diff != "" {
 		t.Errorf("host links changed (-before +after):\n%s", diff)
 	}
+}
+
+// TestConfiguredNetdevRefused: against the real binary, a deviceID whose
+// netdev has an address of the host's, or is a bridge port, is refused (code
+// 101, naming what the host uses and the pool option) while no pool of the
+// node's pools file allows it, and nothing changes on the host; once the
+// device's pool sets allowConfiguredNetdevs the same ADD moves the netdev,
+// and its DEL brings it back without the address (the kernel dropped it).
+func TestConfiguredNetdevRefused(t *testing.T) {
+	const stdin = `{"cniVersion":"1.0.0","name":"tenant","type":"kube-rdma","rdmaNetnsMode":"shared","runtimeConfig":{"deviceID":"mlx5_0"}}`
+	refused := func(t *testing.T, e hostPathsEnv, want ...string) {
+		t.Helper()
+		before := netnstest.Links(t, e.host)
+		r := invoke(t, e.host, e.nodeFile, "ADD", e.pod.Path, stdin)
+		var got types.Error
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.exit == 0 || got.Code != 101 {
+			t.Fatalf("ADD: exit %d, stdout %q, want code 101", r.exit, r.stdout)
+		}
+		for _, w := range want {
+			if !strings.Contains(got.Details, w) {
+				t.Errorf("error details %q do not say %q", got.Details, w)
+			}
+		}
+		if diff := cmp.Diff(before, netnstest.Links(t, e.host)); diff != "" {
+			t.Errorf("host links changed (-before +after):\n%s", diff)
+		}
+	}
+	pools := func(t *testing.T, e hostPathsEnv, allow bool) {
+		t.Helper()
+		f := nodepools.File{Pools: []nodepools.Pool{{Name: "roce", Mode: nodepools.ModeExclusive, Frontend: "devicePlugin",
+			AllowConfiguredNetdevs: allow, Devices: []nodepools.Device{{RDMA: "mlx5_0", PCIAddress: "0000:01:00.0"}}}}}
+		b, err := f.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nodepools.Write(nodepools.Path(e.node.AllocDir), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup := func(t *testing.T) (hostPathsEnv, netlink.Link) {
+		e := newHostPathsEnv(t)
+		off := false
+		e.node.RequirePodResources = &off
+		e.nodeFile = writeNodeFile(t, e.node)
+		h := netnstest.Handle(t, e.host)
+		l, err := h.LinkByName("nic0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		return e, l
+	}
+	t.Run("address", func(t *testing.T) {
+		e, l := setup(t)
+		h := netnstest.Handle(t, e.host)
+		if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 77, 0, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, e, "in use by the host", "address 10.77.0.2/24", "in no pool")
+		pools(t, e, false)
+		refused(t, e, "address 10.77.0.2/24", "its pool roce does not set allowConfiguredNetdevs")
+		pools(t, e, true)
+		r := invoke(t, e.host, e.nodeFile, "ADD", e.pod.Path, stdin)
+		if r.exit != 0 {
+			t.Fatalf("ADD with allowConfiguredNetdevs: exit %d, stdout %q", r.exit, r.stdout)
+		}
+		if _, err := netnstest.Handle(t, e.pod).LinkByName("net1"); err != nil {
+			t.Errorf("the netdev is not in the pod as net1: %v", err)
+		}
+		if r := invoke(t, e.host, e.nodeFile, "DEL", e.pod.Path, stdin); r.exit != 0 {
+			t.Fatalf("DEL: exit %d, stdout %q", r.exit, r.stdout)
+		}
+		back, err := h.LinkByName("nic0")
+		if err != nil {
+			t.Fatalf("nic0 not back on the host after DEL: %v", err)
+		}
+		addrs, err := h.AddrList(back, netlink.FAMILY_V4)
+		if err != nil || len(addrs) != 0 {
+			t.Errorf("nic0's IPv4 addresses after DEL: %v, %v; want none (a moved netdev loses them)", addrs, err)
+		}
+	})
+	t.Run("bridge port", func(t *testing.T) {
+		e, l := setup(t)
+		h := netnstest.Handle(t, e.host)
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+		if err := h.LinkAdd(br); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetMaster(l, br); err != nil {
+			t.Fatal(err)
+		}
+		pools(t, e, false)
+		refused(t, e, "port of bridge br0", "allowConfiguredNetdevs")
+	})
 }

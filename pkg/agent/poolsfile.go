@@ -68,7 +68,7 @@ func (w *poolsFile) update(path string, members bool, uninstalling func() bool, 
 		if !ok || a.Refused != "" {
 			continue
 		}
-		np := nodepools.Pool{Name: p.Name, Mode: string(p.Mode), Frontend: string(frontendOf(p))}
+		np := nodepools.Pool{Name: p.Name, Mode: string(p.Mode), Frontend: string(frontendOf(p)), AllowConfiguredNetdevs: p.AllowConfiguredNetdevs}
 		for _, d := range a.Members {
 			np.Devices = append(np.Devices, nodepools.Device{RDMA: d.Name, PCIAddress: d.PCIAddress})
 		}

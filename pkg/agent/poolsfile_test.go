@@ -20,7 +20,8 @@ import (
 // TestPoolsFile: the daemon writes the node's pools file (the CNI plugin's
 // "deviceID in no pool" refusal) with each served pool and its members'
 // RDMA names and PCI addresses, and rewrites it when a reload changes the
-// pools; a refused pool (gpuAligned without --alloc-dir) is not in it.
+// pools; a refused pool (gpuAligned without --alloc-dir) is not in it. A
+// pool's allowConfiguredNetdevs is published with it.
 func TestPoolsFile(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "config.yaml")
@@ -49,11 +50,11 @@ func TestPoolsFile(t *testing.T) {
 	if diff := cmp.Diff(nodepools.File{Pools: []nodepools.Pool{want}}, got); diff != "" {
 		t.Errorf("pools file (-want +got)\n%s", diff)
 	}
-	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: roce, mode: shared, selectors: {rdmaDevices: [mlx5_3]}}\n")
+	writeFile(t, conf, "resourcePrefix: rdma.example.com\npools:\n- {name: roce, mode: shared, allowConfiguredNetdevs: true, selectors: {rdmaDevices: [mlx5_3]}}\n")
 	poll(t, 5*time.Second, "pools file with pool roce only", func() bool {
 		f, err := nodepools.Read(path)
 		return err == nil && len(f.Pools) == 1 && f.Pools[0].Name == "roce" && f.Pools[0].Mode == "shared" &&
-			len(f.Pools[0].Devices) == 1 && f.Pools[0].Devices[0].RDMA == "mlx5_3"
+			f.Pools[0].AllowConfiguredNetdevs && len(f.Pools[0].Devices) == 1 && f.Pools[0].Devices[0].RDMA == "mlx5_3"
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/nodepools"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -107,7 +108,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (_ *types100.Resul
 		}
 	}()
 	mark("lock")
-	cands, prev, err := p.prepareCandidates(conf, store, key, planFor, res, podNS)
+	cands, prev, err := p.prepareCandidates(conf, store, key, planFor, res, podNS, log)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +252,7 @@ func openPodNetns(conf *netconf.Conf, args *skel.CmdArgs) (netns.NsHandle, error
 // of a previous boot the claims were read beside, whose leases ADD releases.
 func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, key attachment.Key,
 	planFor func(claims map[string]attachment.Key) ([]netconf.Assignment, error), res Resolver,
-	podNS netns.NsHandle) ([]candidate, []attachment.Attachment, error) {
+	podNS netns.NsHandle, log *slog.Logger) ([]candidate, []attachment.Attachment, error) {
 	if _, err := store.Load(key); err == nil {
 		return nil, nil, fmt.Errorf("attachment %s already exists (DEL it first): %w", key, ErrDeviceInUse)
 	}
@@ -270,7 +271,7 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, k
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := p.refuseUplinks(cands); err != nil {
+	if err := p.refuseHostNetdevs(conf, cands, log); err != nil {
 		return nil, nil, err
 	}
 	// Only now the kernel is asked (auto mode), so that a node without
@@ -281,21 +282,51 @@ func (p *Plugin) prepareCandidates(conf *netconf.Conf, store attachment.Store, k
 	return cands, prev, nil
 }
 
-// refuseUplinks refuses a device whose host netdev carries a default route
-// of the host: the node's own uplink, whatever pool or deviceID names it.
-// A child leaves the uplink where it is: not refused.
-func (p *Plugin) refuseUplinks(cands []candidate) error {
+// refuseHostNetdevs refuses a device whose host netdev the host itself uses,
+// since a move into the pod's namespace takes that from the host (the kernel
+// drops the netdev's addresses and routes and releases it from its master,
+// and DEL does not put them back):
+//   - a default route of the host leaves through it: the node's own uplink,
+//     whatever pool or deviceID names it, refused in every case;
+//   - it has addresses of its own (global or site scope) or is a port of a
+//     bond, team, bridge, Open vSwitch bridge or VRF: refused unless the
+//     device's pool allows it (allowConfiguredNetdevs, published in the
+//     node's pools file).
+//
+// A child leaves its parent where it is: not refused.
+func (p *Plugin) refuseHostNetdevs(conf *netconf.Conf, cands []candidate, log *slog.Logger) error {
+	var pools *nodepools.File
 	for _, c := range cands {
 		if c.child != "" {
 			continue
 		}
-		up, err := p.Addrs.CarriesDefaultRoute(p.HostNS, c.host.Name)
+		u, err := p.Addrs.HostUse(p.HostNS, c.host.Name)
 		if err != nil {
-			return fmt.Errorf("read the host's default routes: %w", err)
+			return fmt.Errorf("read what the host has configured on netdev %s: %w", c.host.Name, err)
 		}
-		if up {
+		if u.DefaultRoute {
 			return fmt.Errorf("rdma device %s: netdev %s carries the host's default route: %w", c.dev.Name, c.host.Name, ErrDeviceInUse)
 		}
+		if !u.Configured() {
+			continue
+		}
+		if pools == nil {
+			f, _ := readPools(conf, log)
+			pools = &f
+		}
+		name, inPool := pools.PoolOf(c.dev.Name, c.dev.PCIAddress)
+		pool, _ := pools.Lookup(name)
+		if inPool && pool.AllowConfiguredNetdevs {
+			log.Warn("moving a netdev the host has configured into the pod: its pool allows it; the host loses its addresses and master for good",
+				"rdmaDevice", c.dev.Name, "netdev", c.host.Name, "pool", name, "hostUse", u.String())
+			continue
+		}
+		which := "it is in no pool of this node's pools file"
+		if inPool {
+			which = "its pool " + name + " does not set allowConfiguredNetdevs"
+		}
+		return fmt.Errorf("rdma device %s: netdev %s is in use by the host (%s) and a move into the pod would take that from it; %s: %w",
+			c.dev.Name, c.host.Name, u, which, ErrDeviceInUse)
 	}
 	return nil
 }

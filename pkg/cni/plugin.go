@@ -57,12 +57,13 @@ type RDMA interface {
 }
 
 // Addresses puts IPAM's addresses and routes on a pod interface and reads
-// them back for CHECK; CarriesDefaultRoute tells ADD which host netdev is the
-// host's own uplink, never to be moved into a pod.
+// them back for CHECK; HostUse tells ADD what the host has configured on a
+// netdev before it is moved into a pod (its uplink is never moved; one with
+// addresses or a master only when its pool allows it).
 type Addresses interface {
 	Configure(ns netns.NsHandle, ifName string, ips []*types100.IPConfig, routes []*types.Route) error
 	List(ns netns.NsHandle, ifName string) ([]net.IPNet, error)
-	CarriesDefaultRoute(ns netns.NsHandle, ifName string) (bool, error)
+	HostUse(ns netns.NsHandle, ifName string) (rdma.HostUse, error)
 }
 
 // IPAM runs the IPAM plugin named in the configuration.

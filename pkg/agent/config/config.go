@@ -95,8 +95,16 @@ type Pool struct {
 	// are set either way. A container has one NCCL_IB_HCA: two NCCL pools
 	// with devices on one node are reported there (NCCLConflicts;
 	// docs/device-plugin.md, "A pod with several pools").
-	NCCL      *bool     `json:"nccl,omitempty"`
-	Selectors Selectors `json:"selectors"`
+	NCCL *bool `json:"nccl,omitempty"`
+	// AllowConfiguredNetdevs lets the CNI plugin move a member's netdev
+	// into a pod although the host has configured it: addresses of its own
+	// (global or site scope), or a port of a bond, team, bridge, Open
+	// vSwitch bridge or VRF. The host loses them for good: the kernel drops
+	// a moved netdev's addresses and releases it from its master, and DEL
+	// does not restore them. False refuses such a device (code 101); a
+	// netdev that carries the host's default route is refused either way.
+	AllowConfiguredNetdevs bool      `json:"allowConfiguredNetdevs,omitempty"`
+	Selectors              Selectors `json:"selectors"`
 }
 
 // Selectors choose RDMA devices. A device matches when it matches every

@@ -64,8 +64,12 @@ type Pool struct {
 	// Mode is the pool's mode ("exclusive", "shared").
 	Mode string `json:"mode"`
 	// Frontend is "devicePlugin" or "dra".
-	Frontend string   `json:"frontend"`
-	Devices  []Device `json:"devices"`
+	Frontend string `json:"frontend"`
+	// AllowConfiguredNetdevs lets the CNI plugin move a member's netdev
+	// that the host has configured (addresses of its own, or a master):
+	// the pool's allowConfiguredNetdevs. Absent (an older daemon) is false.
+	AllowConfiguredNetdevs bool     `json:"allowConfiguredNetdevs,omitempty"`
+	Devices                []Device `json:"devices"`
 }
 
 // Device is one member: its RDMA device name and PCI function ("" for a
