@@ -98,7 +98,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitReclaim()
-	waitCNIMetrics, err := startCNIMetrics(ctx, cfg, d)
+	waitCNIMetrics, err := startCNIMetrics(ctx, cfg, a, d)
 	if err != nil {
 		return err
 	}

@@ -248,7 +248,7 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 		rec = cur
 		log.Info("garbage-collecting attachment", "containerID", rec.ContainerID, "ifName", rec.IfName)
 		podNS := openPodNS(log, rec.Netns)
-		rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), lk, deadline, log)
+		rerr := p.returnDevices("GC", podNS, &rec, p.Resolver(conf.SysfsRoot), lk, deadline, log)
 		_ = podNS.Close()
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)

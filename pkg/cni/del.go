@@ -20,6 +20,7 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
 
@@ -80,7 +81,7 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	if ipamType == "" {
 		ipamType, ipamConf = recordedIPAM(rec)
 	}
-	rerr := p.returnDevices(podNS, &rec, p.Resolver(conf.SysfsRoot), lk, p.returnDeadline(), log)
+	rerr := p.returnDevices("DEL", podNS, &rec, p.Resolver(conf.SysfsRoot), lk, p.returnDeadline(), log)
 	mark("move")
 	if ipamType != "" || rerr != nil {
 		// The devices returned are no longer claimed from here on, while
@@ -204,7 +205,7 @@ func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 // back are waited for until deadline (returnDeadline), and never past
 // NetdevGiveUp from the first wait for them (see awaitOnHost); lk, the
 // node-wide lock the caller holds (nil: none), is given up for the wait.
-func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, lk *nodeLock, deadline time.Time,
+func (p *Plugin) returnDevices(cmd string, podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, lk *nodeLock, deadline time.Time,
 	log *slog.Logger) error {
 	if podNS.IsOpen() {
 		res = nil // nothing to wait for: the netdevs are in the pod or home
@@ -242,7 +243,7 @@ func (p *Plugin) returnDevices(podNS netns.NsHandle, rec *attachment.Attachment,
 			// Otherwise it is home already, or the kernel returned it with
 			// the netns.
 		}
-		name, err := p.returnNetdev(podNS, d, &waitFor{res: res, lock: lk, deadline: deadline}, log)
+		name, err := p.returnNetdev(podNS, d, &waitFor{res: res, lock: lk, deadline: deadline, cmd: cmd, rec: rec}, log)
 		if err != nil {
 			derrs = append(derrs, err)
 		} else if name != "" && name != d.Host.Name {
@@ -293,6 +294,9 @@ type waitFor struct {
 	res      Resolver
 	lock     *nodeLock
 	deadline time.Time
+	// cmd (DEL, GC, reclaim) and rec name a give-up in the daemon's spool.
+	cmd string
+	rec *attachment.Attachment
 }
 
 // releaseIPAM releases what IPAM holds for each pod interface of rec, best
@@ -486,7 +490,7 @@ func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger)
 	}
 	if !present {
 		log.Warn("the NIC's function is gone from the node; nothing will come back", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn)
-		p.gaveUp.Add(1)
+		p.noteGiveUp(w, d, fn, cniops.GiveUpGone, log)
 		return rdma.Link{}, false, nil
 	}
 	start := time.Now()
@@ -530,7 +534,7 @@ func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger)
 		log.Error("netdev has not come back from the pod's netns since the first wait for it; given up, the attachment ends: "+
 			"the device rejoins its pool when its netdev reappears", "netdev", d.Host.Name, "rdma", d.RDMA, "function", fn,
 			"podIfName", d.PodIfName, "waitingSince", d.AwaitSince.Format(time.RFC3339), "giveUp", bound)
-		p.gaveUp.Add(1)
+		p.noteGiveUp(w, d, fn, cniops.GiveUpNotBack, log)
 		return rdma.Link{}, false, nil
 	}
 	log.Warn("netdev has not come back from the pod's netns; record kept", "netdev", d.Host.Name, "function", fn,
@@ -538,4 +542,26 @@ func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger)
 	return rdma.Link{}, false, fmt.Errorf("netdev %s of %s (function %s, pod name %s): %w within %v (waiting since %s, given up after %v); record kept for the next DEL or GC",
 		d.Host.Name, d.RDMA, fn, d.PodIfName, ErrNetdevNotBack, time.Since(start).Round(time.Millisecond),
 		d.AwaitSince.Format(time.RFC3339), bound)
+}
+
+// noteGiveUp counts a NIC given up for the command's operation record
+// (OpCodeGaveUp) and leaves it in the node's give-up spool, from which the
+// daemon posts it as an Event on the pod and counts it. Best effort: a
+// failure to write is logged, the attachment ends either way.
+func (p *Plugin) noteGiveUp(w *waitFor, d *attachment.Device, fn, reason string, log *slog.Logger) {
+	p.gaveUp.Add(1)
+	if p.Node.StateDir == "" || w.rec == nil {
+		return
+	}
+	g := cniops.GiveUp{Time: time.Now().UTC(), Command: w.cmd, ContainerID: w.rec.ContainerID, IfName: w.rec.IfName,
+		RDMA: d.RDMA, Netdev: d.Host.Name, Function: fn, Reason: reason}
+	if pod := w.rec.Pod; pod != nil {
+		g.PodNamespace, g.PodName, g.PodUID = pod.Namespace, pod.Name, pod.UID
+	}
+	if d.AwaitSince != nil {
+		g.Waited = max(time.Since(*d.AwaitSince), 0)
+	}
+	if err := cniops.AppendGiveUp(cniops.Dir(p.Node.StateDir), g); err != nil {
+		log.Warn("leave the give-up for the daemon to report", "rdma", d.RDMA, "err", err)
+	}
 }

@@ -121,6 +121,7 @@ func TestDelSFGone(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e, _, a, _ := goneAfterAdd(t, "shared")
 			e.p.NetdevReturnWait = 300 * time.Millisecond
+			e.p.Node.StateDir = e.stateDir
 			key := attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}
 			editRecord(t, e, key, func(r *attachment.Attachment) {
 				r.Devices[0].Kind, r.Devices[0].AuxDevice = "SF", "mlx5_core.sf.9"
@@ -146,6 +147,10 @@ func TestDelSFGone(t *testing.T) {
 				if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != OpCodeGaveUp {
 					t.Errorf("operation records' codes = %v, want [%d]", codes, OpCodeGaveUp)
 				}
+				if g := giveUps(t, e); len(g) != 1 || g[0].Reason != cniops.GiveUpGone || g[0].Function != "mlx5_core.sf.9" ||
+					g[0].Command != "DEL" || g[0].ContainerID != a.ContainerID || g[0].IfName != a.IfName {
+					t.Errorf("give-ups in the spool: %+v, want the SF's, function-gone", g)
+				}
 				return
 			}
 			if !errors.Is(err, ErrNetdevNotBack) || cniCode(err) != 11 || !strings.Contains(err.Error(), "mlx5_core.sf.9") {
@@ -164,6 +169,7 @@ func TestDelGivesUp(t *testing.T) {
 	e, _, a, _ := goneAfterAdd(t, "exclusive")
 	e.p.NetdevReturnWait = 200 * time.Millisecond
 	e.p.NetdevGiveUp = 700 * time.Millisecond
+	e.p.Node.StateDir = e.stateDir
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	e.p.Log = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
@@ -208,6 +214,23 @@ func TestDelGivesUp(t *testing.T) {
 	if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != OpCodeGaveUp {
 		t.Errorf("operation records' codes = %v, want [%d]: the give-up counted in kube_rdma_cni_operations_total", codes, OpCodeGaveUp)
 	}
+	g := giveUps(t, e)
+	if len(g) != 1 || g[0].Reason != cniops.GiveUpNotBack || g[0].Command != "DEL" || g[0].RDMA == "" ||
+		g[0].Waited < e.p.NetdevGiveUp || g[0].ContainerID != a.ContainerID {
+		t.Errorf("give-ups in the spool: %+v, want one, not-back, after at least %v", g, e.p.NetdevGiveUp)
+	}
+}
+
+// giveUps is what the daemon reads from the node's give-up spool.
+func giveUps(t *testing.T, e *env) []cniops.GiveUp {
+	t.Helper()
+	var out []cniops.GiveUp
+	for range 2 {
+		if _, err := cniops.DrainGiveUps(cniops.Dir(e.stateDir), func(g cniops.GiveUp) { out = append(out, g) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // opCodes is the code of the operation record Main would leave for

@@ -122,7 +122,7 @@ func (p *Plugin) Reclaim(ctx context.Context, opts ReclaimOpts, keys []attachmen
 			}
 		}
 		l := log.With("containerID", rec.ContainerID, "ifName", rec.IfName, "netns", rec.Netns)
-		rerr := p.returnDevices(netns.None(), &rec, p.Resolver(opts.SysfsRoot), lk, deadline, l)
+		rerr := p.returnDevices("reclaim", netns.None(), &rec, p.Resolver(opts.SysfsRoot), lk, deadline, l)
 		if err := store.Save(rec); err != nil {
 			rerr = errors.Join(rerr, err)
 		}

@@ -2,7 +2,12 @@
 // spool (package cniops): every Interval it drains the spool and counts
 // each record in kube_rdma_cni_operations_total{command,pool,code} and
 // kube_rdma_cni_operation_duration_seconds{command,pool}, and the lines it
-// could not read in kube_rdma_cni_spool_lines_dropped_total{reason}.
+// could not read in kube_rdma_cni_spool_lines_dropped_total{reason}. It
+// drains the give-up spool beside it too (cniops.DrainGiveUps): each NIC a
+// DEL or GC gave up on is logged as an error, counted in
+// kube_rdma_cni_devices_given_up_total{reason}, and, with an Events poster,
+// posted as a Warning Event (reason RDMADeviceGivenUp) on the pod that had
+// it when the record named one.
 //
 // It owns those series and the spool's removal, nothing else: it does not
 // run CNI commands, read attachment records or touch the agent. The
@@ -12,6 +17,7 @@ package cnimetrics
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -37,7 +43,19 @@ type Config struct {
 	// Interval between drains; DefaultInterval when zero.
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Events posts the give-ups on their pods; nil: logged and counted
+	// only (no API server).
+	Events EventPoster
 }
+
+// EventPoster posts a Warning Event on a pod (netdevwatch.Kube is one).
+type EventPoster interface {
+	Warn(namespace, name, uid, reason, message string)
+}
+
+// EventReasonGivenUp is the reason of the Event posted on a pod whose NIC
+// a DEL or GC gave up on.
+const EventReasonGivenUp = "RDMADeviceGivenUp"
 
 // Collector drains the spool and holds the series; a prometheus.Collector.
 type Collector struct {
@@ -46,6 +64,7 @@ type Collector struct {
 	ops      *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	dropped  *prometheus.CounterVec
+	givenUp  *prometheus.CounterVec
 	warned   bool
 }
 
@@ -68,8 +87,14 @@ func New(cfg Config) *Collector {
 			Help: "Lines of the CNI plugin's operations spool the daemon could not count, by reason (malformed: a torn write or garbage; newer: a newer plugin's format)."},
 			[]string{"reason"}),
 	}
+	c.givenUp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_cni_devices_given_up_total",
+		Help: "NICs the CNI plugin's DEL or GC gave up on, by reason (function-gone: its PCI function or SF left the node; not-back: its netdev did not come back from the pod's netns in time). The attachment ended without them; each rejoins its pool when its netdev reappears."},
+		[]string{"reason"})
 	for _, r := range []string{"malformed", "newer"} {
 		c.dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{cniops.GiveUpGone, cniops.GiveUpNotBack} {
+		c.givenUp.WithLabelValues(r)
 	}
 	return c
 }
@@ -103,6 +128,33 @@ func (c *Collector) Drain() {
 		c.warned = true
 		c.log.Warn("CNI operation records of a newer plugin not counted", "err", st.NewerErr)
 	}
+	st, err = cniops.DrainGiveUps(c.cfg.Dir, c.givenUpOne)
+	if err != nil {
+		c.log.Warn("drain the CNI give-up spool", "dir", c.cfg.Dir, "err", err)
+	}
+	c.dropped.WithLabelValues("malformed").Add(float64(st.Malformed))
+	c.dropped.WithLabelValues("newer").Add(float64(st.Newer))
+	if st.NewerErr != nil {
+		c.log.Warn("CNI give-up records of a newer plugin not read", "err", st.NewerErr)
+	}
+}
+
+// givenUpOne reports one give-up: an error in the log, the counter, and an
+// Event on its pod.
+func (c *Collector) givenUpOne(g cniops.GiveUp) {
+	c.givenUp.WithLabelValues(g.Reason).Inc()
+	why := "its netdev did not come back from the pod's network namespace within " + g.Waited.Round(time.Second).String()
+	if g.Reason == cniops.GiveUpGone {
+		why = "its PCI function or auxiliary device " + g.Function + " is no longer on the node"
+	}
+	msg := fmt.Sprintf("%s gave up RDMA device %s (netdev %s, %s) of interface %s: %s. The pod's attachment ended without it; "+
+		"the device rejoins its pool when its netdev is back on the host", g.Command, g.RDMA, g.Netdev, g.Function, g.IfName, why)
+	c.log.Error("the CNI plugin gave up a NIC", "command", g.Command, "rdma", g.RDMA, "netdev", g.Netdev, "function", g.Function,
+		"reason", g.Reason, "waited", g.Waited, "containerID", g.ContainerID, "ifName", g.IfName,
+		"pod", g.PodNamespace+"/"+g.PodName, "podUID", g.PodUID, "at", g.Time)
+	if c.cfg.Events != nil && g.PodName != "" && g.PodNamespace != "" {
+		c.cfg.Events.Warn(g.PodNamespace, g.PodName, g.PodUID, EventReasonGivenUp, msg)
+	}
 }
 
 func (c *Collector) count(r cniops.Record) {
@@ -115,6 +167,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.ops.Describe(ch)
 	c.duration.Describe(ch)
 	c.dropped.Describe(ch)
+	c.givenUp.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -122,4 +175,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.ops.Collect(ch)
 	c.duration.Collect(ch)
 	c.dropped.Collect(ch)
+	c.givenUp.Collect(ch)
 }

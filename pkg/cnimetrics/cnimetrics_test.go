@@ -112,3 +112,59 @@ func TestRun(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+type posted struct{ namespace, name, uid, reason, message string }
+
+type recordPoster struct{ got []posted }
+
+func (r *recordPoster) Warn(namespace, name, uid, reason, message string) {
+	r.got = append(r.got, posted{namespace, name, uid, reason, message})
+}
+
+// TestGiveUps: give-ups the CNI plugin leaves (cniops.AppendGiveUp, as its
+// DEL does) are counted by reason, and the one whose record named its pod
+// is posted on that pod as a Warning Event naming the device and why; the
+// give-up spool ends empty.
+func TestGiveUps(t *testing.T) {
+	dir := cniops.Dir(t.TempDir())
+	for _, g := range []cniops.GiveUp{
+		{Command: "DEL", ContainerID: "c1", IfName: "net1", PodNamespace: "ml", PodName: "trainer-0", PodUID: "u-1",
+			RDMA: "mlx5_3", Netdev: "ens1f0v2", Function: "0000:3b:00.3", Reason: cniops.GiveUpNotBack, Waited: 90 * time.Second},
+		{Command: "GC", ContainerID: "c2", IfName: "net1", RDMA: "mlx5_9", Netdev: "enp59s0f0s2", Function: "mlx5_core.sf.2",
+			Reason: cniops.GiveUpGone},
+	} {
+		if err := cniops.AppendGiveUp(dir, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := &recordPoster{}
+	c := New(Config{Dir: dir, Events: ev})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	c.Drain()
+	c.Drain()
+	page := scrape(t, reg)
+	for _, want := range []string{
+		`kube_rdma_cni_devices_given_up_total{reason="function-gone"} 1`,
+		`kube_rdma_cni_devices_given_up_total{reason="not-back"} 1`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, page)
+		}
+	}
+	if len(ev.got) != 1 {
+		t.Fatalf("Events posted: %+v, want one (the give-up whose record named its pod)", ev.got)
+	}
+	e := ev.got[0]
+	if e.namespace != "ml" || e.name != "trainer-0" || e.uid != "u-1" || e.reason != EventReasonGivenUp {
+		t.Errorf("Event on %s/%s (%s), reason %s", e.namespace, e.name, e.uid, e.reason)
+	}
+	for _, w := range []string{"mlx5_3", "ens1f0v2", "1m30s", "rejoins its pool"} {
+		if !strings.Contains(e.message, w) {
+			t.Errorf("Event message %q does not say %q", e.message, w)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the spool holds %d files after two drains, want none", len(ents))
+	}
+}

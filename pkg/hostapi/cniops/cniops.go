@@ -165,7 +165,17 @@ func Parse(path string, line []byte) (Record, error) {
 // Append adds r to the spool dir with one write, creating dir (mode 0700)
 // when it is missing and rotating FileName past MaxBytes.
 func Append(dir string, r Record) error {
-	path := filepath.Join(dir, FileName)
+	if err := appendLine(dir, FileName, OldName, r.Marshal()); err != nil {
+		return fmt.Errorf("append CNI operation record: %w", err)
+	}
+	return nil
+}
+
+// appendLine adds line to dir/name with one O_APPEND write, creating dir
+// (mode 0700) when it is missing and renaming name to old first when it has
+// reached MaxBytes.
+func appendLine(dir, name, old string, line []byte) error {
+	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.MkdirAll(dir, 0o700); err == nil {
@@ -173,27 +183,24 @@ func Append(dir string, r Record) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("append CNI operation record: %w", err)
+		return err
 	}
 	if fi, err := f.Stat(); err == nil && fi.Size() >= MaxBytes {
 		_ = f.Close()
 		// Another plugin may rotate at the same time: one rename wins, the
 		// other finds no file (ENOENT) and creates a new one below.
-		if err := os.Rename(path, filepath.Join(dir, OldName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("rotate CNI operations spool: %w", err)
+		if err := os.Rename(path, filepath.Join(dir, old)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("rotate %s: %w", name, err)
 		}
 		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
-			return fmt.Errorf("append CNI operation record: %w", err)
+			return err
 		}
 	}
-	_, err = f.Write(r.Marshal())
+	_, err = f.Write(line)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return fmt.Errorf("append CNI operation record: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Stats counts the lines of a Drain that were not records.
@@ -213,29 +220,48 @@ type Stats struct {
 // an empty spool.
 func Drain(dir string, fn func(Record)) (Stats, error) {
 	var st Stats
+	err := drainFiles(dir, []string{OldName, FileName}, func(path string, b []byte) {
+		parseAll(path, b, fn, &st)
+	})
+	if err != nil {
+		err = fmt.Errorf("CNI operations spool: %w", err)
+	}
+	return st, err
+}
+
+// drainFiles hands read the content of each of names' files that the
+// previous call moved aside (name.taken), removes them, and moves the names
+// aside for the next call.
+func drainFiles(dir string, names []string, read func(path string, b []byte)) error {
 	var errs []error
-	for _, name := range []string{OldName, FileName} {
+	for _, name := range names {
 		taken := filepath.Join(dir, name+takenSuffix)
 		b, err := os.ReadFile(taken)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
-			errs = append(errs, fmt.Errorf("read CNI operations spool: %w", err))
+			errs = append(errs, fmt.Errorf("read: %w", err))
 			continue // keep it, and the file behind it, for the next call
 		default:
-			parseAll(taken, b, fn, &st)
+			read(taken, b)
 			if err := os.Remove(taken); err != nil {
-				errs = append(errs, fmt.Errorf("remove CNI operations spool: %w", err))
+				errs = append(errs, fmt.Errorf("remove: %w", err))
 			}
 		}
 		if err := os.Rename(filepath.Join(dir, name), taken); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("take CNI operations spool: %w", err))
+			errs = append(errs, fmt.Errorf("take: %w", err))
 		}
 	}
-	return st, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func parseAll(path string, b []byte, fn func(Record), st *Stats) {
+	parseLines(path, b, Parse, fn, st)
+}
+
+// parseLines hands fn what parse makes of each newline-terminated line of
+// b, and counts the lines it refuses in st.
+func parseLines[T any](path string, b []byte, parse func(string, []byte) (T, error), fn func(T), st *Stats) {
 	for len(b) > 0 {
 		line, rest, ok := bytes.Cut(b, []byte{'\n'})
 		b = rest
@@ -246,7 +272,7 @@ func parseAll(path string, b []byte, fn func(Record), st *Stats) {
 		if len(line) == 0 {
 			continue
 		}
-		r, err := Parse(path, line)
+		r, err := parse(path, line)
 		switch {
 		case errors.Is(err, contractver.ErrNewer):
 			st.Newer++

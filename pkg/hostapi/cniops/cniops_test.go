@@ -23,10 +23,17 @@ var golden = []Record{
 // returns what both calls read.
 func drainAll(t *testing.T, dir string) ([]Record, Stats) {
 	t.Helper()
-	var got []Record
+	return drainTwice(t, dir, Drain)
+}
+
+// drainTwice calls drain twice and returns what both calls handed on and
+// counted.
+func drainTwice[T any](t *testing.T, dir string, drain func(string, func(T)) (Stats, error)) ([]T, Stats) {
+	t.Helper()
+	var got []T
 	var st Stats
 	for range 2 {
-		s, err := Drain(dir, func(r Record) { got = append(got, r) })
+		s, err := drain(dir, func(r T) { got = append(got, r) })
 		if err != nil {
 			t.Fatal(err)
 		}
