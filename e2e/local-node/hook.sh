@@ -12,6 +12,11 @@
 #   apiserver stop|start        stop the kube-apiserver (SIGTERM; its command line kept in
 #                               host/kube-apiserver.cmdline), or start it again with that
 #                               command line and wait for /readyz (the faults phase)
+#   nic-remove NETNS IFNAME     delete the fixture NIC (a veth) that is IFNAME in the pod netns
+#                               at path NETNS, as a VF or SF removed while its pod runs; prints
+#                               the name of its peer in the peers' netns, for nic-restore
+#   nic-restore NAME PEER       create the fixture NIC NAME again on the host, up, with its
+#                               peer PEER in the peers' netns (the VF or SF back)
 #   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
@@ -50,6 +55,26 @@ leases() {
     [[ -d $d ]] || continue
     find "$d" -mindepth 2 -maxdepth 2 -type f ! -name 'last_reserved_ip.*' ! -name lock -printf '%P\n'
   done | sort
+}
+
+nic_remove() {
+  local ns=$1 ifname=$2 idx peer
+  [[ -e $ns ]] || die "nic-remove: no netns at $ns"
+  # A veth whose peer is in another netns shows as IFNAME@if<peer's index>.
+  idx=$(nsenter --net="$ns" ip -o link show dev "$ifname" | sed -n 's/^[0-9]*: [^@]*@if\([0-9]*\):.*/\1/p')
+  [[ -n $idx ]] || die "nic-remove: $ifname in $ns is not a veth with its peer in another netns"
+  peer=$(ip -n "$PEER_NETNS" -o link show | awk -F': ' -v i="$idx" '$1 == i {sub(/@.*/, "", $2); print $2}')
+  [[ -n $peer ]] || die "nic-remove: the peer of $ifname (index $idx) is not in $PEER_NETNS"
+  nsenter --net="$ns" ip link del dev "$ifname"
+  echo "$peer"
+}
+
+nic_restore() {
+  local name=$1 peer=$2
+  [[ -e $FIXTURE/sys/class/net/$name ]] || die "nic-restore: $name is not a fixture netdev"
+  ip link add "$name" type veth peer name "$peer" netns "$PEER_NETNS"
+  ip link set "$name" up
+  ip -n "$PEER_NETNS" link set "$peer" up
 }
 
 port_state() {
@@ -230,7 +255,9 @@ case ${1:-} in
   port-state) [[ $# == 4 ]] || die "usage: hook.sh port-state DEV PORT up|down"; port_state "$2" "$3" "$4" ;;
   restart-kubelet) restart_kubelet ;;
   apiserver) [[ $# == 2 ]] || die "usage: hook.sh apiserver stop|start"; apiserver "$2" ;;
+  nic-remove) [[ $# == 3 ]] || die "usage: hook.sh nic-remove NETNS IFNAME"; nic_remove "$2" "$3" ;;
+  nic-restore) [[ $# == 3 ]] || die "usage: hook.sh nic-restore NAME PEER"; nic_restore "$2" "$3" ;;
   runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
-  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|apiserver stop|start|runtime-memlock|node-state" ;;
+  *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|apiserver stop|start|nic-remove NETNS IFNAME|nic-restore NAME PEER|runtime-memlock|node-state" ;;
 esac

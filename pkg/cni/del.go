@@ -382,6 +382,12 @@ func (p *Plugin) returnNetdev(podNS netns.NsHandle, d *attachment.Device, w *wai
 		}
 		if !ok {
 			log.Warn("netdev no longer exists; nothing to return", "netdev", d.Host.Name, "podIfName", d.PodIfName)
+			if podNS.IsOpen() && w != nil && hardwareNIC(d) {
+				// Neither in the open pod netns nor on the host: the NIC
+				// left while the pod had it (a VF or SF deleted, a driver
+				// unbound). Nothing to wait for, but reported.
+				p.noteGiveUp(w, d, functionOf(d), cniops.GiveUpVanished, log)
+			}
 			return "", nil
 		}
 		// Named after the wait: the lock was given up meanwhile.
@@ -476,14 +482,14 @@ func functionKnown(d attachment.Device) bool {
 // rejoins its pool when its netdev reappears. A pod's DEL so never fails
 // for longer than NetdevGiveUp because of one NIC.
 func (p *Plugin) awaitOnHost(d *attachment.Device, w *waitFor, log *slog.Logger) (rdma.Link, bool, error) {
-	if d.SoftType != "" || d.PCIAddress == "" && d.AuxDevice == "" {
+	if !hardwareNIC(d) {
 		return rdma.Link{}, false, nil
 	}
 	aux := ""
 	if d.Kind == "SF" {
 		aux = d.AuxDevice
 	}
-	fn := cmp.Or(aux, d.PCIAddress)
+	fn := functionOf(d)
 	present, _, err := w.res.FunctionNetdevs(d.PCIAddress, aux)
 	if err != nil {
 		return rdma.Link{}, false, fmt.Errorf("netdev %s of %s: %w", d.Host.Name, d.RDMA, err)
@@ -564,4 +570,19 @@ func (p *Plugin) noteGiveUp(w *waitFor, d *attachment.Device, fn, reason string,
 	if err := cniops.AppendGiveUp(cniops.Dir(p.Node.StateDir), g); err != nil {
 		log.Warn("leave the give-up for the daemon to report", "rdma", d.RDMA, "err", err)
 	}
+}
+
+// hardwareNIC says whether d is a NIC of a PCI function or an auxiliary
+// device (not a soft device, whose netdev is a virtual one).
+func hardwareNIC(d *attachment.Device) bool {
+	return d.SoftType == "" && (d.PCIAddress != "" || d.AuxDevice != "")
+}
+
+// functionOf names d's function: an SF's auxiliary device, else its PCI
+// function.
+func functionOf(d *attachment.Device) string {
+	if d.Kind == "SF" && d.AuxDevice != "" {
+		return d.AuxDevice
+	}
+	return d.PCIAddress
 }

@@ -310,3 +310,42 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// TestDelNICVanished: the NIC's netdev is deleted while the pod's netns is
+// still there (a VF or SF removed with its pod running). DEL finds it in
+// neither namespace: it does not wait, succeeds, removes the record, and
+// leaves a give-up (vanished) for the daemon to report.
+func TestDelNICVanished(t *testing.T) {
+	e := newEnv(t, 1, false, "shared")
+	e.p.Node.StateDir = e.stateDir
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	a.Args = "K8S_POD_NAMESPACE=ml;K8S_POD_NAME=trainer-0;K8S_POD_UID=u-1"
+	mustAdd(t, e, a)
+	ph := netnstest.Handle(t, pod)
+	l, err := ph.LinkByName("net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.LinkDel(l); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatalf("DEL of a vanished NIC: %v", err)
+	}
+	if took := time.Since(start); took > e.p.NetdevReturnWait/2 {
+		t.Errorf("DEL took %v: it waited for a NIC that is gone", took)
+	}
+	if recs := e.snapshot().Records; len(recs) != 0 {
+		t.Errorf("records left: %v", recs)
+	}
+	if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != OpCodeGaveUp {
+		t.Errorf("operation records' codes = %v, want [%d]", codes, OpCodeGaveUp)
+	}
+	g := giveUps(t, e)
+	if len(g) != 1 || g[0].Reason != cniops.GiveUpVanished || g[0].Command != "DEL" || g[0].RDMA != "mlx5_0" ||
+		g[0].PodNamespace != "ml" || g[0].PodName != "trainer-0" || g[0].PodUID != "u-1" || g[0].Netdev != "nic0" {
+		t.Errorf("give-ups in the spool: %+v, want mlx5_0's, vanished, naming pod ml/trainer-0", g)
+	}
+}

@@ -88,12 +88,12 @@ func New(cfg Config) *Collector {
 			[]string{"reason"}),
 	}
 	c.givenUp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kube_rdma_cni_devices_given_up_total",
-		Help: "NICs the CNI plugin's DEL or GC gave up on, by reason (function-gone: its PCI function or SF left the node; not-back: its netdev did not come back from the pod's netns in time). The attachment ended without them; each rejoins its pool when its netdev reappears."},
+		Help: "NICs the CNI plugin's DEL or GC gave up on, by reason (function-gone: its PCI function or SF left the node; not-back: its netdev did not come back from the pod's netns in time; vanished: its netdev was in neither the pod's netns nor the host's). The attachment ended without them; each rejoins its pool when its netdev reappears."},
 		[]string{"reason"})
 	for _, r := range []string{"malformed", "newer"} {
 		c.dropped.WithLabelValues(r)
 	}
-	for _, r := range []string{cniops.GiveUpGone, cniops.GiveUpNotBack} {
+	for _, r := range []string{cniops.GiveUpGone, cniops.GiveUpNotBack, cniops.GiveUpVanished} {
 		c.givenUp.WithLabelValues(r)
 	}
 	return c
@@ -144,8 +144,11 @@ func (c *Collector) Drain() {
 func (c *Collector) givenUpOne(g cniops.GiveUp) {
 	c.givenUp.WithLabelValues(g.Reason).Inc()
 	why := "its netdev did not come back from the pod's network namespace within " + g.Waited.Round(time.Second).String()
-	if g.Reason == cniops.GiveUpGone {
+	switch g.Reason {
+	case cniops.GiveUpGone:
 		why = "its PCI function or auxiliary device " + g.Function + " is no longer on the node"
+	case cniops.GiveUpVanished:
+		why = "its netdev was neither in the pod's network namespace nor on the host (the NIC was removed while the pod had it)"
 	}
 	msg := fmt.Sprintf("%s gave up RDMA device %s (netdev %s, %s) of interface %s: %s. The pod's attachment ended without it; "+
 		"the device rejoins its pool when its netdev is back on the host", g.Command, g.RDMA, g.Netdev, g.Function, g.IfName, why)

@@ -3,6 +3,7 @@ package cniops
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/contractver"
@@ -39,6 +40,10 @@ const (
 	// GiveUpNotBack: its function is there, but its netdev did not come
 	// back from the pod's netns within the plugin's bound.
 	GiveUpNotBack = "not-back"
+	// GiveUpVanished: its netdev was neither in the pod's netns, still
+	// open, nor on the host: the NIC left while the pod had it (a VF or SF
+	// deleted, its driver unbound).
+	GiveUpVanished = "vanished"
 )
 
 // GiveUp is one NIC a DEL or GC gave up on: the attachment ended without it
@@ -62,7 +67,7 @@ type GiveUp struct {
 	RDMA     string `json:"rdma"`
 	Netdev   string `json:"netdev"`
 	Function string `json:"function"`
-	// Reason is GiveUpGone or GiveUpNotBack.
+	// Reason is GiveUpGone, GiveUpNotBack or GiveUpVanished.
 	Reason string `json:"reason"`
 	// Waited is how long DELs and GCs had waited for it, from the first.
 	Waited time.Duration `json:"waitedNs,omitempty"`
@@ -104,7 +109,7 @@ func ParseGiveUp(path string, line []byte) (GiveUp, error) {
 		return GiveUp{}, fmt.Errorf("decode CNI give-up record %s: %w", path, err)
 	}
 	g := j.GiveUp
-	if g.Command != "DEL" && g.Command != "GC" && g.Command != "reclaim" || g.RDMA == "" || g.Reason != GiveUpGone && g.Reason != GiveUpNotBack {
+	if g.Command != "DEL" && g.Command != "GC" && g.Command != "reclaim" || g.RDMA == "" || !slices.Contains([]string{GiveUpGone, GiveUpNotBack, GiveUpVanished}, g.Reason) {
 		return GiveUp{}, fmt.Errorf("%s: %w: give-up of %q by %q for %q", path, ErrInvalid, g.RDMA, g.Command, g.Reason)
 	}
 	return g, nil
