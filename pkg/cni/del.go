@@ -560,7 +560,7 @@ func (p *Plugin) noteGiveUp(w *waitFor, d *attachment.Device, fn, reason string,
 		return
 	}
 	g := cniops.GiveUp{Time: time.Now().UTC(), Command: w.cmd, ContainerID: w.rec.ContainerID, IfName: w.rec.IfName,
-		RDMA: d.RDMA, Netdev: d.Host.Name, Function: fn, Reason: reason}
+		RDMA: d.RDMA, Netdev: d.Host.Name, PodIfName: d.PodIfName, Function: fn, Reason: reason}
 	if pod := w.rec.Pod; pod != nil {
 		g.PodNamespace, g.PodName, g.PodUID = pod.Namespace, pod.Name, pod.UID
 	}

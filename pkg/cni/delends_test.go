@@ -345,7 +345,7 @@ func TestDelNICVanished(t *testing.T) {
 	}
 	g := giveUps(t, e)
 	if len(g) != 1 || g[0].Reason != cniops.GiveUpVanished || g[0].Command != "DEL" || g[0].RDMA != "mlx5_0" ||
-		g[0].PodNamespace != "ml" || g[0].PodName != "trainer-0" || g[0].PodUID != "u-1" || g[0].Netdev != "nic0" {
+		g[0].PodNamespace != "ml" || g[0].PodName != "trainer-0" || g[0].PodUID != "u-1" || g[0].Netdev != "nic0" || g[0].PodIfName != "net1" {
 		t.Errorf("give-ups in the spool: %+v, want mlx5_0's, vanished, naming pod ml/trainer-0", g)
 	}
 }

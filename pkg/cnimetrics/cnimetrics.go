@@ -16,6 +16,7 @@
 package cnimetrics
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -150,10 +151,10 @@ func (c *Collector) givenUpOne(g cniops.GiveUp) {
 	case cniops.GiveUpVanished:
 		why = "its netdev was neither in the pod's network namespace nor on the host (the NIC was removed while the pod had it)"
 	}
-	msg := fmt.Sprintf("%s gave up RDMA device %s (netdev %s, %s) of interface %s: %s. The pod's attachment ended without it; "+
-		"the device rejoins its pool when its netdev is back on the host", g.Command, g.RDMA, g.Netdev, g.Function, g.IfName, why)
+	msg := fmt.Sprintf("%s gave up RDMA device %s (netdev %s on the host, %s in the pod, %s): %s. The pod's attachment ended without it; "+
+		"the device rejoins its pool when its netdev is back on the host", g.Command, g.RDMA, g.Netdev, cmp.Or(g.PodIfName, "?"), g.Function, why)
 	c.log.Error("the CNI plugin gave up a NIC", "command", g.Command, "rdma", g.RDMA, "netdev", g.Netdev, "function", g.Function,
-		"reason", g.Reason, "waited", g.Waited, "containerID", g.ContainerID, "ifName", g.IfName,
+		"reason", g.Reason, "waited", g.Waited, "containerID", g.ContainerID, "ifName", g.IfName, "podIfName", g.PodIfName,
 		"pod", g.PodNamespace+"/"+g.PodName, "podUID", g.PodUID, "at", g.Time)
 	if c.cfg.Events != nil && g.PodName != "" && g.PodNamespace != "" {
 		c.cfg.Events.Warn(g.PodNamespace, g.PodName, g.PodUID, EventReasonGivenUp, msg)

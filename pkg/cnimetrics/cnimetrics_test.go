@@ -129,7 +129,7 @@ func TestGiveUps(t *testing.T) {
 	dir := cniops.Dir(t.TempDir())
 	for _, g := range []cniops.GiveUp{
 		{Command: "DEL", ContainerID: "c1", IfName: "net1", PodNamespace: "ml", PodName: "trainer-0", PodUID: "u-1",
-			RDMA: "mlx5_3", Netdev: "ens1f0v2", Function: "0000:3b:00.3", Reason: cniops.GiveUpNotBack, Waited: 90 * time.Second},
+			RDMA: "mlx5_3", Netdev: "ens1f0v2", PodIfName: "net1", Function: "0000:3b:00.3", Reason: cniops.GiveUpNotBack, Waited: 90 * time.Second},
 		{Command: "GC", ContainerID: "c2", IfName: "net1", RDMA: "mlx5_9", Netdev: "enp59s0f0s2", Function: "mlx5_core.sf.2",
 			Reason: cniops.GiveUpGone},
 	} {
@@ -159,7 +159,7 @@ func TestGiveUps(t *testing.T) {
 	if e.namespace != "ml" || e.name != "trainer-0" || e.uid != "u-1" || e.reason != EventReasonGivenUp {
 		t.Errorf("Event on %s/%s (%s), reason %s", e.namespace, e.name, e.uid, e.reason)
 	}
-	for _, w := range []string{"mlx5_3", "ens1f0v2", "1m30s", "rejoins its pool"} {
+	for _, w := range []string{"mlx5_3", "ens1f0v2", "net1 in the pod", "1m30s", "rejoins its pool"} {
 		if !strings.Contains(e.message, w) {
 			t.Errorf("Event message %q does not say %q", e.message, w)
 		}

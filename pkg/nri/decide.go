@@ -1,8 +1,12 @@
 // Package nri is the daemon's NRI plugin (github.com/containerd/nri): at
 // container creation it gives every container that got one of our RDMA
-// devices an RLIMIT_MEMLOCK high enough to register memory for RDMA.
+// devices an RLIMIT_MEMLOCK high enough to register memory for RDMA, and a
+// container with devices of several NCCL pools the NCCL and UCX variables
+// naming all of them (each pool's Allocate named its own; the kubelet kept
+// one pool's).
 //
-// It owns the decision (Decide: which containers, which limit; pure, no
+// It owns the decision (Decide: which containers, which limit, which
+// variables; pure, no
 // I/O, no logging), the device view it decides on (Devices, built from the
 // agent's View by FromView), and the plugin's connection to the runtime
 // (Plugin: register, serve, reconnect with backoff, report on /state and
@@ -23,6 +27,8 @@ import (
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
+	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
 // AnnotationKey is the pod annotation that may lower the limit of the pod's
@@ -66,6 +72,9 @@ type Pool struct {
 	Nodes []DeviceNode
 	// CDIDevices are the fully qualified CDI names Allocate hands out.
 	CDIDevices []string
+	// NCCL: the pool sets NCCL's and UCX's variables (its nccl, not a
+	// gpuAligned pool, whose NICs the CNI plugin chooses).
+	NCCL bool
 }
 
 // Devices is the daemon's device view as the decision sees it.
@@ -85,6 +94,9 @@ type Devices struct {
 	// (netdevcheck.Names), for failing closed on DRA claims.
 	Nodes map[string][]DeviceNode
 	Names map[string]string
+	// RDMA are the node's RDMA devices by name, for the NCCL and UCX
+	// variables of a container with devices of several NCCL pools.
+	RDMA map[string]discovery.RDMADevice
 }
 
 // Decision is what Decide chose for one container.
@@ -101,6 +113,13 @@ type Decision struct {
 	// (wraps ErrAboveLimit or ErrBadAnnotation); nil when it was, or when
 	// there is none, or when the container has none of our devices.
 	AnnotationIgnored error
+	// NCCLPools are the NCCL pools whose devices the container has, and
+	// Env, when they are two or more, the NCCL and UCX variables naming all
+	// of those devices (containeredits.FabricEnv), sorted by name: each
+	// pool's Allocate set them for its own devices, and the kubelet keeps
+	// one pool's value of each.
+	NCCLPools []string
+	Env       []KeyValue
 }
 
 // Adjust reports whether the container gets an adjustment.
@@ -123,10 +142,16 @@ func (d Decision) Rlimits() []Rlimit {
 // pod annotation AnnotationKey may lower the limit, never raise it.
 func Decide(pod Pod, ctr Container, devs Devices) Decision {
 	var d Decision
+	var ncclDevs []string
 	for _, p := range slices.Concat(devs.Pools, devs.DRAPools) {
-		if hasNode(ctr, p.Nodes) || hasCDI(ctr, p.CDIDevices) {
+		held := heldDevices(ctr, p.Nodes)
+		if len(held) > 0 || hasCDI(ctr, p.CDIDevices) {
 			d.Pools = append(d.Pools, p.Name)
 			d.PoolLimit = max(d.PoolLimit, p.Limit)
+		}
+		if p.NCCL && len(held) > 0 {
+			d.NCCLPools = append(d.NCCLPools, p.Name)
+			ncclDevs = append(ncclDevs, held...)
 		}
 	}
 	if len(d.Pools) == 0 {
@@ -134,6 +159,10 @@ func Decide(pod Pod, ctr Container, devs Devices) Decision {
 	}
 	slices.Sort(d.Pools)
 	d.Pools = slices.Compact(d.Pools)
+	slices.Sort(d.NCCLPools)
+	if d.NCCLPools = slices.Compact(d.NCCLPools); len(d.NCCLPools) > 1 {
+		d.Env = fabricEnv(ncclDevs, devs.RDMA)
+	}
 	d.Limit = d.PoolLimit
 	v, ok := pod.Annotations[AnnotationKey]
 	if !ok {
@@ -152,6 +181,26 @@ func Decide(pod Pod, ctr Container, devs Devices) Decision {
 }
 
 func hasNode(ctr Container, nodes []DeviceNode) bool {
+	return len(matchNodes(ctr, nodes, true)) > 0
+}
+
+// heldDevices are the RDMA devices (DeviceNode.Device) of nodes that the
+// container has, sorted, without repeats.
+func heldDevices(ctr Container, nodes []DeviceNode) []string {
+	var out []string
+	for _, n := range matchNodes(ctr, nodes, false) {
+		if n.Device != "" {
+			out = append(out, n.Device)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// matchNodes returns the nodes the container's Linux device list holds (same
+// path; same major/minor where both are known); with first, only the first.
+func matchNodes(ctr Container, nodes []DeviceNode, first bool) []DeviceNode {
+	var out []DeviceNode
 	for _, cd := range ctr.Devices {
 		if cd.Type != "" && cd.Type != "c" {
 			continue
@@ -164,11 +213,36 @@ func hasNode(ctr Container, nodes []DeviceNode) bool {
 			known := n.Major != 0 || n.Minor != 0
 			given := cd.Major != 0 || cd.Minor != 0
 			if !known || !given || (cd.Major == n.Major && cd.Minor == n.Minor) {
-				return true
+				out = append(out, n)
+				if first {
+					return out
+				}
 			}
 		}
 	}
-	return false
+	return out
+}
+
+// fabricEnv is containeredits.FabricEnv of the named devices (those the
+// node no longer has are left out), as an adjustment sorted by key.
+func fabricEnv(names []string, rdma map[string]discovery.RDMADevice) []KeyValue {
+	slices.Sort(names)
+	var devs []discovery.RDMADevice
+	for _, n := range slices.Compact(names) {
+		if d, ok := rdma[n]; ok {
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) == 0 {
+		return nil
+	}
+	e := containeredits.FabricEnv(devs)
+	out := make([]KeyValue, 0, len(e))
+	for k, v := range e {
+		out = append(out, KeyValue{k, v})
+	}
+	slices.SortFunc(out, func(a, b KeyValue) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 func hasCDI(ctr Container, names []string) bool {

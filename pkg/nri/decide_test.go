@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
 // The requests below are shaped as containerd 2.2 sends them to an NRI
@@ -193,5 +194,53 @@ func TestDecideIgnoresNameAndImage(t *testing.T) {
 		if Decide(wirePod(t, recordedPod(nil)), wireContainer(t, without), testDevices()).Adjust() {
 			t.Errorf("%s without devices: adjusted", name)
 		}
+	}
+}
+
+// TestDecideNCCLEnv: a container with devices of two NCCL pools gets the
+// NCCL and UCX variables of all of them (the GID index when every port is
+// RoCE with one common index); devices of one NCCL pool, or of an NCCL pool
+// and a pool without NCCL, get none from the plugin (Allocate's stand).
+func TestDecideNCCLEnv(t *testing.T) {
+	roce := func(name string) discovery.RDMADevice {
+		return discovery.RDMADevice{Name: name, Ports: []discovery.Port{{Port: 1, State: "ACTIVE", LinkLayer: "Ethernet", RoCEv2GIDIndexes: []int{3}}}}
+	}
+	devs := Devices{
+		Pools: []Pool{
+			{Name: "rail0", NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/uverbs1", 231, 193, "mlx5_1"}}},
+			{Name: "rail1", NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs2", 231, 194, "mlx5_2"}}},
+			{Name: "storage", Nodes: []DeviceNode{{"/dev/infiniband/uverbs3", 231, 195, "mlx5_3"}}},
+		},
+		RDMA: map[string]discovery.RDMADevice{"mlx5_0": roce("mlx5_0"), "mlx5_1": roce("mlx5_1"), "mlx5_2": roce("mlx5_2"), "mlx5_3": roce("mlx5_3")},
+	}
+	ctr := func(nodes ...string) Container {
+		var c Container
+		for _, n := range nodes {
+			c.Devices = append(c.Devices, Device{Path: "/dev/infiniband/" + n, Type: "c"})
+		}
+		return c
+	}
+	tests := []struct {
+		name  string
+		ctr   Container
+		pools []string
+		env   []KeyValue
+	}{
+		{"two rails", ctr("uverbs2", "uverbs0", "uverbs1"), []string{"rail0", "rail1"}, []KeyValue{
+			{"NCCL_IB_GID_INDEX", "3"}, {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2"}, {"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_2:1"}}},
+		{"one rail", ctr("uverbs0", "uverbs1"), []string{"rail0"}, nil},
+		{"a rail and storage", ctr("uverbs0", "uverbs3"), []string{"rail0"}, nil},
+		{"nothing of ours", ctr("nvidia0"), nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Pod{}, tc.ctr, devs)
+			if diff := cmp.Diff(tc.pools, d.NCCLPools, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("NCCL pools (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.env, d.Env, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
+	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 )
 
 // FromView builds the decision's device view from the daemon's: each pool's
@@ -17,12 +19,13 @@ import (
 // /dev) when the node is there.
 func FromView(v agent.View, devRoot string) Devices {
 	chars := map[string][]string{}
+	out := Devices{Nodes: map[string][]DeviceNode{}, Names: netdevcheck.Names(v), RDMA: map[string]discovery.RDMADevice{}}
 	if v.Snapshot != nil && v.Snapshot.Node != nil {
 		for _, d := range v.Snapshot.Node.RDMADevices {
 			chars[d.Name] = d.CharDevices
+			out.RDMA[d.Name] = d
 		}
 	}
-	out := Devices{Nodes: map[string][]DeviceNode{}, Names: netdevcheck.Names(v)}
 	for name, cs := range chars {
 		for _, c := range cs {
 			n := node(devRoot, c)
@@ -31,7 +34,7 @@ func FromView(v agent.View, devRoot string) Devices {
 		}
 	}
 	pool := func(pv agent.PoolView) Pool {
-		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices}
+		p := Pool{Name: pv.Name, Limit: pv.Memlock, CDIDevices: pv.CDIDevices, NCCL: !pv.NoNCCL && pv.Binding != config.GPUAligned}
 		for _, m := range pv.Members {
 			for _, c := range chars[m] {
 				n := node(devRoot, c)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/nodewatch"
 )
@@ -42,22 +43,26 @@ func TestFromView(t *testing.T) {
 		}}},
 		Pools: []agent.PoolView{
 			{Name: "a", Members: []string{"mlx5_0"}, Memlock: 1 << 30, CDIDevices: []string{"r/a=x"}},
-			{Name: "b", Members: []string{"mlx5_1", "gone"}, Memlock: ^uint64(0)},
+			{Name: "b", Members: []string{"mlx5_1", "gone"}, Memlock: ^uint64(0), NoNCCL: true},
+			{Name: "g", Binding: config.GPUAligned},
 		},
 		DRAPools: []agent.PoolView{{Name: "d", Members: []string{"mlx5_1"}, Memlock: 1 << 31}},
 	}
 	want := Devices{Pools: []Pool{
-		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"},
+		{Name: "a", Limit: 1 << 30, CDIDevices: []string{"r/a=x"}, NCCL: true,
 			Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}}},
 		{Name: "b", Limit: ^uint64(0), Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}},
+		// A gpuAligned pool's NCCL variables are the CNI plugin's (its env file).
+		{Name: "g"},
 	},
-		DRAPools: []Pool{{Name: "d", Limit: 1 << 31, Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}}},
+		DRAPools: []Pool{{Name: "d", Limit: 1 << 31, NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}}}},
 		// Every device's nodes, in a pool or not (a DRA claim's are in none).
 		Nodes: map[string][]DeviceNode{
 			"mlx5_0": {{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/umad0", 0, 0, "mlx5_0"}},
 			"mlx5_1": {{"/dev/infiniband/uverbs1", 0, 0, "mlx5_1"}},
 		},
-		Names: map[string]string{"mlx5_0": "mlx5_0", "mlx5_1": "mlx5_1"}}
+		Names: map[string]string{"mlx5_0": "mlx5_0", "mlx5_1": "mlx5_1"},
+		RDMA:  map[string]discovery.RDMADevice{"mlx5_0": v.Snapshot.Node.RDMADevices[0], "mlx5_1": v.Snapshot.Node.RDMADevices[1]}}
 	if diff := cmp.Diff(want, FromView(v, devRoot)); diff != "" {
 		t.Errorf("FromView (-want +got):\n%s", diff)
 	}

@@ -32,8 +32,10 @@ type fakeSource struct{ sharedRoce bool }
 
 func (f fakeSource) View() (agent.View, <-chan struct{}) {
 	snap := &nodewatch.Snapshot{Node: &discovery.Node{RDMADevices: []discovery.RDMADevice{
-		{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"}},
-		{Name: "mlx5_2", CharDevices: []string{"/dev/infiniband/uverbs2"}},
+		{Name: "mlx5_0", CharDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0"},
+			Ports: []discovery.Port{{Port: 1, State: "ACTIVE", LinkLayer: "InfiniBand"}}},
+		{Name: "mlx5_2", CharDevices: []string{"/dev/infiniband/uverbs2"},
+			Ports: []discovery.Port{{Port: 1, State: "ACTIVE", LinkLayer: "Ethernet", RoCEv2GIDIndexes: []int{3}}}},
 	}}}
 	roce := agent.PoolView{Name: "roce", Members: []string{"mlx5_2"}, Memlock: ^uint64(0), CDIDevices: []string{"rdma.kube-rdma.io/roce=all"}}
 	if f.sharedRoce {
@@ -265,7 +267,7 @@ func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := cmp.Diff(want, got.Rlimits()); diff != "" {
 			t.Fatalf("create (-want +got):\n%s", diff)
 		}
 	}
@@ -278,5 +280,48 @@ func TestAnnotationIgnoredLoggedOncePerPod(t *testing.T) {
 	_, _ = p.create(other, ctr)
 	if n := strings.Count(logs.String(), "memlock annotation ignored"); n != 2 {
 		t.Errorf("%d warnings for two pods, want 2:\n%s", n, logs)
+	}
+}
+
+// TestNCCLEnvAgainstNRIRuntime: a container with devices of two pools that
+// both set NCCL's variables (hca and roce) gets, through the runtime side of
+// NRI, NCCL_IB_HCA and UCX_NET_DEVICES naming the devices of both (each
+// pool's Allocate named its own, and the kubelet keeps one); a container
+// with devices of one pool gets no variables from the plugin.
+func TestNCCLEnvAgainstNRIRuntime(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "nri.sock")
+	rt := newRuntime(t, socket)
+	t.Cleanup(rt.Stop)
+	logs := &syncBuffer{}
+	p := startPlugin(t, socket, logs)
+	waitFor(t, "registration", func() bool { return p.Report().Connected })
+	create := func(ctr *api.Container) *api.ContainerAdjustment {
+		t.Helper()
+		rsp, err := rt.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: recordedPod(nil), Container: ctr})
+		if err != nil {
+			t.Fatalf("CreateContainer: %v", err)
+		}
+		return rsp.GetAdjust()
+	}
+	both := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192), charDev("/dev/infiniband/uverbs2", 231, 194), rdmaCM}, nil)
+	want := []*api.KeyValue{{Key: "NCCL_IB_HCA", Value: "=mlx5_0,mlx5_2"}, {Key: "UCX_NET_DEVICES", Value: "mlx5_0:1,mlx5_2:1"}}
+	opt := cmpopts.IgnoreUnexported(api.KeyValue{})
+	var diff string
+	for range 100 { // the runtime adds a synchronized plugin a moment later
+		if diff = cmp.Diff(want, create(both).GetEnv(), opt); diff == "" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if diff != "" {
+		t.Errorf("env of a container with devices of hca and roce (-want +got):\n%s", diff)
+	}
+	one := recordedContainer([]*api.LinuxDevice{charDev("/dev/infiniband/uverbs0", 231, 192), rdmaCM}, nil)
+	if adj := create(one); len(adj.GetEnv()) != 0 || len(adj.GetRlimits()) != 1 {
+		t.Errorf("container with devices of hca only: env %v, rlimits %v; want no env, the memlock", adj.GetEnv(), adj.GetRlimits())
+	}
+	if !strings.Contains(logs.String(), "NCCL and UCX variables set for the devices of several NCCL pools") {
+		t.Errorf("the adjustment is not logged:\n%s", logs)
 	}
 }

@@ -161,13 +161,13 @@ func (h *handler) createContainer(_ context.Context, req []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	rl, err := h.p.create(pod, ctr)
+	d, err := h.p.create(pod, ctr)
 	if err != nil {
 		// The runtime fails the container's creation with this error
 		// (kubectl describe pod shows it in the CreateContainerError).
 		return nil, err
 	}
-	return createContainerResponse(rl), nil
+	return createContainerResponse(d.Rlimits(), d.Env), nil
 }
 
 func (h *handler) stateChange(_ context.Context, req []byte) ([]byte, error) {
@@ -181,10 +181,11 @@ func (h *handler) stateChange(_ context.Context, req []byte) ([]byte, error) {
 	return nil, nil
 }
 
-// create decides the rlimits of a container being created, counts and logs
-// the decision. With FailClosed it refuses a container whose pod has no
-// netdevs of its devices.
-func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
+// create decides the rlimits (and, for devices of several NCCL pools, the
+// NCCL and UCX variables) of a container being created, counts and logs the
+// decision. With FailClosed it refuses a container whose pod has no netdevs
+// of its devices.
+func (p *Plugin) create(pod Pod, ctr Container) (Decision, error) {
 	devs := p.devices()
 	d := Decide(pod, ctr, devs)
 	if p.cfg.FailClosed {
@@ -199,12 +200,12 @@ func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
 			p.mu.Unlock()
 			p.log.Warn("container refused: its pod has no netdevs of its rdma devices", "pod", pod.Namespace+"/"+pod.Name,
 				"container", ctr.Name, "err", err)
-			return nil, err
+			return Decision{}, err
 		}
 	}
 	if !d.Adjust() {
 		p.decisions.WithLabelValues("untouched").Inc()
-		return nil, nil
+		return Decision{}, nil
 	}
 	p.decisions.WithLabelValues("adjusted").Inc()
 	p.mu.Lock()
@@ -222,7 +223,11 @@ func (p *Plugin) create(pod Pod, ctr Container) ([]Rlimit, error) {
 	}
 	p.log.Debug("memlock set", "pod", pod.Namespace+"/"+pod.Name, "container", ctr.Name,
 		"pools", d.Pools, "limit", config.FormatMemlock(d.Limit))
-	return d.Rlimits(), nil
+	if len(d.Env) > 0 {
+		p.log.Info("NCCL and UCX variables set for the devices of several NCCL pools", "pod", pod.Namespace+"/"+pod.Name,
+			"container", ctr.Name, "pools", d.NCCLPools, "env", d.Env)
+	}
+	return d, nil
 }
 
 // forget drops a removed pod's logged annotation problem.

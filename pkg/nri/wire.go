@@ -43,6 +43,9 @@ type Container struct {
 	CDIDevices  []string
 }
 
+// KeyValue is one environment variable of an adjustment.
+type KeyValue struct{ Key, Value string }
+
 // Rlimit is one POSIX rlimit of an adjustment.
 type Rlimit struct {
 	Type       string
@@ -361,13 +364,23 @@ func createContainerRequest(b []byte) (Pod, Container, error) {
 	return pod, ctr, err
 }
 
-// createContainerResponse: adjust 1, a ContainerAdjustment with rlimits 7
-// (POSIXRlimit: type 1, hard 2, soft 3); no adjustment when there are none.
-func createContainerResponse(rlimits []Rlimit) []byte {
-	if len(rlimits) == 0 {
+// createContainerResponse: adjust 1, a ContainerAdjustment with env 4
+// (KeyValue: key 1, value 2; the runtime replaces a variable of that name)
+// and rlimits 7 (POSIXRlimit: type 1, hard 2, soft 3); no adjustment when
+// there are neither.
+func createContainerResponse(rlimits []Rlimit, env []KeyValue) []byte {
+	if len(rlimits) == 0 && len(env) == 0 {
 		return nil
 	}
 	var adj []byte
+	for _, kv := range env {
+		e := protowire.AppendTag(nil, 1, protowire.BytesType)
+		e = protowire.AppendString(e, kv.Key)
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendString(e, kv.Value)
+		adj = protowire.AppendTag(adj, 4, protowire.BytesType)
+		adj = protowire.AppendBytes(adj, e)
+	}
 	for _, r := range rlimits {
 		l := protowire.AppendTag(nil, 1, protowire.BytesType)
 		l = protowire.AppendString(l, r.Type)

@@ -69,15 +69,20 @@ func TestDecodeCreateContainer(t *testing.T) {
 func TestEncodeResponses(t *testing.T) {
 	var cc api.CreateContainerResponse
 	rl := []Rlimit{{Type: RlimitMemlock, Hard: ^uint64(0), Soft: 64 * gi}}
-	if err := proto.Unmarshal(createContainerResponse(rl), &cc); err != nil {
+	env := []KeyValue{{"NCCL_IB_HCA", "=mlx5_0,mlx5_1"}, {"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1"}}
+	if err := proto.Unmarshal(createContainerResponse(rl, env), &cc); err != nil {
 		t.Fatal(err)
 	}
 	want := []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Hard: ^uint64(0), Soft: 64 * gi}}
 	if diff := cmp.Diff(want, cc.GetAdjust().GetRlimits(), cmpopts.IgnoreUnexported(api.POSIXRlimit{})); diff != "" {
 		t.Errorf("rlimits (-want +got):\n%s", diff)
 	}
-	if b := createContainerResponse(nil); len(b) != 0 {
-		t.Errorf("no rlimits: %x, want an empty response", b)
+	wantEnv := []*api.KeyValue{{Key: "NCCL_IB_HCA", Value: "=mlx5_0,mlx5_1"}, {Key: "UCX_NET_DEVICES", Value: "mlx5_0:1,mlx5_1:1"}}
+	if diff := cmp.Diff(wantEnv, cc.GetAdjust().GetEnv(), cmpopts.IgnoreUnexported(api.KeyValue{})); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if b := createContainerResponse(nil, nil); len(b) != 0 {
+		t.Errorf("no rlimits, no env: %x, want an empty response", b)
 	}
 
 	var cf api.ConfigureResponse

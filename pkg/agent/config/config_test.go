@@ -197,7 +197,7 @@ pools:
 	}
 	want := `pools "rail0", "rail1" all set NCCL's variables (nccl is true unless set to false) and have devices on this node: ` +
 		`a container with devices of two of them gets one pool's NCCL_IB_HCA (each pool names its own devices and the kubelet or the runtime ` +
-		`keeps one value per variable), so NCCL uses only that pool's NICs. Fix: select the NICs NCCL uses (every rail) in one pool, ` +
+		`keeps one value per variable; only the NRI plugin, when on and connected as the container is created, sets values naming all of them), so NCCL uses only that pool's NICs. Fix: select the NICs NCCL uses (every rail) in one pool, ` +
 		`and set nccl: false on pools that are not NCCL's fabric (a storage or front-end network)`
 	for _, tc := range []struct {
 		served []string

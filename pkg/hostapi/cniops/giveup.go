@@ -62,11 +62,13 @@ type GiveUp struct {
 	PodNamespace string `json:"podNamespace,omitempty"`
 	PodName      string `json:"podName,omitempty"`
 	PodUID       string `json:"podUID,omitempty"`
-	// RDMA, Netdev and Function name the device: its RDMA device, its host
-	// netdev when it was attached, and its PCI function or auxiliary device.
-	RDMA     string `json:"rdma"`
-	Netdev   string `json:"netdev"`
-	Function string `json:"function"`
+	// RDMA, Netdev, PodIfName and Function name the device: its RDMA
+	// device, its host netdev when it was attached, its name in the pod, and
+	// its PCI function or auxiliary device.
+	RDMA      string `json:"rdma"`
+	Netdev    string `json:"netdev"`
+	PodIfName string `json:"podIfName,omitempty"`
+	Function  string `json:"function"`
 	// Reason is GiveUpGone, GiveUpNotBack or GiveUpVanished.
 	Reason string `json:"reason"`
 	// Waited is how long DELs and GCs had waited for it, from the first.

@@ -16,7 +16,7 @@ import (
 var goldenGiveUps = []GiveUp{
 	{Time: time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC), Command: "DEL", ContainerID: "c0ffee", IfName: "net1",
 		PodNamespace: "ml", PodName: "trainer-0", PodUID: "6f1c2d3e-0000-4000-8000-000000000001",
-		RDMA: "mlx5_3", Netdev: "ens1f0v2", Function: "0000:3b:00.3", Reason: GiveUpNotBack, Waited: 90 * time.Second},
+		RDMA: "mlx5_3", Netdev: "ens1f0v2", PodIfName: "net1", Function: "0000:3b:00.3", Reason: GiveUpNotBack, Waited: 90 * time.Second},
 	{Time: time.Date(2026, 11, 29, 21, 0, 5, 0, time.UTC), Command: "GC", ContainerID: "deadbeef", IfName: "net2",
 		RDMA: "mlx5_9", Netdev: "enp59s0f0s2", Function: "mlx5_core.sf.2", Reason: GiveUpGone},
 }
