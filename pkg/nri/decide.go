@@ -144,8 +144,9 @@ func Decide(pod Pod, ctr Container, devs Devices) Decision {
 	var d Decision
 	var ncclDevs []string
 	for _, p := range slices.Concat(devs.Pools, devs.DRAPools) {
-		held := heldDevices(ctr, p.Nodes)
-		if len(held) > 0 || hasCDI(ctr, p.CDIDevices) {
+		matched := matchNodes(ctr, p.Nodes, false)
+		held := deviceNames(matched)
+		if len(matched) > 0 || hasCDI(ctr, p.CDIDevices) {
 			d.Pools = append(d.Pools, p.Name)
 			d.PoolLimit = max(d.PoolLimit, p.Limit)
 		}
@@ -184,11 +185,11 @@ func hasNode(ctr Container, nodes []DeviceNode) bool {
 	return len(matchNodes(ctr, nodes, true)) > 0
 }
 
-// heldDevices are the RDMA devices (DeviceNode.Device) of nodes that the
-// container has, sorted, without repeats.
-func heldDevices(ctr Container, nodes []DeviceNode) []string {
+// deviceNames are the RDMA devices the nodes are of (DeviceNode.Device;
+// unknown ones left out), sorted, without repeats.
+func deviceNames(nodes []DeviceNode) []string {
 	var out []string
-	for _, n := range matchNodes(ctr, nodes, false) {
+	for _, n := range nodes {
 		if n.Device != "" {
 			out = append(out, n.Device)
 		}

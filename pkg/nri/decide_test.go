@@ -2,6 +2,7 @@ package nri
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -210,6 +211,8 @@ func TestDecideNCCLEnv(t *testing.T) {
 			{Name: "rail0", NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs0", 231, 192, "mlx5_0"}, {"/dev/infiniband/uverbs1", 231, 193, "mlx5_1"}}},
 			{Name: "rail1", NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs2", 231, 194, "mlx5_2"}}},
 			{Name: "storage", Nodes: []DeviceNode{{"/dev/infiniband/uverbs3", 231, 195, "mlx5_3"}}},
+			// A node whose RDMA device is not known still makes the pool's.
+			{Name: "unnamed", NCCL: true, Nodes: []DeviceNode{{"/dev/infiniband/uverbs9", 231, 201, ""}}},
 		},
 		RDMA: map[string]discovery.RDMADevice{"mlx5_0": roce("mlx5_0"), "mlx5_1": roce("mlx5_1"), "mlx5_2": roce("mlx5_2"), "mlx5_3": roce("mlx5_3")},
 	}
@@ -231,10 +234,14 @@ func TestDecideNCCLEnv(t *testing.T) {
 		{"one rail", ctr("uverbs0", "uverbs1"), []string{"rail0"}, nil},
 		{"a rail and storage", ctr("uverbs0", "uverbs3"), []string{"rail0"}, nil},
 		{"nothing of ours", ctr("nvidia0"), nil, nil},
+		{"a node of no known device", ctr("uverbs9"), nil, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(Pod{}, tc.ctr, devs)
+			if tc.name == "a node of no known device" && !slices.Equal(d.Pools, []string{"unnamed"}) {
+				t.Errorf("pools %v, want [unnamed]: the container has its node", d.Pools)
+			}
 			if diff := cmp.Diff(tc.pools, d.NCCLPools, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("NCCL pools (-want +got):\n%s", diff)
 			}
