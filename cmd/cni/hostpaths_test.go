@@ -128,10 +128,10 @@ func TestNADLogFileInEtcChangesNothing(t *testing.T) {
 	}
 }
 
-// TestUplinkRefused: a deviceID whose netdev carries the host's default
-// route is refused (code 101), even with the node's paths and the check of
-// the pod's allocation off, and the netdev stays on the host.
-func TestUplinkRefused(t *testing.T) {
+// upNIC is a hostPathsEnv whose node file leaves the pod's allocation
+// unchecked, and its host's nic0 (mlx5_0's netdev), up.
+func upNIC(t *testing.T) (hostPathsEnv, netlink.Link) {
+	t.Helper()
 	e := newHostPathsEnv(t)
 	off := false
 	e.node.RequirePodResources = &off
@@ -144,6 +144,15 @@ func TestUplinkRefused(t *testing.T) {
 	if err := h.LinkSetUp(l); err != nil {
 		t.Fatal(err)
 	}
+	return e, l
+}
+
+// TestUplinkRefused: a deviceID whose netdev carries the host's default
+// route is refused (code 101), even with the node's paths and the check of
+// the pod's allocation off, and the netdev stays on the host.
+func TestUplinkRefused(t *testing.T) {
+	e, l := upNIC(t)
+	h := netnstest.Handle(t, e.host)
 	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 77, 0, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -199,23 +208,8 @@ func TestConfiguredNetdevRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setup := func(t *testing.T) (hostPathsEnv, netlink.Link) {
-		e := newHostPathsEnv(t)
-		off := false
-		e.node.RequirePodResources = &off
-		e.nodeFile = writeNodeFile(t, e.node)
-		h := netnstest.Handle(t, e.host)
-		l, err := h.LinkByName("nic0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-		return e, l
-	}
 	t.Run("address", func(t *testing.T) {
-		e, l := setup(t)
+		e, l := upNIC(t)
 		h := netnstest.Handle(t, e.host)
 		if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 77, 0, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
 			t.Fatal(err)
@@ -244,7 +238,7 @@ func TestConfiguredNetdevRefused(t *testing.T) {
 		}
 	})
 	t.Run("bridge port", func(t *testing.T) {
-		e, l := setup(t)
+		e, l := upNIC(t)
 		h := netnstest.Handle(t, e.host)
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
 		if err := h.LinkAdd(br); err != nil {

@@ -3,12 +3,16 @@ package suite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
 
 // testPortDown: port 1 of the phase's portDevice going down takes one device out of
@@ -249,4 +253,81 @@ func (e *env) portUpOnCleanup(t *testing.T, dev string, then func(ctx context.Co
 		}
 	})
 	return func() { done = true }
+}
+
+// testDefaultsPortDown: with the chart's default pools, port 1 of one
+// Ethernet device (the phase's port device) down: the device shows
+// Unhealthy in the node state, the shared pool that holds it with the
+// other Ethernet devices keeps every slot allocatable, and a pod of it
+// starts, with the device nodes of the whole set (a slot gives every
+// device); the exclusive pools keep theirs.
+func testDefaultsPortDown(t *testing.T, e *env) {
+	var shared pool
+	for _, p := range e.pools {
+		if p.mode == "shared" {
+			shared = p
+		}
+	}
+	if shared.name == "" || e.portDevice == "" {
+		t.Fatalf("pools %v, port device %q: want a shared pool and a port device", e.pools, e.portDevice)
+	}
+	want := e.counts()
+	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
+		t.Fatalf("before the port goes down: %v", err)
+	}
+	restored := e.portUpOnCleanup(t, e.portDevice, nil)
+	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "down")
+	start := time.Now()
+	var set []string
+	e.waitNodeState(t, "port 1 of "+e.portDevice+" down", func(s *v1alpha1.RDMANodeState) error {
+		set = nil
+		down := false
+		for _, d := range s.Status.Devices {
+			if slices.Contains(d.Pools, shared.name) {
+				set = append(set, d.Name)
+			}
+			if d.Name == e.portDevice {
+				down = !d.Healthy
+			}
+		}
+		if !down {
+			return fmt.Errorf("device %s still Healthy", e.portDevice)
+		}
+		return nil
+	})
+	t.Logf("port 1 of %s down: Unhealthy in the node state after %s; pool %s holds %d devices", e.portDevice,
+		time.Since(start).Round(time.Millisecond), shared.name, len(set))
+	if len(set) < 2 {
+		t.Fatalf("pool %s holds %v: the test needs the port device and another", shared.name, set)
+	}
+	// The kubelet's allocatable follows the daemon's ListAndWatch within its
+	// health interval: hold it a while, not only once.
+	for range 5 {
+		got, err := e.nodeResources(t.Context(), false, poolNames(want)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("with port 1 of %s down: allocatable %s, want %s (every slot of %s while one device of its set is up)",
+				e.portDevice, fmtCounts(got), fmtCounts(want), shared.name)
+		}
+		time.Sleep(time.Second)
+	}
+	ns := e.namespace(t)
+	e.createPod(t, e.devicePod(ns, "shared-port-down", shared.name, 1))
+	e.waitRunning(t, ns, "shared-port-down")
+	l := e.waitLog(t, ns, "shared-port-down", 1)
+	got := l.env["KUBE_RDMA_"+envName(shared.name)+"_RDMA_DEVICES"]
+	t.Logf("pod of %s with port 1 of %s down: %s", shared.name, e.portDevice, got)
+	if names := strings.Split(got, ","); len(names) != len(set) || !slices.Contains(names, e.portDevice) {
+		t.Errorf("pod of %s: devices %q, want the whole set %v", shared.name, got, set)
+	}
+	e.appendReport(t, fmt.Sprintf("defaults: port 1 of %s down: every slot of %s allocatable (%s), a pod of it Running with the %d devices of the set",
+		e.portDevice, shared.name, fmtCounts(want), len(set)))
+	e.deletePod(t, ns, "shared-port-down")
+	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "up")
+	restored()
+	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
+		t.Fatalf("port 1 of %s up again: %v", e.portDevice, err)
+	}
 }

@@ -19,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kube-rdma/kube-rdma/internal/fakerdma"
+	agentconfig "github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
 
@@ -37,7 +39,7 @@ import (
 //	commit, chart directory and kube-rdma image, once the harness built it (e2e/local-node/prev.sh);
 //	prev-fakerdma-image: its fakerdma variant, once imported too
 //
-// Ten phases, each with the chart's values and the answers computed here from the fixture:
+// Twelve phases, each with the chart's values and the answers computed here from the fixture:
 // device-plugin (pools of every kind, chained CNI, NRI), gpu-aligned (a gpuAligned pool with
 // a stand-in GPU device plugin and the fake RDMA netlink image), dra (pools served as a DRA
 // driver beside a stand-in GPU DRA driver), then upgrade, upgrade-gpu-aligned and upgrade-dra:
@@ -48,7 +50,10 @@ import (
 // check: faults_test.go), faults-dra (the dra phase's values, the DRA front end's faults:
 // drafaults_test.go), and dra-shared (one HCA in a shared dra pool of 3 slots: three claims
 // share it through DRA consumable capacity: drashared_test.go), and multus (Multus's thick
-// plugin in front of the node's network, the chart in multus mode: multus_test.go).
+// plugin in front of the node's network, the chart in multus mode: multus_test.go), and rails
+// (one NCCL pool per rail with NRI: a pod's NCCL and UCX variables name the devices of all of
+// them: multipool_test.go), and defaults (the chart's default pools, a port of the shared
+// pool's set down: health_test.go).
 // cni-e2e-binary: the CNI plugin built with kuberdma_e2e (its fault hook), when images.sh
 // kept it.
 
@@ -183,7 +188,7 @@ func localNode(d map[string]string) (harness, error) {
 		setup: l.setup,
 		phases: []phase{l.devicePluginPhase(), l.gpuAlignedPhase(), l.draPhase(), l.upgradePhase(),
 			l.upgradeGPUAlignedPhase(), l.upgradeDRAPhase(), l.faultsPhase(), l.faultsDRAPhase(), l.draSharedPhase(),
-			l.multusPhase()},
+			l.multusPhase(), l.railsPhase(), l.defaultsPhase()},
 	}, nil
 }
 
@@ -328,6 +333,64 @@ func (l localNodeDesc) devicePluginValues() (values, func(c *config)) {
 			{"roce-shared", "shared", int64(slots * len(l.fix.pfs))}}
 		l.common(c)
 		c.chainedPool, c.ncclPools, c.memlock = "vf", []string{"ib"}, memlock
+	}
+}
+
+// railsPhase: one pool per rail, each setting NCCL's variables (the layout users of one
+// resource per NIC bring): rail0 and rail1 the HCAs, rail2 the RoCE PF, rail3 the RoCE VFs,
+// NRI on, no CNI. A container's NCCL_IB_HCA and UCX_NET_DEVICES name every device it holds
+// whatever pools they came from: the NRI plugin sets them after the kubelet's merge, which
+// keeps one pool's values (testRailPools). Last: its resources stay in the node's allocatable
+// at 0 once the chart is gone.
+func (l localNodeDesc) railsPhase() phase {
+	_, mlOthers, _ := l.memlockLimits()
+	rail := func(name string, sel values) values {
+		p := values{"name": name, "mode": "exclusive", "selectors": sel}
+		if mlOthers != "" {
+			p["memlock"] = mlOthers
+		}
+		return p
+	}
+	pools := []values{
+		rail("rail0", values{"rdmaDevices": []string{l.fix.ib[0]}}),
+		rail("rail1", values{"rdmaDevices": []string{l.fix.ib[1]}}),
+		rail("rail2", values{"rdmaDevices": []string{l.fix.pfs[0]}}),
+		// Exclusive pools must differ in one selector field: every rail by its devices' names.
+		rail("rail3", values{"rdmaDevices": l.fix.vfs}),
+	}
+	v := values{
+		"config": values{"pools": pools},
+		"nri":    values{"enabled": true, "socket": l.nodeRun + "/nri/nri.sock"},
+	}
+	return phase{
+		name: "rails",
+		config: func(c *config) {
+			l.common(c)
+			c.pools = []pool{{"rail0", "exclusive", 1}, {"rail1", "exclusive", 1}, {"rail2", "exclusive", 1},
+				{"rail3", "exclusive", int64(len(l.fix.vfs))}}
+			c.ncclPools = nil // every pool
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
+			report: "rails: chart installed with one NCCL pool per rail (rail0-rail3) and NRI, DaemonSet ready: %s s"}},
+		tests: []namedTest{{"RailPools", testRailPools}},
+	}
+}
+
+// defaultsPhase: the chart's default pools (ib: every HCA; roce-shared: every Ethernet device,
+// the PF and its VFs, as one set of 64 slots), nothing but the node's paths set. With port 1
+// of the PF down the shared pool keeps serving its slots (testDefaultsPortDown).
+func (l localNodeDesc) defaultsPhase() phase {
+	return phase{
+		name: "defaults",
+		config: func(c *config) {
+			l.common(c)
+			c.pools = []pool{{"ib", "exclusive", int64(len(l.fix.ib))}, {"roce-shared", "shared", 64}}
+			c.ncclPools = []string{"ib"}
+			c.portDevice = l.fix.pfs[0]
+		},
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues()},
+			report: "defaults: chart installed with its default pools, DaemonSet ready: %s s"}},
+		tests: []namedTest{{"Allocatable", testAllocatable}, {"SharedPoolPortDown", testDefaultsPortDown}},
 	}
 }
 
@@ -740,7 +803,7 @@ memlock-hard-kib 8192
 	for _, p := range h.phases {
 		names = append(names, p.name)
 	}
-	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra", "dra-shared", "multus"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"device-plugin", "gpu-aligned", "dra", "upgrade", "upgrade-gpu-aligned", "upgrade-dra", "faults", "faults-dra", "dra-shared", "multus", "rails", "defaults"}, names); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
 	// multus: skipped without the Multus chart and image; with them, the chart in multus mode
@@ -765,6 +828,38 @@ memlock-hard-kib 8192
 	want := []pool{{"ib", "exclusive", 2}, {"vf", "exclusive", 6}, {"roce-shared", "shared", 8}}
 	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" {
 		t.Errorf("device-plugin pools (-want +got):\n%s", diff)
+	}
+	// Every phase's pools load as the daemon loads them (it exits on a config it refuses).
+	for _, p := range h.phases {
+		for _, r := range p.releases {
+			cfg := values{"resourcePrefix": "rdma.kube-rdma.io"}
+			for _, v := range r.values {
+				if c, ok := v["config"].(values); ok && c["pools"] != nil {
+					cfg["pools"] = c["pools"]
+				}
+			}
+			if cfg["pools"] == nil {
+				continue // the chart's default pools (deploy/helm's tests load them)
+			}
+			b, err := yaml.Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := agentconfig.Parse(b); err != nil {
+				t.Errorf("phase %s: its pools do not load: %v", p.name, err)
+			}
+		}
+	}
+	// rails: one pool per rail, each its own devices, every pool NCCL's, NRI on.
+	c = config{}
+	h.phases[10].config(&c)
+	want = []pool{{"rail0", "exclusive", 1}, {"rail1", "exclusive", 1}, {"rail2", "exclusive", 1}, {"rail3", "exclusive", 6}}
+	if diff := cmp.Diff(want, c.pools, cmp.AllowUnexported(pool{})); diff != "" || c.ncclPools != nil {
+		t.Errorf("rails pools (-want +got):\n%s\nNCCL pools %v, want every pool", diff, c.ncclPools)
+	}
+	rv := h.phases[10].releases[0].values[1]
+	if rv["nri"].(values)["enabled"] != true || len(rv["config"].(values)["pools"].([]values)) != 4 {
+		t.Errorf("rails values %v: want NRI on and four pools", rv)
 	}
 	// faults-dra: its claim records where the chart's --dra-plugin-dir puts them (kubeletDir
 	// /plugins/<driver>/claims), its claim pool one of the phase's dra pools.

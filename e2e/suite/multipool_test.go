@@ -1,10 +1,12 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -108,4 +110,77 @@ func testMultiPoolPod(t *testing.T, e *env) {
 		t.Errorf("doctor exit %d with no failed check", code)
 	}
 	e.deletePod(t, ns, name)
+}
+
+// testRailPools: pools that each set NCCL's variables, one per rail, with the
+// NRI plugin on. A pod with one device of every pool, and a pod with devices of
+// two, get NCCL_IB_HCA and UCX_NET_DEVICES naming every device they hold
+// (each pool's Allocate names its own, and the kubelet keeps one value per
+// variable: without the NRI plugin NCCL would use one NIC); the node reports
+// the layout as a configuration problem (a container created while the NRI
+// plugin is away would get one pool's values); kubectl rdma doctor's NCCL
+// check passes.
+func testRailPools(t *testing.T, e *env) {
+	pools := e.exclusivePools()
+	if len(pools) < 4 {
+		t.Fatalf("pools %v: want four or more rail pools with devices", pools)
+	}
+	e.waitNRIConnected(t)
+	ns := e.namespace(t)
+	for _, c := range []struct {
+		name  string
+		pools []pool
+	}{{"rails-all", pools}, {"rails-two", pools[:2]}} {
+		pod := e.devicePod(ns, c.name, c.pools[0].name, 1)
+		for _, p := range c.pools[1:] {
+			pod.Spec.Containers[0].Resources.Limits[e.resource(p.name)] = *resource.NewQuantity(1, resource.DecimalSI)
+		}
+		e.createPod(t, pod)
+		e.waitRunning(t, ns, c.name)
+		l := e.waitLog(t, ns, c.name, 1)
+		var held []string
+		for _, p := range c.pools {
+			d := l.env["KUBE_RDMA_"+envName(p.name)+"_RDMA_DEVICES"]
+			if d == "" || strings.Contains(d, ",") {
+				t.Fatalf("pod %s: KUBE_RDMA_%s_RDMA_DEVICES=%q, want one device", c.name, envName(p.name), d)
+			}
+			held = append(held, d)
+		}
+		slices.Sort(held)
+		want := strings.Join(held, ",")
+		hca := strings.Split(strings.TrimPrefix(l.env["NCCL_IB_HCA"], "="), ",")
+		slices.Sort(hca)
+		t.Logf("pod %s (%d pools): devices %s; NCCL_IB_HCA=%s UCX_NET_DEVICES=%s NCCL_IB_GID_INDEX=%q", c.name, len(c.pools), want,
+			l.env["NCCL_IB_HCA"], l.env["UCX_NET_DEVICES"], l.env["NCCL_IB_GID_INDEX"])
+		if !strings.HasPrefix(l.env["NCCL_IB_HCA"], "=") || strings.Join(hca, ",") != want {
+			t.Errorf("pod %s: NCCL_IB_HCA=%q, want =%s: every device of its %d NCCL pools", c.name, l.env["NCCL_IB_HCA"], want, len(c.pools))
+		}
+		ucx := strings.Split(ucxDevices(l.env["UCX_NET_DEVICES"]), ",")
+		slices.Sort(ucx)
+		if got := strings.Join(slices.Compact(ucx), ","); got != want {
+			t.Errorf("pod %s: UCX_NET_DEVICES=%q names %s, want the ports of %s", c.name, l.env["UCX_NET_DEVICES"], got, want)
+		}
+		var out string
+		err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+			out, _ = e.kubectlRDMA(t, "doctor", "-n", ns, c.name)
+			if got := doctorLines(out)["in container: NCCL environment matches the allocation"]; !strings.HasPrefix(got, "PASS") {
+				return fmt.Errorf("doctor's NCCL check: %q", got)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("pod %s: %v\n%s", c.name, err, out)
+		}
+		e.appendReport(t, fmt.Sprintf("rails: a pod with one device of each of %d NCCL pools (NRI on) got NCCL_IB_HCA=%s UCX_NET_DEVICES=%s",
+			len(c.pools), l.env["NCCL_IB_HCA"], l.env["UCX_NET_DEVICES"]))
+		e.deletePod(t, ns, c.name) // the next pod asks for the same rails
+	}
+	e.waitNodeState(t, "the rail pools reported as a configuration problem", func(s *v1alpha1.RDMANodeState) error {
+		for _, m := range s.Status.ConfigErrors {
+			if strings.Contains(m, "set NCCL's variables") && strings.Contains(m, `"`+pools[0].name+`"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("configErrors %q name no NCCL pools", s.Status.ConfigErrors)
+	})
 }

@@ -148,6 +148,7 @@ func rxeCluster(d map[string]string) (harness, error) {
 			{"PortDownDetection", func(t *testing.T, e *env) { testPortDownDetection(t, e, c) }},
 			{"NodeState", testNodeState},
 			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
+			{"NonRootRegister", func(t *testing.T, e *env) { testNonRootRegister(t, e, c) }},
 		},
 	}, c.draPhase()}}, nil
 }

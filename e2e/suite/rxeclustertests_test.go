@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
@@ -589,4 +590,121 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 		c.device, target, down.Seconds(), len(downs), slowest.Seconds(), after.Seconds(), hook.Seconds(), up.Seconds())
 	t.Log(line)
 	e.appendReport(t, line)
+}
+
+// registerBytes is what testNonRootRegister's pods register: 64 MiB, eight
+// times the locked memory containerd gives a container under systemd's
+// default.
+const registerBytes = 64 << 20
+
+// nonRootRegisterScript runs ibv_rc_pingpong as the container's first
+// process (a kubectl exec'd process would get the runtime's limit, not the
+// pool's) on the pod's device (KUBE_RDMA_RXE_RDMA_DEVICES), with the RoCE v2
+// GID of an IPv4 address the pod sees (read with the read builtin: one cat
+// per slot of the table is slow under emulation), registering
+// registerBytes; the client (SERVER set) retries its connection until the
+// server listens. It prints its RLIMIT_MEMLOCK first.
+const nonRootRegisterScript = `dev=$KUBE_RDMA_RXE_RDMA_DEVICES
+d=/sys/class/infiniband/$dev/ports/1
+gid=
+for f in "$d"/gid_attrs/types/*; do
+	i=${f##*/}
+	{ read -r t < "$f" && read -r g < "$d/gids/$i"; } 2>/dev/null || continue
+	case "$t $g" in "RoCE v2 0000:0000:0000:0000:0000:ffff:"*) gid=$i; break;; esac
+done
+echo "limits $(awk '/^Max locked memory/ {print $4, $5}' /proc/self/limits) uid $(id -u) device $dev gid-index $gid"
+[ -n "$gid" ] || { echo "no RoCE v2 IPv4 GID on $dev"; exit 1; }
+set -- -d "$dev" -g "$gid" -s SIZE -n 1 -p PORT
+if [ -z "$SERVER" ]; then exec ibv_rc_pingpong "$@"; fi
+n=0
+until ibv_rc_pingpong "$@" "$SERVER"; do
+	n=$((n+1)); [ $n -lt 60 ] || exit 1
+	sleep 2
+done
+`
+
+// testNonRootRegister: a pod running as uid 1000 without CAP_IPC_LOCK on each
+// node registers 64 MiB on its device and exchanges it with the other
+// (ibv_rc_pingpong, as each container's first process). NRI is off in this
+// phase: the limit comes from the memlock hook of the pool's CDI spec; at the
+// runtime's own limit the registration fails (the rxe guest's
+// TestMemlockNonRoot shows that).
+func testNonRootRegister(t *testing.T, e *env, c rxeClusterDesc) {
+	if len(c.nodes) < 2 {
+		t.Skipf("one node (%s): the exchange needs two", c.nodes[0])
+	}
+	ns := e.namespace(t)
+	script := strings.NewReplacer("SIZE", strconv.Itoa(registerBytes), "PORT", "18600").Replace(nonRootRegisterScript)
+	pod := func(name, node, server string) *corev1.Pod {
+		p := e.devicePod(ns, name, rxePool, 1)
+		uid := int64(1000)
+		nonRoot := true
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &nonRoot}
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: node}
+		ctr := &p.Spec.Containers[0]
+		ctr.Image, ctr.Command = c.perfImage, []string{"sh", "-c", script}
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "SERVER", Value: server})
+		return p
+	}
+	e.createPod(t, pod("register-server", c.nodes[0], ""))
+	srv := e.waitStarted(t, ns, "register-server")
+	e.createPod(t, pod("register-client", c.nodes[1], srv.Status.PodIP))
+	for _, name := range []string{"register-server", "register-client"} {
+		var p *corev1.Pod
+		err := eventually(t.Context(), 5*time.Minute, func(ctx context.Context) error {
+			var err error
+			if p, err = e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				return fmt.Errorf("pod %s: phase %s", name, p.Status.Phase)
+			}
+			return nil
+		})
+		out, lerr := e.logs(t.Context(), ns, name)
+		t.Logf("pod %s (uid 1000, no CAP_IPC_LOCK): %v\n%s%v", name, p.Status.Phase, out, lerr)
+		if err != nil || p.Status.Phase != corev1.PodSucceeded {
+			e.dumpPod(t, ns, name)
+			t.Errorf("pod %s: %v, phase %s: want ibv_rc_pingpong of %d bytes done", name, err, p.Status.Phase, registerBytes)
+			continue
+		}
+		if !strings.Contains(out, "limits unlimited unlimited uid 1000") {
+			t.Errorf("pod %s: want RLIMIT_MEMLOCK unlimited (the pool's memlock, from its CDI spec's hook) for uid 1000", name)
+		}
+		if !strings.Contains(out, strconv.Itoa(registerBytes)+" bytes in") {
+			t.Errorf("pod %s: no %q line: the exchange of %d bytes did not complete", name, strconv.Itoa(registerBytes)+" bytes in", registerBytes)
+		}
+	}
+	e.deletePod(t, ns, "register-client")
+	e.deletePod(t, ns, "register-server")
+}
+
+// waitStarted waits until the pod's container runs (Ready or not) and
+// returns the pod.
+func (e *env) waitStarted(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := eventually(t.Context(), podStartup, func(ctx context.Context) error {
+		p, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod = p
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return nil
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("pod %s: phase %s, IP %q", name, p.Status.Phase, p.Status.PodIP)
+		}
+		return nil
+	})
+	if err == nil && pod.Status.Phase != corev1.PodRunning {
+		err = fmt.Errorf("pod %s ended: phase %s", name, pod.Status.Phase)
+	}
+	if err != nil {
+		e.dumpPod(t, ns, name)
+		t.Fatal(err)
+	}
+	return pod
 }
