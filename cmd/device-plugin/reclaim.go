@@ -62,7 +62,7 @@ func startReclaim(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func
 		return nil, fmt.Errorf("run: --cni-reclaim-state-dir: %w", err)
 	}
 	log := cfg.Logger.With("component", "cni-reclaim")
-	p, err := cni.NewReclaimer(log, boot, reclaimNotBackWait)
+	p, err := cni.NewReclaimer(log, boot, reclaimNotBackWait, f.stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("run: --cni-reclaim-state-dir: %w", err)
 	}

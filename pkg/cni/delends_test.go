@@ -349,3 +349,36 @@ func TestDelNICVanished(t *testing.T) {
 		t.Errorf("give-ups in the spool: %+v, want mlx5_0's, vanished, naming pod ml/trainer-0", g)
 	}
 }
+
+// TestReclaimSpoolsGiveUp: the daemon's reclaimer (NewReclaimer with the
+// plugin's state dir) leaves a NIC it gives up in the same give-up spool as
+// DEL and GC, as command "reclaim", so the daemon reports it the same way:
+// here an SF whose auxiliary device went while its pod died.
+func TestReclaimSpoolsGiveUp(t *testing.T) {
+	e, _, a, _ := goneAfterAdd(t, "shared")
+	r, err := NewReclaimer(nil, "test-boot", 300*time.Millisecond, e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.HostNS.Close()
+	if r.Node.StateDir != e.stateDir {
+		t.Fatalf("NewReclaimer: Node.StateDir %q, want the state dir it was given", r.Node.StateDir)
+	}
+	e.p.Node.StateDir = r.Node.StateDir
+	key := attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}
+	editRecord(t, e, key, func(r *attachment.Attachment) {
+		r.Devices[0].Kind, r.Devices[0].AuxDevice = "SF", "mlx5_core.sf.9"
+	})
+	store := attachment.Store{Dir: e.stateDir, BootID: "test-boot"}
+	res := e.p.Reclaim(context.Background(), ReclaimOpts{Store: store, SysfsRoot: e.sys}, []attachment.Key{key})
+	if len(res) != 1 || res[0].Err != nil || res[0].Skipped != "" {
+		t.Fatalf("Reclaim = %+v", res)
+	}
+	if recs := e.snapshot().Records; len(recs) != 0 {
+		t.Errorf("records left: %v", recs)
+	}
+	if g := giveUps(t, e); len(g) != 1 || g[0].Command != "reclaim" || g[0].Reason != cniops.GiveUpGone ||
+		g[0].Function != "mlx5_core.sf.9" || g[0].ContainerID != a.ContainerID {
+		t.Errorf("give-ups in the spool: %+v, want the SF's, by reclaim, function-gone", g)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
@@ -171,9 +172,12 @@ func (p *Plugin) ReturnedByKernel(rec attachment.Attachment) bool {
 // NewReclaimer returns a Plugin with the real dependencies, for Reclaim in
 // the node agent's process: the current network namespace (the daemon's
 // host network) as the host, bootID's records, IPAM plugins exec'd from
-// the CNI path Reclaim is given, and wait as NetdevReturnWait. Close the
-// HostNS handle when done.
-func NewReclaimer(log *slog.Logger, bootID string, wait time.Duration) (*Plugin, error) {
+// the CNI path Reclaim is given, and wait as NetdevReturnWait. NICs it
+// gives up go to the give-up spool of stateDir (the CNI plugin's state
+// directory, package cniops), where the daemon's drain of the plugin's
+// give-ups reports them as it reports the plugin's own; "" leaves them to
+// the log. Close the HostNS handle when done.
+func NewReclaimer(log *slog.Logger, bootID string, wait time.Duration, stateDir string) (*Plugin, error) {
 	host, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("open current netns: %w", err)
@@ -190,5 +194,6 @@ func NewReclaimer(log *slog.Logger, bootID string, wait time.Duration) (*Plugin,
 		SoftRDMAWait:     2 * time.Second,
 		NetdevReturnWait: wait,
 		NetdevGiveUp:     DefaultNetdevGiveUp,
+		Node:             netconf.Node{StateDir: stateDir},
 	}, nil
 }

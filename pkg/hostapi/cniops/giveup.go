@@ -51,8 +51,8 @@ const (
 // netdev reappears on the host.
 type GiveUp struct {
 	Time time.Time `json:"time"`
-	// Command is DEL or GC (or reclaim: the daemon's in-process reclaimer,
-	// which logs its give-ups itself and leaves none here).
+	// Command is DEL, GC or reclaim (the daemon's in-process reclaimer of
+	// attachments whose DEL never came).
 	Command string `json:"cmd"`
 	// ContainerID and IfName are the attachment's.
 	ContainerID string `json:"containerID"`
