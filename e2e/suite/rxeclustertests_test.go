@@ -592,18 +592,22 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 	e.appendReport(t, line)
 }
 
-// registerBytes is what testNonRootRegister's pods register: 64 MiB, eight
+// registerBytes is what testNonRootRegister's pod registers: 64 MiB, eight
 // times the locked memory containerd gives a container under systemd's
 // default.
 const registerBytes = 64 << 20
 
-// nonRootRegisterScript runs ibv_rc_pingpong as the container's first
-// process (a kubectl exec'd process would get the runtime's limit, not the
-// pool's) on the pod's device (KUBE_RDMA_RXE_RDMA_DEVICES), with the RoCE v2
-// GID of an IPv4 address the pod sees (read with the read builtin: one cat
-// per slot of the table is slow under emulation), registering
-// registerBytes; the client (SERVER set) retries its connection until the
-// server listens. It prints its RLIMIT_MEMLOCK first.
+// nonRootRegisterScript runs as the container's first process (a kubectl
+// exec'd process would get the runtime's limit, not the pool's) on the pod's
+// device (KUBE_RDMA_RXE_RDMA_DEVICES), with the RoCE v2 GID of an IPv4
+// address the pod sees (read with the read builtin: one cat per slot of the
+// table is slow under emulation). ibv_rc_pingpong's server registers its
+// buffer of SIZE bytes before it listens: first with the limit lowered to
+// 8 MiB (it must fail: "Couldn't register MR"), then at the container's
+// limit, where the script waits until its port listens (registered) and
+// stops it; exchanging 64 MiB over soft-RoCE under emulation takes over a
+// minute, and registering is what the limit decides. Each outcome is one
+// line: "control ...", "registered ...".
 const nonRootRegisterScript = `dev=$KUBE_RDMA_RXE_RDMA_DEVICES
 d=/sys/class/infiniband/$dev/ports/1
 gid=
@@ -614,97 +618,66 @@ for f in "$d"/gid_attrs/types/*; do
 done
 echo "limits $(awk '/^Max locked memory/ {print $4, $5}' /proc/self/limits) uid $(id -u) device $dev gid-index $gid"
 [ -n "$gid" ] || { echo "no RoCE v2 IPv4 GID on $dev"; exit 1; }
-set -- -d "$dev" -g "$gid" -s SIZE -n 1 -p PORT
-if [ -z "$SERVER" ]; then exec ibv_rc_pingpong "$@"; fi
+out=$( (ulimit -l 8192 && exec ibv_rc_pingpong -d "$dev" -g "$gid" -s SIZE -n 1 -p CONTROLPORT) 2>&1 )
+echo "control at 8 MiB: exit $? $(echo "$out" | grep -i register | head -n 1)"
+ibv_rc_pingpong -d "$dev" -g "$gid" -s SIZE -n 1 -p PORT &
+pid=$!
 n=0
-until ibv_rc_pingpong "$@" "$SERVER"; do
-	n=$((n+1)); [ $n -lt 60 ] || exit 1
-	sleep 2
+until grep -qE ':PORTHEX [0-9A-F]+:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+	if ! kill -0 $pid 2>/dev/null; then wait $pid; echo "failed: ibv_rc_pingpong exited $? before it listened"; exit 1; fi
+	n=$((n+1)); [ $n -lt 120 ] || { echo "failed: not listening after 120 s"; exit 1; }
+	sleep 1
 done
+echo "registered SIZE bytes: listening on PORT"
+kill $pid
 `
 
-// testNonRootRegister: a pod running as uid 1000 without CAP_IPC_LOCK on each
-// node registers 64 MiB on its device and exchanges it with the other
-// (ibv_rc_pingpong, as each container's first process). NRI is off in this
-// phase: the limit comes from the memlock hook of the pool's CDI spec; at the
-// runtime's own limit the registration fails (the rxe guest's
-// TestMemlockNonRoot shows that).
+// testNonRootRegister: a pod running as uid 1000 without CAP_IPC_LOCK
+// registers 64 MiB on its device (ibv_rc_pingpong's server, as the
+// container's first process), while the same registration with the limit
+// lowered to containerd's default 8 MiB fails. NRI is off in this phase: the
+// limit comes from the memlock hook of the pool's CDI spec.
 func testNonRootRegister(t *testing.T, e *env, c rxeClusterDesc) {
-	if len(c.nodes) < 2 {
-		t.Skipf("one node (%s): the exchange needs two", c.nodes[0])
-	}
+	const port, control = 18600, 18601
 	ns := e.namespace(t)
-	script := strings.NewReplacer("SIZE", strconv.Itoa(registerBytes), "PORT", "18600").Replace(nonRootRegisterScript)
-	pod := func(name, node, server string) *corev1.Pod {
-		p := e.devicePod(ns, name, rxePool, 1)
-		uid := int64(1000)
-		nonRoot := true
-		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &nonRoot}
-		p.Spec.RestartPolicy = corev1.RestartPolicyNever
-		p.Spec.NodeSelector = map[string]string{hostnameLabel: node}
-		ctr := &p.Spec.Containers[0]
-		ctr.Image, ctr.Command = c.perfImage, []string{"sh", "-c", script}
-		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "SERVER", Value: server})
-		return p
-	}
-	e.createPod(t, pod("register-server", c.nodes[0], ""))
-	srv := e.waitStarted(t, ns, "register-server")
-	e.createPod(t, pod("register-client", c.nodes[1], srv.Status.PodIP))
-	for _, name := range []string{"register-server", "register-client"} {
-		var p *corev1.Pod
-		err := eventually(t.Context(), 5*time.Minute, func(ctx context.Context) error {
-			var err error
-			if p, err = e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				return fmt.Errorf("pod %s: phase %s", name, p.Status.Phase)
-			}
-			return nil
-		})
-		out, lerr := e.logs(t.Context(), ns, name)
-		t.Logf("pod %s (uid 1000, no CAP_IPC_LOCK): %v\n%s%v", name, p.Status.Phase, out, lerr)
-		if err != nil || p.Status.Phase != corev1.PodSucceeded {
-			e.dumpPod(t, ns, name)
-			t.Errorf("pod %s: %v, phase %s: want ibv_rc_pingpong of %d bytes done", name, err, p.Status.Phase, registerBytes)
-			continue
-		}
-		if !strings.Contains(out, "limits unlimited unlimited uid 1000") {
-			t.Errorf("pod %s: want RLIMIT_MEMLOCK unlimited (the pool's memlock, from its CDI spec's hook) for uid 1000", name)
-		}
-		if !strings.Contains(out, strconv.Itoa(registerBytes)+" bytes in") {
-			t.Errorf("pod %s: no %q line: the exchange of %d bytes did not complete", name, strconv.Itoa(registerBytes)+" bytes in", registerBytes)
-		}
-	}
-	e.deletePod(t, ns, "register-client")
-	e.deletePod(t, ns, "register-server")
-}
-
-// waitStarted waits until the pod's container runs (Ready or not) and
-// returns the pod.
-func (e *env) waitStarted(t *testing.T, ns, name string) *corev1.Pod {
-	t.Helper()
+	script := strings.NewReplacer("SIZE", strconv.Itoa(registerBytes), "CONTROLPORT", strconv.Itoa(control),
+		"PORTHEX", fmt.Sprintf("%04X", port), "PORT", strconv.Itoa(port)).Replace(nonRootRegisterScript)
+	name := "register-64m"
+	p := e.devicePod(ns, name, rxePool, 1)
+	uid := int64(1000)
+	nonRoot := true
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &nonRoot}
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	p.Spec.Containers[0].Image, p.Spec.Containers[0].Command = c.perfImage, []string{"sh", "-c", script}
+	e.createPod(t, p)
 	var pod *corev1.Pod
-	err := eventually(t.Context(), podStartup, func(ctx context.Context) error {
-		p, err := e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+	err := eventually(t.Context(), podStartup+2*time.Minute, func(ctx context.Context) error {
+		var err error
+		if pod, err = e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return err
 		}
-		pod = p
-		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return nil
-		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("pod %s: phase %s, IP %q", name, p.Status.Phase, p.Status.PodIP)
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			return fmt.Errorf("pod %s: phase %s", name, pod.Status.Phase)
 		}
 		return nil
 	})
-	if err == nil && pod.Status.Phase != corev1.PodRunning {
-		err = fmt.Errorf("pod %s ended: phase %s", name, pod.Status.Phase)
-	}
-	if err != nil {
+	out, lerr := e.logs(t.Context(), ns, name)
+	t.Logf("pod %s (uid 1000, no CAP_IPC_LOCK, NRI off): %v\n%s%v", name, err, out, lerr)
+	if err != nil || pod.Status.Phase != corev1.PodSucceeded {
 		e.dumpPod(t, ns, name)
-		t.Fatal(err)
+		t.Fatalf("pod %s: %v: want it to register %d bytes and succeed", name, err, registerBytes)
 	}
-	return pod
+	if !strings.Contains(out, "limits unlimited unlimited uid 1000") {
+		t.Errorf("pod %s: want RLIMIT_MEMLOCK unlimited (the pool's memlock, from its CDI spec's hook) for uid 1000", name)
+	}
+	if !strings.Contains(out, "control at 8 MiB: exit 1 Couldn't register MR") {
+		t.Errorf("pod %s: the registration at 8 MiB did not fail with \"Couldn't register MR\": the check could not tell", name)
+	}
+	if !strings.Contains(out, fmt.Sprintf("registered %d bytes", registerBytes)) {
+		t.Errorf("pod %s: did not register %d bytes", name, registerBytes)
+	} else {
+		e.appendReport(t, fmt.Sprintf("rxe-cluster: a pod as uid 1000 without CAP_IPC_LOCK registered %d MiB on %s with NRI off (the memlock hook; at 8 MiB the same registration failed)",
+			registerBytes>>20, c.device))
+	}
+	e.deletePod(t, ns, name)
 }
