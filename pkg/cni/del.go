@@ -201,15 +201,14 @@ func recordedIPAM(rec attachment.Attachment) (string, []byte) {
 
 // returnDevices returns every device of rec not yet returned to the host
 // (deletes a shared device's child) and marks it Returned, best effort: it goes on after an error and
-// returns them all. When the pod netns is gone, NICs still on their way
-// back are waited for until deadline (returnDeadline), and never past
-// NetdevGiveUp from the first wait for them (see awaitOnHost); lk, the
+// returns them all. A NIC not in the pod netns is looked for on the host,
+// also as its function's one netdev (res: a NIC re-probed while its pod ran
+// has another name and MAC). When the pod netns is gone, NICs still on
+// their way back are waited for until deadline (returnDeadline), and never
+// past NetdevGiveUp from the first wait for them (see awaitOnHost); lk, the
 // node-wide lock the caller holds (nil: none), is given up for the wait.
 func (p *Plugin) returnDevices(cmd string, podNS netns.NsHandle, rec *attachment.Attachment, res Resolver, lk *nodeLock, deadline time.Time,
 	log *slog.Logger) error {
-	if podNS.IsOpen() {
-		res = nil // nothing to wait for: the netdevs are in the pod or home
-	}
 	var errs []error
 	for i := len(rec.Devices) - 1; i >= 0; i-- {
 		d := &rec.Devices[i]
@@ -343,9 +342,10 @@ func kernelName(name string) bool {
 // its function's netdev (findOnHost). It returns the host name used, ""
 // when the netdev no longer exists.
 //
-// With w.res set (the pod netns is gone), a hardware NIC not found on the
+// With w.res set and the pod netns gone, a hardware NIC not found on the
 // host whose function is still on the node is on its way back and is
-// waited for (awaitOnHost).
+// waited for (awaitOnHost); with the pod netns open nothing is waited for
+// (the netdev is in the pod, on the host, or gone).
 func (p *Plugin) returnNetdev(podNS netns.NsHandle, d *attachment.Device, w *waitFor, log *slog.Logger) (string, error) {
 	mac, _ := net.ParseMAC(d.Host.MAC)
 	want := rdma.LinkConfig{Name: d.Host.Name, MTU: d.Host.MTU, MAC: mac, Up: d.Host.Up}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
 	"github.com/kube-rdma/kube-rdma/internal/netnstest"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
@@ -380,5 +381,60 @@ func TestReclaimSpoolsGiveUp(t *testing.T) {
 	if g := giveUps(t, e); len(g) != 1 || g[0].Command != "reclaim" || g[0].Reason != cniops.GiveUpGone ||
 		g[0].Function != "mlx5_core.sf.9" || g[0].ContainerID != a.ContainerID {
 		t.Errorf("give-ups in the spool: %+v, want the SF's, by reclaim, function-gone", g)
+	}
+}
+
+// TestDelFindsReprobedNICNetnsOpen: the NIC is re-probed while its pod
+// runs (an FLR or mlx5 health recovery: the VF's netdev leaves the pod's
+// netns and comes back on the host as a new netdev, another name and MAC).
+// DEL, the pod netns still there, finds it as its function's one netdev
+// on the host, restores the record's name, MAC and MTU, and gives nothing
+// up (before, it was reported vanished and left under its new name).
+func TestDelFindsReprobedNICNetnsOpen(t *testing.T) {
+	e := newEnv(t, 1, false, "shared")
+	e.p.Node.StateDir = e.stateDir
+	pod := netnstest.New(t)
+	a := args("c1", pod, "net1", e.conf("1.1.0", `"mtu":9000,"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	mustAdd(t, e, a)
+	rec := loadRecord(t, e, attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}).Devices[0]
+	ph := netnstest.Handle(t, pod)
+	l, err := ph.LinkByName("net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.LinkDel(l); err != nil {
+		t.Fatal(err)
+	}
+	h := netnstest.Handle(t, e.host)
+	mac, _ := net.ParseMAC("02:00:00:00:bb:09")
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth9", HardwareAddr: mac}, PeerName: "eth9p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(e.sys, "bus/pci/devices", pciAddr(0), "net/nic0"),
+		filepath.Join(e.sys, "bus/pci/devices", pciAddr(0), "net/eth9")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.p.Del(context.Background(), a); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if took := time.Since(start); took > e.p.NetdevReturnWait/2 {
+		t.Errorf("DEL took %v: it waited although the NIC was on the host", took)
+	}
+	back, err := h.LinkByName("nic0")
+	if err != nil {
+		t.Fatalf("the re-probed netdev is not back as nic0: %v", err)
+	}
+	if back.Attrs().HardwareAddr.String() != rec.Host.MAC || back.Attrs().MTU != rec.Host.MTU {
+		t.Errorf("nic0 after DEL: MAC %s MTU %d, want the record's %s %d", back.Attrs().HardwareAddr, back.Attrs().MTU, rec.Host.MAC, rec.Host.MTU)
+	}
+	if recs := e.snapshot().Records; len(recs) != 0 {
+		t.Errorf("records left: %v", recs)
+	}
+	if g := giveUps(t, e); len(g) != 0 {
+		t.Errorf("give-ups: %+v, want none: the NIC came back", g)
+	}
+	if codes := opCodes(t, e, "DEL"); len(codes) != 1 || codes[0] != 0 {
+		t.Errorf("operation records' codes = %v, want [0]", codes)
 	}
 }
