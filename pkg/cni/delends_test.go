@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 
@@ -312,15 +313,15 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-// TestDelNICVanished: the NIC's netdev is deleted while the pod's netns is
-// still there (a VF or SF removed with its pod running). DEL finds it in
-// neither namespace: it does not wait, succeeds, removes the record, and
-// leaves a give-up (vanished) for the daemon to report.
-func TestDelNICVanished(t *testing.T) {
+// deletedInPod ADDs mlx5_0 to a pod netns as net1 (shared mode, netconf
+// fields conf, the pod ml/trainer-0 with UID u-1, the give-up spool on) and
+// deletes net1 there, as a VF or SF removed while its pod runs.
+func deletedInPod(t *testing.T, conf string) (*env, *skel.CmdArgs) {
+	t.Helper()
 	e := newEnv(t, 1, false, "shared")
 	e.p.Node.StateDir = e.stateDir
 	pod := netnstest.New(t)
-	a := args("c1", pod, "net1", e.conf("1.1.0", `"runtimeConfig":{"deviceID":"mlx5_0"}`))
+	a := args("c1", pod, "net1", e.conf("1.1.0", conf))
 	a.Args = "K8S_POD_NAMESPACE=ml;K8S_POD_NAME=trainer-0;K8S_POD_UID=u-1"
 	mustAdd(t, e, a)
 	ph := netnstest.Handle(t, pod)
@@ -331,6 +332,15 @@ func TestDelNICVanished(t *testing.T) {
 	if err := ph.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
+	return e, a
+}
+
+// TestDelNICVanished: the NIC's netdev is deleted while the pod's netns is
+// still there (a VF or SF removed with its pod running). DEL finds it in
+// neither namespace: it does not wait, succeeds, removes the record, and
+// leaves a give-up (vanished) for the daemon to report.
+func TestDelNICVanished(t *testing.T) {
+	e, a := deletedInPod(t, `"runtimeConfig":{"deviceID":"mlx5_0"}`)
 	start := time.Now()
 	if err := e.p.Del(context.Background(), a); err != nil {
 		t.Fatalf("DEL of a vanished NIC: %v", err)
@@ -391,20 +401,8 @@ func TestReclaimSpoolsGiveUp(t *testing.T) {
 // on the host, restores the record's name, MAC and MTU, and gives nothing
 // up (before, it was reported vanished and left under its new name).
 func TestDelFindsReprobedNICNetnsOpen(t *testing.T) {
-	e := newEnv(t, 1, false, "shared")
-	e.p.Node.StateDir = e.stateDir
-	pod := netnstest.New(t)
-	a := args("c1", pod, "net1", e.conf("1.1.0", `"mtu":9000,"runtimeConfig":{"deviceID":"mlx5_0"}`))
-	mustAdd(t, e, a)
+	e, a := deletedInPod(t, `"mtu":9000,"runtimeConfig":{"deviceID":"mlx5_0"}`)
 	rec := loadRecord(t, e, attachment.Key{ContainerID: a.ContainerID, IfName: a.IfName}).Devices[0]
-	ph := netnstest.Handle(t, pod)
-	l, err := ph.LinkByName("net1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ph.LinkDel(l); err != nil {
-		t.Fatal(err)
-	}
 	h := netnstest.Handle(t, e.host)
 	mac, _ := net.ParseMAC("02:00:00:00:bb:09")
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth9", HardwareAddr: mac}, PeerName: "eth9p"}); err != nil {
