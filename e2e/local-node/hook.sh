@@ -17,6 +17,14 @@
 #                               the name of its peer in the peers' netns, for nic-restore
 #   nic-restore NAME PEER       create the fixture NIC NAME again on the host, up, with its
 #                               peer PEER in the peers' netns (the VF or SF back)
+#   nic-reprobe NETNS IFNAME NAME NEWNAME MAC
+#                               the fixture NIC NAME, IFNAME in the pod netns at path NETNS,
+#                               re-probed while its pod runs (an FLR, mlx5 health recovery):
+#                               deleted in the pod netns, created again on the host as
+#                               NEWNAME with MAC, up, its peer as before, and its fixture
+#                               sysfs entries renamed to NEWNAME; prints the peer's name
+#   fixture-rename NAME NEWNAME rename the fixture sysfs entries of netdev NAME (the kernel's
+#                               sysfs follows a rename; the fixture's does not)
 #   runtime-memlock             containerd's own RLIMIT_MEMLOCK, "SOFT HARD" in bytes or
 #                               "unlimited": what a container gets when nothing sets its limit
 #   node-state                  what the chart may leave on the node, as stable text: the CNI
@@ -75,6 +83,30 @@ nic_restore() {
   ip link add "$name" type veth peer name "$peer" netns "$PEER_NETNS"
   ip link set "$name" up
   ip -n "$PEER_NETNS" link set "$peer" up
+}
+
+# The fixture's sysfs names a netdev in its function's net/ directory and in class/net (a
+# symlink to it): both follow a rename, as the kernel's do.
+fixture_rename() {
+  local name=$1 new=$2 link dir
+  link=$FIXTURE/sys/class/net/$name
+  [[ -L $link ]] || die "fixture-rename: $name is not a fixture netdev"
+  [[ ! -e $FIXTURE/sys/class/net/$new ]] || die "fixture-rename: $new is a fixture netdev already"
+  dir=$(readlink -f "$link")
+  mv "$dir" "$(dirname "$dir")/$new"
+  ln -s "$(dirname "$(readlink "$link")")/$new" "$FIXTURE/sys/class/net/$new"
+  rm "$link"
+}
+
+nic_reprobe() {
+  local ns=$1 ifname=$2 name=$3 new=$4 mac=$5 peer
+  [[ -e $FIXTURE/sys/class/net/$name ]] || die "nic-reprobe: $name is not a fixture netdev"
+  peer=$(nic_remove "$ns" "$ifname")
+  ip link add "$new" address "$mac" type veth peer name "$peer" netns "$PEER_NETNS"
+  ip link set "$new" up
+  ip -n "$PEER_NETNS" link set "$peer" up
+  fixture_rename "$name" "$new"
+  echo "$peer"
 }
 
 port_state() {
@@ -257,6 +289,8 @@ case ${1:-} in
   apiserver) [[ $# == 2 ]] || die "usage: hook.sh apiserver stop|start"; apiserver "$2" ;;
   nic-remove) [[ $# == 3 ]] || die "usage: hook.sh nic-remove NETNS IFNAME"; nic_remove "$2" "$3" ;;
   nic-restore) [[ $# == 3 ]] || die "usage: hook.sh nic-restore NAME PEER"; nic_restore "$2" "$3" ;;
+  nic-reprobe) [[ $# == 6 ]] || die "usage: hook.sh nic-reprobe NETNS IFNAME NAME NEWNAME MAC"; nic_reprobe "$2" "$3" "$4" "$5" "$6" ;;
+  fixture-rename) [[ $# == 3 ]] || die "usage: hook.sh fixture-rename NAME NEWNAME"; fixture_rename "$2" "$3" ;;
   runtime-memlock) runtime_memlock ;;
   node-state) node_state | sort ;;
   *) die "usage: hook.sh describe|start fakegpu|fakegpudra|links|records|leases|port-state DEV PORT up|down|restart-kubelet|apiserver stop|start|nic-remove NETNS IFNAME|nic-restore NAME PEER|runtime-memlock|node-state" ;;

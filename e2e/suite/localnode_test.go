@@ -462,7 +462,7 @@ func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip 
 // faultsPhase: the device-plugin phase's values, then one fault after another
 // (faultcases_test.go), each followed by the one invariant check (fault.check): a torn
 // attachment record, a torn node pools file (poolsfault_test.go), a chained pod's NIC removed
-// while it ran (nicfault_test.go), a record of a previous
+// while it ran and one re-probed while it ran (nicfault_test.go), a record of a previous
 // boot, a 0.3.1 primary conflist, the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
 // Its tests reach the node's files directly (they run on its host): local-node only.
 func (l localNodeDesc) faultsPhase() phase {
@@ -484,6 +484,7 @@ func (l localNodeDesc) faultsPhase() phase {
 			{"TornRecord", testFaultTornRecord},
 			{"TornPoolsFile", testFaultTornPoolsFile},
 			{"NICRemoved", testFaultNICRemoved},
+			{"NICReprobed", testFaultNICReprobed},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},
 			{"DaemonKilled", testFaultDaemonKilled},
