@@ -103,8 +103,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitCNIMetrics()
+	defer startConfigEvents(ctx, cfg, a, d)()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher, the detector, the claim status writer, the NRI plugin, the reclaimer and the spool's drain stop before the waits
+	defer cancel() // runs first: the publisher, the detector, the claim status writer, the NRI plugin, the reclaimer, the spool's drain and the config Events stop before the waits
 	return d.Run(ctx)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +137,27 @@ func TestKubeAgainstAPIServer(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("events %+v: want one, counted twice (created, then patched)", l.Items)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A configuration problem goes on the daemon's Node: an Event in the default namespace,
+	// which the same rules allow.
+	k.WarnNode(ReasonConfigProblem, `pools "a", "b" all set NCCL's variables and have devices on this node`)
+	for {
+		l, err := admin.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) == 1 {
+			e := l.Items[0]
+			if e.Type != corev1.EventTypeWarning || e.Reason != ReasonConfigProblem || e.InvolvedObject.Kind != "Node" ||
+				e.InvolvedObject.Name != "gpu-a" || !strings.Contains(e.Message, `pools "a", "b"`) {
+				t.Errorf("node event %+v", e)
+			}
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("events in %s: %+v, want the node's", metav1.NamespaceDefault, l.Items)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

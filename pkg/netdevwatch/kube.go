@@ -19,6 +19,7 @@ import (
 // repeats with a PATCH; RBAC: events create and patch).
 type Kube struct {
 	cs          kubernetes.Interface
+	node        string
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 }
@@ -28,7 +29,7 @@ type Kube struct {
 func NewKube(cs kubernetes.Interface, node string) *Kube {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	return &Kube{cs: cs, broadcaster: b,
+	return &Kube{cs: cs, node: node, broadcaster: b,
 		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kube-rdma", Host: node})}
 }
 
@@ -79,5 +80,12 @@ func status(p *corev1.Pod) PodStatus {
 // Warn implements EventPoster.
 func (k *Kube) Warn(namespace, name, uid, reason, message string) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: types.UID(uid)}
+	k.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+// WarnNode implements NodePoster: an Event on the daemon's Node (UID the
+// node's name, as the kubelet's own node Events carry).
+func (k *Kube) WarnNode(reason, message string) {
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: k.node, UID: types.UID(k.node)}
 	k.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
 }
