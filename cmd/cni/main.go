@@ -24,7 +24,7 @@ import (
 
 const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
 
-var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | memlock-hook --limit L | help | version]
+var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | memlock-hook --limit L | netdev-hook ... | help | version]
 
 ` + about + `.
 The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
@@ -40,6 +40,10 @@ Commands (without CNI_COMMAND):
              the OCI hook the node daemon names in its CDI specs: raises
              the locked-memory limit of a container with its devices
              (memlock-hook -h); the runtime runs it, not a person
+  netdev-hook
+             the OCI hook the node daemon names on the devices of the
+             chained pool: refuses a container whose pod sandbox got no
+             netdevs of them (netdev-hook -h); the runtime runs it
   version    print the version, commit and build date (also --version)
   help       print this help (also -h, --help)
 `
@@ -63,6 +67,8 @@ func command(args []string, stdout, stderr io.Writer) error {
 		return uninstallCommand(args[1:], stdout, stderr)
 	case memlockhook.Command:
 		return memlockHookCommand(args[1:], os.Stdin, stdout, stderr)
+	case memlockhook.NetdevCommand:
+		return netdevHookCommand(args[1:], os.Stdin, stdout, stderr)
 	}
 	if ok, err := cli.Builtin("kube-rdma", usage, args, stdout, stderr); ok {
 		if err == nil && cli.IsVersion(args[0]) {

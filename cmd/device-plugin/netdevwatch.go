@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
+	"github.com/kube-rdma/kube-rdma/pkg/deviceplugin"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
@@ -26,7 +28,7 @@ type netdevWatchFlags struct {
 func (f *netdevWatchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "netdev-check-interval", netdevwatch.DefaultInterval, "how often pods holding devices of a pool whose pods get netdevs (--cni-chained-pool, of the device plugin or, with --dra, of DRA claims; gpuAligned pools) are checked for their attachment records (Event "+netdevwatch.EventReason+", kube_rdma_pods_missing_netdev, status.podsWithoutNetdevs)")
 	fs.DurationVar(&f.grace, "netdev-check-grace", netdevwatch.DefaultGrace, "how long after a pod's sandbox is ready its attachment may be missing before it is flagged")
-	fs.BoolVar(&f.nriFailClosed, "nri-fail-closed", true, "with --nri: refuse to create a container that holds devices of a pool whose pods get netdevs when its pod sandbox has no complete attachment of them (docs/device-plugin.md, \"Fail closed\")")
+	fs.BoolVar(&f.nriFailClosed, "nri-fail-closed", true, "refuse to create a container that holds devices of a pool whose pods get netdevs when its pod sandbox has no complete attachment of them: with --nri the NRI plugin refuses it, and with --memlock-hook-dir the netdev hook on the chained pool's CDI devices does, whether or not NRI is on (docs/device-plugin.md, \"Fail closed\")")
 }
 
 // claimRecords lists the DRA front end's claim records for the detector
@@ -60,6 +62,18 @@ func draClaims(cfg runConfig) (c claimRecords, ok bool) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return claimRecords{dir: dra.ClaimsDir(cfg.dra.pluginDir), log: log}, true
+}
+
+// failClosedHook is what the chained pool's CDI devices' netdev hook
+// checks: with --nri-fail-closed, the memlock hook installed (the same
+// binary) and a chained pool. The hook runs on the host and reads
+// --cni-state-dir there: the chart mounts the directory at its host path.
+func failClosedHook(cfg runConfig) *deviceplugin.FailClosed {
+	if !cfg.netdevWatch.nriFailClosed || cfg.plugin.MemlockHook == "" || cfg.nodeState.cniPool == "" {
+		return nil
+	}
+	return &deviceplugin.FailClosed{StateDir: cfg.nodeState.cniState,
+		Chain: netdevcheck.Chain{Pool: cfg.nodeState.cniPool, SharedNetdev: cfg.nodeState.sharedNetdev()}}
 }
 
 // attachmentStore is the CNI plugin's state directory (--cni-state-dir),

@@ -56,6 +56,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cfg.plugin.MemlockHook, err = installMemlockHook(cfg.hookDir, cfg.hookBinary); err != nil {
 		return err
 	}
+	cfg.plugin.FailClosed = failClosedHook(cfg)
 	drv, err := startDRA(ctx, cfg, a)
 	if err != nil {
 		return err

@@ -5,7 +5,9 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
@@ -32,6 +34,35 @@ type cdiWriter struct {
 	dir     string
 	devRoot string
 	hook    string // the memlock hook's host path; "" for none
+	// failClosed names the netdev hook on the chained pool's devices (with
+	// hook); nil for none.
+	failClosed *FailClosed
+}
+
+// FailClosed is what the netdev hook of the chained pool's CDI devices
+// reads (Config.FailClosed).
+type FailClosed struct {
+	// StateDir is the CNI plugin's attachment records as the host sees
+	// them; "" when the plugin is not installed (every container of the
+	// pool is refused, as the NRI plugin refuses it).
+	StateDir string
+	// Chain is what the node's chained entry attaches.
+	Chain netdevcheck.Chain
+}
+
+// netdevWhy says how the pool's pods get netdevs from the chained entry
+// (netdevcheck.Pools, the rule the NRI plugin and the detector apply); ""
+// when they do not or no netdev hook is configured. A gpuAligned pool has
+// no CDI spec: the NRI plugin and the detector alone check it.
+func (w cdiWriter) netdevWhy(pool config.Pool) netdevcheck.Why {
+	if w.hook == "" || w.failClosed == nil {
+		return ""
+	}
+	why := netdevcheck.Pools([]agent.PoolView{{Name: pool.Name, Mode: pool.Mode, Binding: pool.Binding}}, w.failClosed.Chain)[pool.Name]
+	if why != netdevcheck.Chained {
+		return ""
+	}
+	return why
 }
 
 func (w cdiWriter) path(pool string) string {
@@ -57,8 +88,18 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 	// every kubelet passes: the runtime applies CDI edits device by device, and
 	// a per-device KUBE_RDMA_*/NCCL_* would leave the container with the last
 	// device's value only (seen with containerd 2.2 in the local-node e2e).
+	why := w.netdevWhy(pool)
 	edits := func(devs []discovery.RDMADevice) cdispec.ContainerEdits {
-		return cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs))}
+		e := cdispec.ContainerEdits{DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs))}
+		if why != "" {
+			names := make([]string, len(devs))
+			for i, d := range devs {
+				names[i] = d.Name
+			}
+			e.Hooks = []*cdispec.Hook{memlockhook.CDINetdevHook(w.hook, memlockhook.NetdevCheck{
+				StateDir: w.failClosed.StateDir, Pool: pool.Name, How: string(why), Devices: names})}
+		}
+		return e
 	}
 	// A device without device nodes (its uverbs not there yet) is left out:
 	// the runtimes' CDI cache refuses a device with no edits, and with it

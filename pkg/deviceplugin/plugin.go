@@ -51,6 +51,12 @@ type Config struct {
 	// RLIMIT_MEMLOCK to the pool's memlock (pkg/memlockhook); "" names no
 	// hook. Only with CDIDir.
 	MemlockHook string
+	// FailClosed, with MemlockHook, puts on each CDI device of the pool
+	// whose pods get netdevs from the chained CNI entry the same binary's
+	// netdev hook (pkg/memlockhook, NetdevCommand): the runtime refuses a
+	// container of a pod whose sandbox got none of them, whether or not the
+	// NRI plugin is connected. nil puts none.
+	FailClosed *FailClosed
 	// AllocDir is the host directory of gpuAligned pools (pool files and
 	// allocation directories, docs/gpu-aligned.md). The daemon must see it
 	// at the same path as the host: Allocate's mounts name it. The agent
@@ -115,7 +121,7 @@ func New(cfg Config) (*Plugin, error) {
 	p := &Plugin{cfg: cfg, log: cfg.Logger, m: newMetrics(), pools: map[string]*poolServer{}, registered: make(chan struct{}),
 		alloc: allocContext{devRoot: cfg.DevRoot, cdi: cfg.CDIDir != "", allocDir: cfg.AllocDir, devInfoDir: cfg.DeviceInfoDir}}
 	if cfg.CDIDir != "" {
-		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot, hook: cfg.MemlockHook}
+		p.cdi = &cdiWriter{dir: cfg.CDIDir, devRoot: cfg.DevRoot, hook: cfg.MemlockHook, failClosed: cfg.FailClosed}
 	}
 	return p, nil
 }

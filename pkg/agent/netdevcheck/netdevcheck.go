@@ -16,9 +16,7 @@ package netdevcheck
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/kube-rdma/kube-rdma/internal/natsort"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
@@ -106,20 +104,8 @@ func Check(pod Pod, held []Holding, netdevPools map[string]Why, recs []attachmen
 		}
 		byPool[h.Pool] = append(byPool[h.Pool], h.Devices...)
 	}
-	attached, bound := map[string]bool{}, map[string]bool{}
-	for _, r := range recs {
-		if !r.Complete || !ofPod(pod, r) {
-			continue
-		}
-		if r.Binding != nil {
-			bound[r.Binding.Pool] = true
-		}
-		for _, d := range r.Devices {
-			if !d.Returned {
-				attached[d.RDMA] = true
-			}
-		}
-	}
+	cov := attachment.Covered(recs, func(r attachment.Attachment) bool { return ofPod(pod, r) })
+	attached, bound := cov.Devices, cov.Bindings
 	var out []Missing
 	for pool, devs := range byPool {
 		why := netdevPools[pool]
@@ -160,7 +146,7 @@ func ofPod(pod Pod, r attachment.Attachment) bool {
 }
 
 // Fix is what an operator does about a pod that misses its netdevs.
-const Fix = "delete the pod so that it is created again with the CNI entry in place (kubectl delete pod)"
+const Fix = attachment.NotAttachedFix
 
 // Message says what is missing for the pod and what to do, in one line.
 func Message(pod Pod, m Missing) string {
@@ -168,7 +154,5 @@ func Message(pod Pod, m Missing) string {
 	if m.Why.DRA() {
 		how = "its DRA claims of driver " + claimrecord.DriverName + ", chained CNI"
 	}
-	return fmt.Sprintf("kube-rdma: pod %s holds rdma device(s) %s of pool %s (%s) but the kube-rdma CNI plugin attached nothing for it: "+
-		"the kube-rdma entry was missing from the CNI conflist when the pod sandbox was created (daemon restart window or uninstall); %s",
-		pod, strings.Join(m.Devices, ","), m.Pool, how, Fix)
+	return attachment.NotAttachedMessage(pod.String(), m.Devices, m.Pool, how)
 }

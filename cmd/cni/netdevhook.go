@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/kube-rdma/kube-rdma/internal/cli"
+	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
+)
+
+const netdevHookUsage = `usage: kube-rdma netdev-hook --pool P --how HOW --devices D[,D...] --state-dir DIR < OCI-STATE
+
+The OCI createRuntime hook that the node daemon names on each device of the
+pool whose pods get netdevs through the chained CNI entry (docs/device-plugin.md,
+Fail closed): the runtime runs it for every container that gets the device,
+with the container's OCI state on standard input, before the container's
+first process runs the workload. It refuses the container when its pod
+sandbox has no complete attachment record of every device in --devices (the
+kube-rdma entry was missing from the conflist when the sandbox was created),
+so the runtime fails the container's creation with the message, which
+kubectl describe pod shows. The daemon's NRI plugin refuses the same
+containers while it is connected; this hook does whether or not it is.
+
+It lets through the pod sandbox's own container, a container in the host's
+network namespace (hostNetwork: no CNI ADD runs for it) and a container
+whose runtime names no pod sandbox in its annotations (containerd and CRI-O
+do).
+
+Exit status 0 to let the container run, 1 to refuse it (or when the state or
+the records cannot be read), 2 for a bad command line.
+
+Flags:
+`
+
+// netdevHookCommand is the hook; the runtime runs it, not a person.
+func netdevHookCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(memlockhook.NetdevCommand, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), netdevHookUsage); fs.PrintDefaults() }
+	var c memlockhook.NetdevCheck
+	fs.StringVar(&c.Pool, "pool", "", "the devices' pool (required)")
+	fs.StringVar(&c.How, "how", "chained CNI", "how the pool's pods get netdevs, for the message")
+	devices := fs.String("devices", "", "the RDMA device names the container's CDI device stands for, comma-separated (required)")
+	fs.StringVar(&c.StateDir, "state-dir", "", `the CNI plugin's attachment records (a host path); "" when the plugin is not installed: every container is refused`)
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	for _, d := range strings.Split(*devices, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			c.Devices = append(c.Devices, d)
+		}
+	}
+	if c.Pool == "" || len(c.Devices) == 0 {
+		fs.Usage()
+		return cli.Usagef("--pool and --devices are required")
+	}
+	v, err := memlockhook.RunNetdev(stdin, c)
+	if v.Refused {
+		// The message starts with "kube-rdma: ", which cli.Exit prefixes:
+		// the runtime's error then carries it once, as the NRI plugin's.
+		return errors.New(strings.TrimPrefix(v.Message, "kube-rdma: "))
+	}
+	return err
+}
