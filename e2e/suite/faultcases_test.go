@@ -193,21 +193,8 @@ func testFaultConflist031(t *testing.T, e *env) {
 			t.Errorf("restore %s: %v", c.conflist, err)
 		}
 	})
-	var list map[string]any
-	if err := json.Unmarshal(orig, &list); err != nil {
-		t.Fatalf("%s: %v", c.conflist, err)
-	}
-	plugins, _ := list["plugins"].([]any)
-	var kept []any
-	for _, p := range plugins {
-		if m, _ := p.(map[string]any); m["type"] != "kube-rdma" {
-			kept = append(kept, p)
-		}
-	}
-	if len(kept) == len(plugins) {
-		t.Fatalf("%s has no kube-rdma entry to start from", c.conflist)
-	}
-	list["plugins"], list["cniVersion"] = kept, "0.3.1"
+	list := withoutKubeRDMA(t, c.conflist, orig)
+	list["cniVersion"] = "0.3.1"
 	old, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +239,28 @@ func testFaultConflist031(t *testing.T, e *env) {
 	}
 	f.report(t, fmt.Sprintf("the primary conflist rewritten as cniVersion 0.3.1 without kube-rdma: chained again by cni-chain %.1f s after, pods added and deleted under it",
 		chained.Seconds()), out)
+}
+
+// withoutKubeRDMA is the conflist orig (read from path) without its kube-rdma entry, which
+// it must have.
+func withoutKubeRDMA(t *testing.T, path string, orig []byte) map[string]any {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(orig, &list); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	plugins, _ := list["plugins"].([]any)
+	var kept []any
+	for _, p := range plugins {
+		if m, _ := p.(map[string]any); m["type"] != "kube-rdma" {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == len(plugins) {
+		t.Fatalf("%s has no kube-rdma entry to start from", path)
+	}
+	list["plugins"] = kept
+	return list
 }
 
 // writeAtomic replaces path by b (mode) through a temporary file beside its directory (the

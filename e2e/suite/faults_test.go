@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -393,7 +394,26 @@ func (e *env) metric(ctx context.Context, sample string) (v float64, found bool,
 
 // killDaemon sends SIGKILL to the node agent's process (`device-plugin run`, the chart's
 // daemon container) and returns how many it killed.
-func killDaemon() (int, error) {
+func killDaemon() (int, error) { return signalDaemon(syscall.SIGKILL) }
+
+// signalDaemon sends sig to the node agent's process (`device-plugin run`).
+func signalDaemon(sig syscall.Signal) (int, error) {
+	return signalProcs(sig, "device-plugin run", func(args []string) bool {
+		return len(args) >= 2 && args[0] == "/usr/local/bin/device-plugin" && args[1] == "run"
+	})
+}
+
+// signalChainer sends sig to the chart's cni-chain container (`kube-rdma install --watch`),
+// which keeps the kube-rdma entry in the node's conflist.
+func signalChainer(sig syscall.Signal) (int, error) {
+	return signalProcs(sig, "kube-rdma install --watch", func(args []string) bool {
+		return len(args) >= 2 && args[0] == "/usr/local/bin/kube-rdma" && args[1] == "install" && slices.Contains(args, "--watch")
+	})
+}
+
+// signalProcs sends sig to every process of this host whose command line match takes and
+// returns how many; none is an error naming what.
+func signalProcs(sig syscall.Signal, what string, match func(args []string) bool) (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -408,17 +428,16 @@ func killDaemon() (int, error) {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) < 2 || args[0] != "/usr/local/bin/device-plugin" || args[1] != "run" {
+		if !match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
 			continue
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			return n, fmt.Errorf("kill -9 %d (device-plugin run): %w", pid, err)
+		if err := syscall.Kill(pid, sig); err != nil {
+			return n, fmt.Errorf("kill -%d %d (%s): %w", sig, pid, what, err)
 		}
 		n++
 	}
 	if n == 0 {
-		return 0, errors.New("no device-plugin run process on this host")
+		return 0, fmt.Errorf("no %s process on this host", what)
 	}
 	return n, nil
 }

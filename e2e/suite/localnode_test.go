@@ -462,7 +462,8 @@ func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip 
 // faultsPhase: the device-plugin phase's values, then one fault after another
 // (faultcases_test.go), each followed by the one invariant check (fault.check): a torn
 // attachment record, a torn node pools file (poolsfault_test.go), a chained pod's NIC removed
-// while it ran and one re-probed while it ran (nicfault_test.go), a record of a previous
+// while it ran and one re-probed while it ran (nicfault_test.go), a pod without its netdev
+// refused by the netdev hook while the NRI plugin is stalled (failclosed_test.go), a record of a previous
 // boot, a 0.3.1 primary conflist, the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
 // Its tests reach the node's files directly (they run on its host): local-node only.
 func (l localNodeDesc) faultsPhase() phase {
@@ -477,14 +478,18 @@ func (l localNodeDesc) faultsPhase() phase {
 				// The chart's devicePlugin.allocDir default (the phase's values keep it).
 				poolsFile: "/var/run/kube-rdma/alloc/_pools.json"}
 		},
-		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v},
-			report: "faults: chart installed with the device-plugin phase's values, DaemonSet ready: %s s"}},
+		// The memlock hook on even where this machine cannot raise a limit: every pool's memlock
+		// is at or below containerd's here (memlockLimits), so it raises nothing, and the chained
+		// pool's devices carry the netdev hook that NRIStalledFailClosed needs.
+		releases: []release{{name: "kube-rdma", values: []values{l.nodeValues(), v, {"devicePlugin": values{"memlockHookDir": l.nodeRun + "/hooks"}}},
+			report: "faults: chart installed with the device-plugin phase's values and the memlock hook, DaemonSet ready: %s s"}},
 		tests: []namedTest{
 			{"CNIKilledMidAdd", testFaultCNIKilled},
 			{"TornRecord", testFaultTornRecord},
 			{"TornPoolsFile", testFaultTornPoolsFile},
 			{"NICRemoved", testFaultNICRemoved},
 			{"NICReprobed", testFaultNICReprobed},
+			{"NRIStalledFailClosed", testFaultNRIStalledFailClosed},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},
 			{"DaemonKilled", testFaultDaemonKilled},
