@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestFailClosed: with nri.enabled the daemon gets --nri-fail-closed from
-// nri.failClosed (default true); with the CNI plugin installed it reads the
+// TestFailClosed: the daemon gets --nri-fail-closed from nri.failClosed
+// (default true) with or without nri.enabled: it also turns the netdev
+// hook of the chained pool's CDI devices on and off; with the CNI plugin installed it reads the
 // plugin's records and PodResources even without node state, for the NRI
 // refusal and the detector of pods without their netdevs.
 func TestFailClosed(t *testing.T) {
@@ -18,7 +19,8 @@ func TestFailClosed(t *testing.T) {
 	}{
 		{name: "default", set: "nri.enabled=true", want: []string{"--nri-fail-closed=true"}},
 		{name: "off", set: "nri.enabled=true,nri.failClosed=false", want: []string{"--nri-fail-closed=false"}},
-		{name: "no nri", set: "nri.enabled=false", not: []string{"--nri-fail-closed=true", "--nri-fail-closed=false"}},
+		{name: "no nri", set: "nri.enabled=false", want: []string{"--nri-fail-closed=true"}, not: []string{"--nri"}},
+		{name: "no nri, off", set: "nri.enabled=false,nri.failClosed=false", want: []string{"--nri-fail-closed=false"}, not: []string{"--nri"}},
 		// Without the reclaimer, which writes the records (TestReclaim), the daemon only reads them.
 		{name: "cni without node state", set: "nodeState.enabled=false,cni.install=true,cni.reclaim.enabled=false",
 			want:  []string{"--cni-state-dir=/var/lib/cni/kube-rdma", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"},

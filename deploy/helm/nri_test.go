@@ -8,14 +8,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestNRIOff: by default the daemon runs without the NRI plugin and mounts no NRI socket.
+// TestNRIOff: by default the daemon runs without the NRI plugin and mounts no NRI socket
+// (--nri-fail-closed, which also governs the netdev hook, is passed either way: TestFailClosed).
 func TestNRIOff(t *testing.T) {
 	ds := daemonSet(t, render(t))
 	if _, ok := hostPaths(ds)["/var/run/nri"]; ok {
 		t.Error("the NRI socket's directory is mounted with nri.enabled=false")
 	}
 	for _, a := range ds.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--nri") {
+		if strings.HasPrefix(a, "--nri") && !strings.HasPrefix(a, "--nri-fail-closed=") {
 			t.Errorf("device plugin arg %s with nri.enabled=false", a)
 		}
 	}

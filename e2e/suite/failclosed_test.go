@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,7 +47,7 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 			daemonStopped = false
 		}
 		if chainerStopped {
-			if err := writeAtomic(c.conflist, orig, 0o644); err != nil {
+			if err := writeConflist(c.conflist, orig); err != nil {
 				t.Errorf("restore %s: %v", c.conflist, err)
 			}
 			if _, err := signalChainer(syscall.SIGCONT); err != nil {
@@ -61,7 +62,7 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	chainerStopped = true
-	if err := writeAtomic(c.conflist, without, 0o644); err != nil {
+	if err := writeConflist(c.conflist, without); err != nil {
 		t.Fatal(err)
 	}
 	// The pod's init container (no device) holds its device container back until the
@@ -135,4 +136,24 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 	out := f.check(t)
 	f.report(t, fmt.Sprintf("a chained pod's sandbox made with the kube-rdma entry out of the conflist, its device container created while the daemon was stopped (NRI plugin not answering): refused by the netdev hook %.1f s after the stop",
 		refusedAfter.Seconds()), out)
+}
+
+// writeConflist replaces the conflist at path by b, atomically, and makes the runtime load it
+// again. containerd reloads its CNI configuration on the events of its directory but
+// ignores a Create, which is all a file renamed in from outside makes; a file created and
+// removed in the directory (one libcni does not load) gives it the Remove it acts on. Then
+// a moment for the reload.
+func writeConflist(path string, b []byte) error {
+	if err := writeAtomic(path, b, 0o644); err != nil {
+		return err
+	}
+	nudge := filepath.Join(filepath.Dir(path), ".e2e-reload")
+	if err := os.WriteFile(nudge, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Remove(nudge); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	return nil
 }

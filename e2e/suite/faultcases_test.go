@@ -187,7 +187,7 @@ func testFaultConflist031(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore := func() error { return writeAtomic(c.conflist, orig, 0o644) }
+	restore := func() error { return writeConflist(c.conflist, orig) }
 	t.Cleanup(func() {
 		if err := restore(); err != nil {
 			t.Errorf("restore %s: %v", c.conflist, err)
@@ -200,7 +200,7 @@ func testFaultConflist031(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	f := e.beginFault(t, "0.3.1 primary conflist", e.chainedPool)
-	if err := writeAtomic(c.conflist, old, 0o644); err != nil {
+	if err := writeConflist(c.conflist, old); err != nil {
 		t.Fatal(err)
 	}
 	rewritten := time.Now()
