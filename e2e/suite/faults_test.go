@@ -46,6 +46,9 @@ type faultsConfig struct {
 	// draMemlock: the claim pool's memlock in bytes, which the NRI plugin sets on its claims'
 	// containers; "": the phase has no NRI or sets none.
 	draMemlock string
+	// kubeletRoot: the kubelet's --root-dir (pods' volumes under pods/<uid>/volumes); "": not
+	// reached.
+	kubeletRoot string
 	// phase names the phase in the report's lines.
 	phase string
 }

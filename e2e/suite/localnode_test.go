@@ -472,7 +472,7 @@ func (l localNodeDesc) faultsPhase() phase {
 		name: "faults",
 		config: func(c *config) {
 			cfg(c)
-			c.faults = &faultsConfig{phase: "faults", cniState: l.cniState, rdmaIPAM: l.rdmaIPAM,
+			c.faults = &faultsConfig{phase: "faults", cniState: l.cniState, rdmaIPAM: l.rdmaIPAM, kubeletRoot: l.nodeRun + "/kubelet",
 				conflist: l.nodeRun + "/cni/net.d/10-e2e.conflist", cniBin: l.nodeRun + "/cni/bin/kube-rdma",
 				cniE2EBinary: l.cniE2EBinary,
 				// The chart's devicePlugin.allocDir default (the phase's values keep it).
