@@ -77,17 +77,13 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 	if err := writeConflist(c.conflist, without); err != nil {
 		t.Fatal(err)
 	}
-	k := e.poolKind(*e.pool(e.chainedPool))
-	devicePod := k.pod
-	k.pod = func(ns, name string) *corev1.Pod { return gated(e, devicePod(ns, name)) }
+	// Neither is one of f's pods, which its check waits for to run (2 min for one that never
+	// does); the test checks and deletes them itself.
 	const refused, limited = "nri-stalled", "nri-stalled-memlock"
-	if err := f.createKind(t.Context(), refused, k); err != nil {
-		t.Fatal(err)
-	}
+	e.createPod(t, gated(e, e.devicePod(f.ns, refused, e.chainedPool, 1)))
 	gateRefused := e.waitGate(t, f.ns, refused, c.kubeletRoot)
 	resume() // the sandbox is made without kube-rdma: the entry goes back
 
-	// Not one of f's pods: its log is a limits line, not what a load pod prints.
 	mp := gated(e, e.devicePod(f.ns, limited, e.chainedPool, 1))
 	uid := int64(1000)
 	nonRoot := true
@@ -152,12 +148,18 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 	if out, err := e.logs(t.Context(), f.ns, refused); err == nil && out != "" {
 		t.Errorf("pod %s: its workload ran (log %q)", refused, out)
 	}
+	if why, err := e.loudly(t.Context(), f.ns, refused); err != nil || why == "" {
+		t.Errorf("pod %s: no Warning Event says why it does not run (%v)", refused, err)
+	}
 	e.waitNRIConnected(t)
+	del := time.Now()
+	e.deletePod(t, f.ns, refused)
+	gone := time.Since(del)
 	e.deletePod(t, f.ns, limited)
 	f.healed = time.Now()
 	out := f.check(t)
-	f.report(t, fmt.Sprintf("the daemon stopped (NRI plugin not answering) while two chained pods' containers were created: the one whose sandbox was made with the kube-rdma entry out of the conflist refused by the netdev hook %.1f s after the stop, its workload never ran; the non-root one got RLIMIT_MEMLOCK %s from the memlock hook (containerd's %s) by %.1f s",
-		refusedAfter.Seconds(), wantLimit, strings.Join(runtime, " "), limitedAfter.Seconds()), out)
+	f.report(t, fmt.Sprintf("the daemon stopped (NRI plugin not answering) while two chained pods' containers were created: the one whose sandbox was made with the kube-rdma entry out of the conflist refused by the netdev hook %.1f s after the stop, its workload never ran; the non-root one got RLIMIT_MEMLOCK %s from the memlock hook (containerd's %s) by %.1f s; the refused pod gone %.1f s after its delete",
+		refusedAfter.Seconds(), wantLimit, strings.Join(runtime, " "), limitedAfter.Seconds(), gone.Seconds()), out)
 }
 
 // raisedTo is the limit the memlock hook leaves: the higher of the runtime's (bytes or
