@@ -42,7 +42,7 @@ func netdevHookCommand(args []string, stdin io.Reader, stdout, stderr io.Writer)
 	var c memlockhook.NetdevCheck
 	fs.StringVar(&c.Pool, "pool", "", "the devices' pool (required)")
 	fs.StringVar(&c.How, "how", "chained CNI", "how the pool's pods get netdevs, for the message")
-	devices := fs.String("devices", "", "the RDMA device names the container's CDI device stands for, comma-separated (required)")
+	devices := fs.String("devices", "", "the devices the container's CDI device stands for, comma-separated, each an RDMA name or NAME@FUNCTION (an SF's auxiliary device, else the PCI address): a record covers it by either (required)")
 	fs.StringVar(&c.StateDir, "state-dir", "", `the CNI plugin's attachment records (a host path); "" when the plugin is not installed: every container is refused`)
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err

@@ -196,14 +196,15 @@ pools:
 	if len(roce.Devices) != 2 || len(got) != 2 {
 		t.Fatalf("roce's devices %+v: netdev hooks %v, want one on each of 2", roce.Devices, got)
 	}
+	byPCI := map[string]string{"0000:18:00.0": "mlx5_0", "0000:40:00.0": "mlx5_3"} // the fixture's
 	var rdmaOf0 string
 	for _, dev := range roce.Devices {
 		h := got[dev.Name]
-		if len(h) != 1 || !strings.HasPrefix(h[0], "netdev-hook --state-dir "+state+" --pool roce --how chained CNI --devices mlx5_") {
-			t.Errorf("device %s: hooks %q, want one netdev-hook naming its RDMA device", dev.Name, h)
+		if len(h) != 1 || h[0] != "netdev-hook --state-dir "+state+" --pool roce --how chained CNI --devices "+byPCI[dev.Name]+"@"+dev.Name {
+			t.Errorf("device %s: hooks %q, want one netdev-hook naming its RDMA device and PCI address", dev.Name, h)
 		}
-		if rdmaOf0 == "" && len(h) == 1 {
-			rdmaOf0 = h[0][strings.LastIndex(h[0], " ")+1:]
+		if rdmaOf0 == "" {
+			rdmaOf0 = byPCI[dev.Name]
 		}
 	}
 	if h := netdevHooks(d.spec("other")); len(h) != 0 {
@@ -247,7 +248,7 @@ pools:
 	}
 	d.stop()
 	d = startHookDaemon(t, shared, "--cni-chained-pool", "roce", "--cni-state-dir", state, "--cni-shared-netdev", "macvlan")
-	if h := netdevHooks(d.spec("roce")); len(h["all"]) != 1 || !strings.HasSuffix(h["all"][0], " --devices mlx5_0,mlx5_3") {
+	if h := netdevHooks(d.spec("roce")); len(h["all"]) != 1 || !strings.HasSuffix(h["all"][0], " --devices mlx5_0@0000:18:00.0,mlx5_3@0000:40:00.0") {
 		t.Errorf("shared chained pool, sharedNetdev macvlan: hooks %v, want one on device all naming both members", h)
 	}
 	d.stop()

@@ -10,6 +10,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
 
@@ -95,6 +96,9 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 			names := make([]string, len(devs))
 			for i, d := range devs {
 				names[i] = d.Name
+				if fn := attachment.FunctionID(d.PCIAddress, d.AuxDevice); fn != "" {
+					names[i] += "@" + fn
+				}
 			}
 			e.Hooks = []*cdispec.Hook{memlockhook.CDINetdevHook(w.hook, memlockhook.NetdevCheck{
 				StateDir: w.failClosed.StateDir, Pool: pool.Name, How: string(why), Devices: names})}

@@ -31,8 +31,11 @@ type NetdevCheck struct {
 	// Pool is the device's pool; How says how its pods get netdevs
 	// ("chained CNI"), for the message.
 	Pool, How string
-	// Devices are the RDMA names the CDI device stands for (a shared
-	// pool's: every member).
+	// Devices are the devices the CDI device stands for (a shared pool's:
+	// every member), each its RDMA name, or NAME@FUNCTION with its
+	// attachment.FunctionID: a record covers it by either, so a device
+	// renamed since its ADD (a re-probe) is still found, and a record of a
+	// release that wrote no function by its name.
 	Devices []string
 }
 
@@ -127,8 +130,9 @@ func RunNetdev(stdin io.Reader, c NetdevCheck) (NetdevVerdict, error) {
 	cov := attachment.Covered(recs, func(r attachment.Attachment) bool { return r.ContainerID == sandbox })
 	var miss []string
 	for _, d := range c.Devices {
-		if !cov.Devices[d] {
-			miss = append(miss, d)
+		name, fn, _ := strings.Cut(d, "@")
+		if !cov.Devices[name] && (fn == "" || !cov.Functions[fn]) {
+			miss = append(miss, name)
 		}
 	}
 	if len(miss) == 0 {

@@ -42,7 +42,9 @@ func containerd(sandbox string) map[string]string {
 // with the message every refuser says, when they do not (no record, an ADD
 // that did not finish, a device given back, another sandbox's record, no
 // state directory); the sandbox's own container, a hostNetwork one and one
-// whose runtime names no sandbox pass unchecked. CRI-O's annotations name
+// whose runtime names no sandbox pass unchecked. A device is covered by its
+// name or by its function (PCI address, an SF's auxiliary device), so a
+// rename since the ADD does not refuse it. CRI-O's annotations name
 // the sandbox as containerd's do; annotations only in the bundle's spec
 // are read there.
 func TestRunNetdev(t *testing.T) {
@@ -58,6 +60,8 @@ func TestRunNetdev(t *testing.T) {
 	save("sb-ok", "net1", true, attachment.Device{RDMA: "mlx5_3"}, attachment.Device{RDMA: "mlx5_4"})
 	save("sb-half", "net1", false, attachment.Device{RDMA: "mlx5_5"})
 	save("sb-returned", "net1", true, attachment.Device{RDMA: "mlx5_6", Returned: true})
+	save("sb-fn", "net1", true, attachment.Device{RDMA: "mlx5_8", PCIAddress: "0000:18:00.2"},
+		attachment.Device{RDMA: "mlx5_9", PCIAddress: "0000:18:00.0", AuxDevice: "mlx5_core.sf.2"})
 
 	check := func(devs ...string) NetdevCheck {
 		return NetdevCheck{StateDir: dir, Pool: "roce", How: "chained CNI", Devices: devs}
@@ -75,6 +79,10 @@ func TestRunNetdev(t *testing.T) {
 		{"shared set attached", ociState(t, containerd("sb-ok"), true, false), check("mlx5_3", "mlx5_4"), nil, "attached"},
 		{"CRI-O attached", ociState(t, crio, true, false), check("mlx5_4"), nil, "attached"},
 		{"annotations in the bundle only", ociState(t, containerd("sb-ok"), true, true), check("mlx5_3"), nil, "attached"},
+		{"renamed since its ADD, found by PCI address", ociState(t, containerd("sb-fn"), true, false), check("mlx5_12@0000:18:00.2"), nil, "attached"},
+		{"an SF renamed, found by its auxiliary device", ociState(t, containerd("sb-fn"), true, false), check("mlx5_13@mlx5_core.sf.2"), nil, "attached"},
+		{"a record without functions, found by name", ociState(t, containerd("sb-ok"), true, false), check("mlx5_3@0000:40:00.0"), nil, "attached"},
+		{"an SF's PF address is not the SF", ociState(t, containerd("sb-fn"), true, false), check("mlx5_14@0000:18:00.0"), []string{"mlx5_14"}, ""},
 		{"no record of the sandbox", ociState(t, containerd("sb-none"), true, false), check("mlx5_3"), []string{"mlx5_3"}, ""},
 		{"another device of the sandbox", ociState(t, containerd("sb-ok"), true, false), check("mlx5_3", "mlx5_7"), []string{"mlx5_7"}, ""},
 		{"an ADD that did not finish", ociState(t, containerd("sb-half"), true, false), check("mlx5_5"), []string{"mlx5_5"}, ""},

@@ -6,10 +6,22 @@ import (
 )
 
 // Coverage is what a pod's complete attachment records give it: the RDMA
-// devices attached and not returned, and the pools whose binding a record
-// carries (a gpuAligned pool's NICs, chosen by the plugin).
+// devices attached and not returned, by name (Devices) and by function
+// (Functions: FunctionID, for records that carry it), and the pools whose
+// binding a record carries (a gpuAligned pool's NICs, chosen by the
+// plugin).
 type Coverage struct {
-	Devices, Bindings map[string]bool
+	Devices, Functions, Bindings map[string]bool
+}
+
+// FunctionID names a device's function the way a rename does not change:
+// an SF's auxiliary device, else its PCI address; "" when neither is known
+// (a record of a release before they were written).
+func FunctionID(pciAddress, auxDevice string) string {
+	if auxDevice != "" {
+		return auxDevice
+	}
+	return pciAddress
 }
 
 // Covered returns the coverage of the complete records of recs that of
@@ -18,7 +30,7 @@ type Coverage struct {
 // NRI plugin and detector (pkg/agent/netdevcheck) and the runtime's hook
 // (pkg/memlockhook).
 func Covered(recs []Attachment, of func(Attachment) bool) Coverage {
-	c := Coverage{Devices: map[string]bool{}, Bindings: map[string]bool{}}
+	c := Coverage{Devices: map[string]bool{}, Functions: map[string]bool{}, Bindings: map[string]bool{}}
 	for _, r := range recs {
 		if !r.Complete || !of(r) {
 			continue
@@ -29,6 +41,9 @@ func Covered(recs []Attachment, of func(Attachment) bool) Coverage {
 		for _, d := range r.Devices {
 			if !d.Returned {
 				c.Devices[d.RDMA] = true
+				if id := FunctionID(d.PCIAddress, d.AuxDevice); id != "" {
+					c.Functions[id] = true
+				}
 			}
 		}
 	}
