@@ -47,7 +47,7 @@ func startDRA(ctx context.Context, cfg runConfig, a apiConn) (*dra.Driver, error
 		return nil, fmt.Errorf("run: --dra: %w", a.err)
 	}
 	d, err := dra.StartDriver(ctx, dra.DriverConfig{NodeName: cfg.NodeName, KubeClient: a.clients.kube, PluginDir: cfg.dra.pluginDir,
-		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.plugin.CDIDir, DevRoot: cfg.plugin.DevRoot, MemlockHook: cfg.plugin.MemlockHook, Logger: cfg.Logger})
+		RegistryDir: cfg.dra.registryDir, PodUID: types.UID(cfg.dra.podUID), CDIDir: cfg.plugin.CDIDir, DevRoot: cfg.plugin.DevRoot, MemlockHook: cfg.plugin.MemlockHook, FailClosed: draFailClosed(cfg), Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}

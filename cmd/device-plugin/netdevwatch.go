@@ -76,6 +76,16 @@ func failClosedHook(cfg runConfig) *deviceplugin.FailClosed {
 		Chain: netdevcheck.Chain{Pool: cfg.nodeState.cniPool, SharedNetdev: cfg.nodeState.sharedNetdev()}}
 }
 
+// draFailClosed is failClosedHook for the DRA front end's claims: their
+// devices of the chained pool, when it is a dra pool.
+func draFailClosed(cfg runConfig) *dra.FailClosed {
+	fc := failClosedHook(cfg)
+	if fc == nil {
+		return nil
+	}
+	return &dra.FailClosed{StateDir: fc.StateDir, Pool: fc.Chain.Pool, SharedNetdev: fc.Chain.SharedNetdev}
+}
+
 // attachmentStore is the CNI plugin's state directory (--cni-state-dir),
 // read only; ok false when it is not read.
 func attachmentStore(cfg runConfig) (s attachment.Store, ok bool, err error) {

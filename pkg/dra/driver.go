@@ -50,6 +50,9 @@ type DriverConfig struct {
 	// MemlockHook is the host path of the memlock hook binary the claims'
 	// CDI specs run (pkg/memlockhook); "" names none.
 	MemlockHook string
+	// FailClosed puts the netdev hook on the chained pool's claims'
+	// devices (Preparer.FailClosed); nil puts none.
+	FailClosed *FailClosed
 	// HealthInterval is how often device health is re-sent to the kubelet
 	// while nothing changes; 0 means 10 s (the kubelet marks a device's
 	// health unknown after 30 s without one).
@@ -133,7 +136,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("dra driver: create claims dir: %w", err)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, index: &Index{}, changed: make(chan struct{}), refused: make(chan struct{})}
-	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger, MemlockHook: cfg.MemlockHook}
+	d.prep = &Preparer{CDIDir: cfg.CDIDir, StateDir: claims, DevRoot: cfg.DevRoot, Devices: d, Log: cfg.Logger, MemlockHook: cfg.MemlockHook, FailClosed: cfg.FailClosed}
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(cfg.Logger.Handler()))
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(DriverName),

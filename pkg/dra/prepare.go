@@ -14,8 +14,10 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/kube-rdma/kube-rdma/pkg/agent/netdevcheck"
 	"github.com/kube-rdma/kube-rdma/pkg/containeredits"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
@@ -99,6 +101,12 @@ type Preparer struct {
 	// spec runs it with the highest memlock of its devices' pools. "" names
 	// no hook.
 	MemlockHook string
+	// FailClosed, with MemlockHook, puts the same binary's netdev hook on
+	// each CDI device of a request with devices of the chained pool
+	// (pkg/memlockhook, NetdevCommand): the runtime refuses a container of
+	// the claim's pods whose sandbox has no attachment of them, whether or
+	// not the NRI plugin is connected. nil puts none.
+	FailClosed *FailClosed
 	// Log gets the records that did not decode and were moved aside
 	// (claimrecord.Damaged), once each, and the records written again from
 	// memory; nil discards.
@@ -113,6 +121,27 @@ type Preparer struct {
 	// out of the in-use check and out of reach of the CNI plugin, for the
 	// pod's lifetime.
 	known map[string]claimrecord.Record
+}
+
+// FailClosed is what the netdev hook of a claim's CDI devices checks
+// (Preparer.FailClosed).
+type FailClosed struct {
+	// StateDir is the CNI plugin's attachment records as the host sees
+	// them; "" when the plugin is not installed.
+	StateDir string
+	// Pool is the chained CNI entry's pool (a configured pool's name);
+	// SharedNetdev: the entry gives a shared pool's pods child netdevs, so
+	// a claim's share of a device gets one too.
+	Pool         string
+	SharedNetdev bool
+}
+
+// netdevDevice reports whether the result's device gets a netdev from the
+// chained entry for the claim's pods (netdevcheck's rule for DRA claims:
+// not admin access, a share only with SharedNetdev).
+func (f *FailClosed) netdevDevice(r Result) bool {
+	return f != nil && f.Pool != "" && claimrecord.Device{Pool: r.Pool}.OfPool(f.Pool) &&
+		!r.AdminAccess && (r.ShareID == "" || f.SharedNetdev)
 }
 
 // Prepare writes the claim's CDI spec (one CDI device per request, with
@@ -140,6 +169,11 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 	byRequest := map[string][]discovery.RDMADevice{}
 	var ncclDevs []discovery.RDMADevice
 	ncclRequest := map[string]bool{}
+	netdevs := map[string][]string{} // per request, the netdev hook's devices
+	var fc *FailClosed
+	if p.MemlockHook != "" {
+		fc = p.FailClosed
+	}
 	rec := claimrecord.Record{UID: c.UID, Namespace: c.Namespace, Name: c.Name, PodUIDs: podUIDs(c.PodUIDs),
 		Devices: make([]claimrecord.Device, 0, len(c.Results))}
 	for _, r := range c.Results {
@@ -158,6 +192,15 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 		if p.Devices.NCCL(r.Pool) && !slices.ContainsFunc(ncclDevs, func(x discovery.RDMADevice) bool { return x.Name == d.Name }) {
 			ncclDevs = append(ncclDevs, d)
 			ncclRequest[r.Request] = true
+		}
+		if fc.netdevDevice(r) {
+			id := d.Name
+			if fn := attachment.FunctionID(d.PCIAddress, d.AuxDevice); fn != "" {
+				id += "@" + fn
+			}
+			if !slices.Contains(netdevs[r.Request], id) {
+				netdevs[r.Request] = append(netdevs[r.Request], id)
+			}
 		}
 		rec.Devices = append(rec.Devices, claimrecord.Device{Request: r.Request, Pool: r.Pool, Device: r.Device,
 			AdminAccess: r.AdminAccess, RDMA: d.Name, PCIAddress: d.PCIAddress, AuxDevice: d.AuxDevice, ShareID: r.ShareID})
@@ -180,9 +223,12 @@ func (p *Preparer) Prepare(c Claim) ([]Prepared, error) {
 				env = append(env, k+"="+e[k])
 			}
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: cdispec.ContainerEdits{
-			Env: env, DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs)),
-		}})
+		edits := cdispec.ContainerEdits{Env: env, DeviceNodes: containeredits.CDIDeviceNodes(containeredits.DeviceNodes(devs))}
+		if ids := netdevs[req]; len(ids) > 0 {
+			edits.Hooks = []*cdispec.Hook{memlockhook.CDINetdevHook(p.MemlockHook, memlockhook.NetdevCheck{StateDir: fc.StateDir,
+				Pool: fc.Pool, How: netdevcheck.DRAChained.How(), Devices: ids, PodUIDs: rec.PodUIDs})}
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: edits})
 		ids[req] = CDIKind + "=" + name
 	}
 	// Apply: the record first, so a crash between the two leaves a record

@@ -19,6 +19,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/memlockhook"
 )
@@ -533,5 +534,70 @@ func TestPrepareMemlockHook(t *testing.T) {
 				t.Errorf("spec version: %v", err)
 			}
 		})
+	}
+}
+
+// TestPrepareNetdevHook: with FailClosed, each CDI device of a request with
+// devices of the chained pool carries the netdev hook naming them (name and
+// function) and the claim's pods; admin-access results, a share without
+// the entry's sharedNetdev, another pool's devices and a preparer without
+// the memlock hook get none.
+func TestPrepareNetdevHook(t *testing.T) {
+	f := newFixture(t)
+	var names []string
+	for n := range f.byRDMA {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	d0, d1 := f.byRDMA[names[0]], f.byRDMA[names[1]]
+	fn := func(d dra.Device) string { return attachment.FunctionID(d.RDMA.PCIAddress, d.RDMA.AuxDevice) }
+	fc := &dra.FailClosed{StateDir: "/var/lib/cni/kube-rdma", Pool: "hca"}
+	hooks := func(p *dra.Preparer, uid string, results []dra.Result) map[string][]string {
+		t.Helper()
+		if _, err := p.Prepare(dra.Claim{UID: uid, Namespace: "ns", Name: "c", PodUIDs: []string{"pod-2", "pod-1"}, Results: results}); err != nil {
+			t.Fatal(err)
+		}
+		s, ok := fixture{cdiDir: p.CDIDir}.spec(t, uid)
+		if !ok {
+			t.Fatalf("claim %s: no CDI spec", uid)
+		}
+		out := map[string][]string{}
+		for _, d := range s.Devices {
+			for _, h := range d.ContainerEdits.Hooks {
+				out[d.Name] = append(out[d.Name], strings.Join(h.Args[1:], " "))
+			}
+		}
+		return out
+	}
+	prep := func(hook string, fc *dra.FailClosed) *dra.Preparer {
+		return &dra.Preparer{CDIDir: t.TempDir(), StateDir: t.TempDir(), DevRoot: f.devs, Devices: f.ix, MemlockHook: hook, FailClosed: fc}
+	}
+	results := []dra.Result{{Request: "a", Pool: pool, Device: d0.API.Name}, {Request: "a", Pool: pool, Device: d1.API.Name},
+		{Request: "mon", Pool: pool, Device: d0.API.Name, AdminAccess: true}}
+	got := hooks(prep("/h/kube-rdma-hook-1", fc), "uid-1", results)
+	want := map[string][]string{"uid-1-a": {"netdev-hook --state-dir /var/lib/cni/kube-rdma --pool hca --how its DRA claims of driver rdma.kube-rdma.io, chained CNI --devices " +
+		d0.RDMA.Name + "@" + fn(d0) + "," + d1.RDMA.Name + "@" + fn(d1) + " --pods pod-1,pod-2"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hooks (-want +got):\n%s", diff)
+	}
+	share := []dra.Result{{Request: "a", Pool: pool, Device: d0.API.Name, ShareID: "s1"}}
+	for name, tc := range map[string]struct {
+		hook    string
+		fc      *dra.FailClosed
+		results []dra.Result
+	}{
+		"a share, sharedNetdev none": {"/h/kube-rdma-hook-1", fc, share},
+		"another pool chained":       {"/h/kube-rdma-hook-1", &dra.FailClosed{Pool: "other"}, results},
+		"no memlock hook":            {"", fc, results},
+		"no fail closed":             {"/h/kube-rdma-hook-1", nil, results},
+	} {
+		if got := hooks(prep(tc.hook, tc.fc), "uid-2", tc.results); len(got) != 0 {
+			t.Errorf("%s: hooks %v, want none", name, got)
+		}
+	}
+	shared := *fc
+	shared.SharedNetdev = true
+	if got := hooks(prep("/h/kube-rdma-hook-1", &shared), "uid-3", share); len(got["uid-3-a"]) != 1 {
+		t.Errorf("a share with sharedNetdev: hooks %v, want one on the request's device", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -37,14 +38,27 @@ type NetdevCheck struct {
 	// renamed since its ADD (a re-probe) is still found, and a record of a
 	// release that wrote no function by its name.
 	Devices []string
+	// PodUIDs, when set, are the only pods whose containers are checked
+	// (a DRA claim's pods when it was prepared, the ones the CNI plugin
+	// attaches its devices for); a container of another pod, or of one
+	// whose runtime names no pod UID, is let through as the NRI plugin
+	// lets it through.
+	PodUIDs []string
 }
 
 // CDINetdevHook is the createRuntime hook of one CDI device, run from the
 // binary at path (a host path).
 func CDINetdevHook(path string, c NetdevCheck) *cdispec.Hook {
 	return &cdispec.Hook{HookName: "createRuntime", Path: path,
-		Args: []string{filepath.Base(path), NetdevCommand, "--state-dir", c.StateDir, "--pool", c.Pool, "--how", c.How,
-			"--devices", strings.Join(c.Devices, ",")}}
+		Args: append([]string{filepath.Base(path), NetdevCommand, "--state-dir", c.StateDir, "--pool", c.Pool, "--how", c.How,
+			"--devices", strings.Join(c.Devices, ",")}, podsArg(c.PodUIDs)...)}
+}
+
+func podsArg(uids []string) []string {
+	if len(uids) == 0 {
+		return nil
+	}
+	return []string{"--pods", strings.Join(uids, ",")}
 }
 
 // The annotations that name a container's pod sandbox, by runtime: the
@@ -54,6 +68,7 @@ var (
 	sandboxIDKeys = []string{"io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID"}
 	podNSKeys     = []string{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace"}
 	podNameKeys   = []string{"io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"}
+	podUIDKeys    = []string{"io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid"}
 	// A sandbox's own (pause) container; it holds no device.
 	containerTypeKeys = []string{"io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"}
 )
@@ -90,7 +105,8 @@ type NetdevVerdict struct {
 // lets through the sandbox's own container, a container in the host's
 // network namespace (a hostNetwork pod: no CNI ADD runs for it) and a
 // container whose runtime names no sandbox (one it cannot check: the NRI
-// plugin and the daemon's detector still do).
+// plugin and the daemon's detector still do), and, with PodUIDs, a
+// container of another pod.
 func RunNetdev(stdin io.Reader, c NetdevCheck) (NetdevVerdict, error) {
 	var st hookState
 	if err := json.NewDecoder(stdin).Decode(&st); err != nil {
@@ -119,6 +135,9 @@ func RunNetdev(stdin io.Reader, c NetdevCheck) (NetdevVerdict, error) {
 	sandbox := first(ann, sandboxIDKeys)
 	if sandbox == "" {
 		return NetdevVerdict{Reason: "the runtime names no pod sandbox"}, nil
+	}
+	if len(c.PodUIDs) > 0 && !slices.Contains(c.PodUIDs, first(ann, podUIDKeys)) {
+		return NetdevVerdict{Reason: "not a pod the devices were prepared for"}, nil
 	}
 	var recs []attachment.Attachment
 	if c.StateDir != "" {

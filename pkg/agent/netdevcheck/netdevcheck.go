@@ -148,11 +148,15 @@ func ofPod(pod Pod, r attachment.Attachment) bool {
 // Fix is what an operator does about a pod that misses its netdevs.
 const Fix = attachment.NotAttachedFix
 
+// How says, for the message, how a pool of w gets netdevs.
+func (w Why) How() string {
+	if w.DRA() {
+		return "its DRA claims of driver " + claimrecord.DriverName + ", chained CNI"
+	}
+	return string(w)
+}
+
 // Message says what is missing for the pod and what to do, in one line.
 func Message(pod Pod, m Missing) string {
-	how := string(m.Why)
-	if m.Why.DRA() {
-		how = "its DRA claims of driver " + claimrecord.DriverName + ", chained CNI"
-	}
-	return attachment.NotAttachedMessage(pod.String(), m.Devices, m.Pool, how)
+	return attachment.NotAttachedMessage(pod.String(), m.Devices, m.Pool, m.Why.How())
 }
