@@ -86,15 +86,23 @@ func Split(data []byte, t reflect.Type) Unknown {
 		if out == nil {
 			out = Unknown{}
 		}
-		// Compact: the writer's encoder indents the value again, so a value
-		// read, written and read back is the same bytes.
-		var c bytes.Buffer
-		if json.Compact(&c, v) == nil {
-			v = c.Bytes()
-		}
-		out[key] = v
+		out[key] = canonical(v)
 	}
 	return out
+}
+
+// canonical is v as encoding/json writes a MarshalJSON result: compact,
+// with <, >, &, U+2028 and U+2029 escaped. Kept that way, a value read,
+// written (json.Marshal escapes and compacts a Marshaler's bytes) and read
+// back is the same bytes; the escapes change no value.
+func canonical(v json.RawMessage) json.RawMessage {
+	var c bytes.Buffer
+	if json.Compact(&c, v) != nil {
+		return v
+	}
+	var e bytes.Buffer
+	json.HTMLEscape(&e, c.Bytes())
+	return e.Bytes()
 }
 
 func knownFold(keys map[string]bool, key string) bool {

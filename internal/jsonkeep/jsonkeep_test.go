@@ -64,3 +64,32 @@ func TestSplitMerge(t *testing.T) {
 		t.Error("Split of a non-object or of known keys only is not nil")
 	}
 }
+
+// TestSplitStableThroughMarshal: a value holding what encoding/json escapes
+// (<, >, &, U+2028) reads back as the same bytes once a struct carrying it
+// is written with json.Marshal, as a record is saved.
+func TestSplitStableThroughMarshal(t *testing.T) {
+	in := []byte("{\"a\":\"x\",\"new\":{\"s\":\"a>b<c&d\u2028\", \"n\": [1, 2]}}")
+	u := Split(in, reflect.TypeFor[rec]())
+	var v struct {
+		A string `json:"a"`
+		N json.RawMessage
+	}
+	v.N, _ = Merge([]byte(`{"a":"x"}`), u)
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ N json.RawMessage }
+	if err := json.Unmarshal(out, &back); err != nil {
+		t.Fatal(err)
+	}
+	again := Split(back.N, reflect.TypeFor[rec]())
+	if diff := cmp.Diff(u, again); diff != "" {
+		t.Errorf("unknown keys written and read back (-read +again):\n%s", diff)
+	}
+	var val map[string]any
+	if err := json.Unmarshal(u["new"], &val); err != nil || val["s"] != "a>b<c&d\u2028" {
+		t.Errorf("the kept value changed: %s (%v)", u["new"], err)
+	}
+}
