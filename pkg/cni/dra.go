@@ -62,7 +62,7 @@ func (p *Plugin) claimedDevices(conf *netconf.Conf, pod podRef, res Resolver, lo
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", what, lookupError(d.ID(), err))
 			}
-			if d.Shared() && conf.SharedNetdev == netconf.SharedNone {
+			if !d.GetsNetdev(conf.SharedNetdev != netconf.SharedNone) {
 				log.Info("sharedNetdev none: a shared device's pod gets no netdev", "claim", r.Namespace+"/"+r.Name, "device", d.Device, "rdma", dev.Name)
 				continue
 			}

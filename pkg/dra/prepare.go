@@ -137,11 +137,10 @@ type FailClosed struct {
 }
 
 // netdevDevice reports whether the result's device gets a netdev from the
-// chained entry for the claim's pods (netdevcheck's rule for DRA claims:
-// not admin access, a share only with SharedNetdev).
+// chained entry for the claim's pods (claimrecord.Device.GetsNetdev).
 func (f *FailClosed) netdevDevice(r Result) bool {
-	return f != nil && f.Pool != "" && claimrecord.Device{Pool: r.Pool}.OfPool(f.Pool) &&
-		!r.AdminAccess && (r.ShareID == "" || f.SharedNetdev)
+	d := claimrecord.Device{Pool: r.Pool, AdminAccess: r.AdminAccess, ShareID: r.ShareID}
+	return f != nil && f.Pool != "" && d.OfPool(f.Pool) && d.GetsNetdev(f.SharedNetdev)
 }
 
 // Prepare writes the claim's CDI spec (one CDI device per request, with

@@ -72,18 +72,30 @@ func ParseLimit(s string) (uint64, error) {
 	return v, nil
 }
 
-// state is the part of the OCI state (runtime-spec, "State") the hook
-// reads: the container's first process, in the runtime's PID namespace.
-type state struct {
-	Pid int `json:"pid"`
+// hookState is the part of the OCI state (runtime-spec, "State") the hooks
+// read: the container's first process (in the runtime's PID namespace),
+// its bundle and the annotations of its spec.
+type hookState struct {
+	Pid         int               `json:"pid"`
+	Bundle      string            `json:"bundle"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// readState decodes the OCI state a runtime writes on a hook's stdin.
+func readState(stdin io.Reader) (hookState, error) {
+	var st hookState
+	if err := json.NewDecoder(stdin).Decode(&st); err != nil {
+		return hookState{}, fmt.Errorf("read the OCI state on stdin: %w", err)
+	}
+	return st, nil
 }
 
 // Run is the hook: the OCI state on stdin, the limit to raise to. It
 // returns what it did, for the runtime's log when it fails.
 func Run(stdin io.Reader, limit uint64) (Change, error) {
-	var st state
-	if err := json.NewDecoder(stdin).Decode(&st); err != nil {
-		return Change{}, fmt.Errorf("read the OCI state on stdin: %w", err)
+	st, err := readState(stdin)
+	if err != nil {
+		return Change{}, err
 	}
 	if st.Pid <= 0 {
 		return Change{}, fmt.Errorf("the OCI state on stdin has no pid (%d): run the hook as a createRuntime hook", st.Pid)

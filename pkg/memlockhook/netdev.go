@@ -73,13 +73,6 @@ var (
 	containerTypeKeys = []string{"io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"}
 )
 
-// hookState is the OCI state (runtime-spec, "State") the hooks read.
-type hookState struct {
-	Pid         int               `json:"pid"`
-	Bundle      string            `json:"bundle"`
-	Annotations map[string]string `json:"annotations"`
-}
-
 // bundleSpec is the part of the container's OCI spec (<bundle>/config.json)
 // the netdev hook reads.
 type bundleSpec struct {
@@ -108,9 +101,9 @@ type NetdevVerdict struct {
 // plugin and the daemon's detector still do), and, with PodUIDs, a
 // container of another pod.
 func RunNetdev(stdin io.Reader, c NetdevCheck) (NetdevVerdict, error) {
-	var st hookState
-	if err := json.NewDecoder(stdin).Decode(&st); err != nil {
-		return NetdevVerdict{}, fmt.Errorf("read the OCI state on stdin: %w", err)
+	st, err := readState(stdin)
+	if err != nil {
+		return NetdevVerdict{}, err
 	}
 	var spec bundleSpec
 	if st.Bundle != "" {

@@ -48,7 +48,7 @@ func WithDRA(netdev map[string]Why, pools []agent.PoolView, chain Chain, draOn b
 // netdevDevice reports whether the CNI plugin attaches a netdev for d, a
 // device of a claim of a pool whose Why is why.
 func netdevDevice(why Why, d claimrecord.Device) bool {
-	return !d.AdminAccess && (!d.Shared() || why == DRAChainedSharedNetdev)
+	return d.GetsNetdev(why == DRAChainedSharedNetdev)
 }
 
 // Names maps what a claim record calls a device (claimrecord.Device.ID:

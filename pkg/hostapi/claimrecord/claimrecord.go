@@ -111,6 +111,14 @@ type Device struct {
 // Shared reports whether other claims may hold the device too.
 func (d Device) Shared() bool { return d.ShareID != "" }
 
+// GetsNetdev reports whether the CNI plugin attaches a netdev for the
+// device to the claim's pods: never for admin access, for a share only
+// when the network gives shared devices' pods netdevs (sharedNetdev other
+// than none). The fail-closed checks hold pods to the same rule.
+func (d Device) GetsNetdev(sharedNetdev bool) bool {
+	return !d.AdminAccess && (!d.Shared() || sharedNetdev)
+}
+
 // ID is the most stable name of the device on the node, the one its DRA
 // device name is derived from: an SF's auxiliary device, a PF's or VF's
 // PCI address, else (rxe, siw) its RDMA name. Probe order and udev renames

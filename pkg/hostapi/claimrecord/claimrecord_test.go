@@ -151,3 +151,22 @@ func TestOfPool(t *testing.T) {
 		t.Error("a pool without a node part matched")
 	}
 }
+
+func TestGetsNetdev(t *testing.T) {
+	for _, c := range []struct {
+		d            Device
+		sharedNetdev bool
+		want         bool
+	}{
+		{Device{}, false, true},
+		{Device{}, true, true},
+		{Device{AdminAccess: true}, true, false},
+		{Device{ShareID: "s1"}, false, false},
+		{Device{ShareID: "s1"}, true, true},
+		{Device{ShareID: "s1", AdminAccess: true}, true, false},
+	} {
+		if got := c.d.GetsNetdev(c.sharedNetdev); got != c.want {
+			t.Errorf("%+v.GetsNetdev(%v) = %v, want %v", c.d, c.sharedNetdev, got, c.want)
+		}
+	}
+}
