@@ -87,19 +87,16 @@ func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
 	a := nodeClients(t, admin, cfg, "node-a")
 	b := nodeClients(t, admin, cfg, "node-b")
 
-	// The API server loads new policies asynchronously: wait until a dry run of node A
-	// writing node B's slice is refused.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The API server loads each new policy asynchronously, one independent of the other:
+	// wait until a dry run that each must refuse is refused.
+	waitEnforced(t, "node A's dry run of node B's slice", func() error {
 		_, err := a.kube.ResourceV1().ResourceSlices().Create(ctx, slice("b-ib", "rdma.kube-rdma.io", "node-b"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsForbidden(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the policy is not enforced within 30s: node A's dry run of node B's slice: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	waitEnforced(t, "node A's dry run of node C's node state", func() error {
+		_, err := a.dyn.Resource(nodeStates).Create(ctx, nodeState("node-c"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 
 	// ResourceSlices: each node creates its own; node A updates and deletes its own.
 	slices := a.kube.ResourceV1().ResourceSlices()
@@ -213,6 +210,15 @@ func claimStatusPolicy(t *testing.T, admin kubernetes.Interface, a, b clients) {
 			metav1.PatchOptions{FieldManager: manager, Force: ptrTo(true)}, "status")
 		return err
 	}
+	waitEnforced(t, "node A's dry run of node B's device's entry", func() error {
+		body, err := json.Marshal(map[string]any{"status": map[string]any{"devices": []resourcev1.AllocatedDeviceStatus{entry("node-b/ib", "mlx5-1", "net9")}}})
+		if err != nil {
+			return err
+		}
+		_, err = a.kube.ResourceV1().ResourceClaims(claim.Namespace).Patch(ctx, claim.Name, types.MergePatchType, body,
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		return err
+	})
 	if err := apply(a, "kube-rdma.io/node-a", entry("node-a/ib", "mlx5-0", "net1")); err != nil {
 		t.Fatalf("node A writes its own device's entry: %v", err)
 	}
@@ -251,6 +257,23 @@ func claimStatusPolicy(t *testing.T, admin kubernetes.Interface, a, b clients) {
 	// Removing its own entry (the writer's apply without it, after DEL) is allowed.
 	if err := apply(a, "kube-rdma.io/node-a"); err != nil {
 		t.Errorf("node A removes its own device's entry: %v", err)
+	}
+}
+
+// waitEnforced retries write, a dry run an admission policy refuses, until it is refused
+// (Forbidden), for at most 30 s.
+func waitEnforced(t *testing.T, what string, write func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := write()
+		if apierrors.IsForbidden(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy is not enforced within 30s: %s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
