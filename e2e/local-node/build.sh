@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # e2e/local-node/build.sh: build the upstream binaries the local-node e2e runs (Kubernetes,
-# etcd, Helm, containerd) from the Go module proxy, and fetch the Debian packages it uses (runc,
-# CNI plugins), into a cache that outlives the run.
+# etcd, Helm, containerd, the CNI reference plugins) from the Go module proxy, and fetch the
+# Debian package it uses (runc), into a cache that outlives the run.
 #
 #   bash e2e/local-node/build.sh [COMPONENT...]     # default: all; prints the bin directory
 #
-# all: kubernetes etcd helm containerd debs multus (the Multus CNI thick plugin, for the multus
+# all: kubernetes etcd helm containerd debs cniplugins multus (the Multus CNI thick plugin, for the multus
 # phase: images.sh images it). Only when named: registry (the CNCF distribution registry,
 # hack/registry.sh) and crane (go-containerregistry's CLI, at the kube-rdma go.mod's version),
 # for make release-check.
@@ -27,7 +27,7 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
 E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
 E2E_BUILD_JOBS=${E2E_BUILD_JOBS:-1}
-ALL=(kubernetes etcd helm containerd debs multus)
+ALL=(kubernetes etcd helm containerd debs cniplugins multus)
 # Built only when named (make release, make release-check).
 EXTRA=(registry crane)
 
@@ -139,6 +139,16 @@ build_crane() {
   go_component crane "$v" "-s -w -X $m/cmd/crane/cmd.Version=$v" "" crane $m/cmd/crane
 }
 
+# The CNI reference plugins of the node's primary network, into cni/: a release that implements
+# CNI 1.1.0 (STATUS and GC), so that a primary conflist of cniVersion 1.1.0 works and containerd
+# 2.x asks the network's STATUS, as it does on a current node (Debian 12's package speaks 1.0.0).
+build_cniplugins() {
+  local v p=github.com/containernetworking/plugins
+  v=$(required_version cniplugins $p)
+  go_component cniplugins "$v" "-s -w -X $p/pkg/utils/buildversion.BuildVersion=$v" "" cni/ \
+    $p/plugins/main/bridge $p/plugins/ipam/host-local $p/plugins/main/loopback $p/plugins/ipam/static
+}
+
 # The Multus CNI thick plugin: multus-daemon (the DaemonSet's process, which runs the delegates),
 # multus-shim (the CNI binary the runtime calls, which asks the daemon over its socket),
 # install_multus (the init container's copy of the shim and passthru into the node's CNI bin
@@ -151,9 +161,8 @@ build_multus() {
     $p/cmd/multus-daemon $p/cmd/multus-shim $p/cmd/install_multus $p/cmd/passthru-cni
 }
 
-# Debian packages of the host's suite, unpacked (never installed) into the cache: runc and the
-# CNI plugins the node's primary network uses.
-DEBS=(runc containernetworking-plugins)
+# Debian packages of the host's suite, unpacked (never installed) into the cache: runc.
+DEBS=(runc)
 build_debs() {
   local dir=$E2E_CACHE/debs list want name ver file key root
   mkdir -p "$dir"
@@ -179,8 +188,6 @@ build_debs() {
     mkdir -p "$root.tmp" "$root.x"
     while read -r name ver file; do dpkg-deb -x "$dir/$file" "$root.x"; done <<<"$list"
     cp -a "$root.x/usr/sbin/runc" "$root.tmp/runc"
-    mkdir -p "$root.tmp/cni"
-    cp -a "$root.x/usr/lib/cni/." "$root.tmp/cni/"
     rm -rf "$root.x"
     mv "$root.tmp" "$root"
     log "debs: $(awk '{printf "%s %s  ", $1, $2}' <<<"$list")"

@@ -204,7 +204,8 @@ EOF
     printf 'chart oci://%s/charts/kube-rdma\nchart-version %s\nchart-plain-http yes\nimage-digest %s\n' \
       "$REGISTRY_PATH" "${RELEASE_VERSION#v}" "$(jq -r .index "$RELEASE_DIST/image.json")"
   fi
-  # The CNI plugin built with kuberdma_e2e (images.sh): its fault hook parks an ADD.
+  # The CNI plugin built with kuberdma_e2e (images.sh): its fault hook parks an ADD, and its
+  # fake RDMA netlink stops answering while a file exists.
   if [[ -x $E2E_CACHE/images/kube-rdma-cni-e2e ]]; then
     echo "cni-e2e-binary $E2E_CACHE/images/kube-rdma-cni-e2e"
   fi

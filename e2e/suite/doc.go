@@ -13,8 +13,8 @@
 // the previous release, its rollback and the upgrade again while pods are created
 // (upgrade_test.go): every pod that runs has what it asked for, running pods stay; and
 // faults (faults_test.go, faultcases_test.go: the CNI plugin killed mid-ADD, a torn
-// attachment record, a chained pod's NIC removed while it ran, a record of a previous boot, a 0.3.1 primary conflist, the daemon
-// killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s),
+// attachment record, a chained pod's NIC removed while it ran, a record of a previous boot, a 0.3.1 primary conflist, RDMA netlink down
+// under a 1.1.0 primary conflist, the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s),
 // each followed by one invariant check: nothing lost, nothing stuck, running pods intact,
 // a pod that could not get its NIC failed loudly.
 //

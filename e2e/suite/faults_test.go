@@ -34,7 +34,8 @@ type faultsConfig struct {
 	conflist string // the node's primary conflist, which cni-chain chains kube-rdma into
 	cniBin   string // the installed CNI plugin
 	// cniE2EBinary: the CNI plugin built with kuberdma_e2e, whose fault hook parks an ADD
-	// (pkg/cni/park_e2e.go); "": the harness has none.
+	// (pkg/cni/park_e2e.go) and whose fake RDMA netlink stops answering while rdmaDownFile
+	// exists (internal/fakerdma); "": the harness has none.
 	cniE2EBinary string
 	// claims: the DRA front end's claim records (--dra-plugin-dir, then claims/); "": the
 	// phase serves no DRA pool. claimPool: the dra pool whose claims its DRA faults use.

@@ -464,7 +464,7 @@ func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip 
 // attachment record, a torn node pools file (poolsfault_test.go), a chained pod's NIC removed
 // while it ran and one re-probed while it ran (nicfault_test.go), a pod without its netdev
 // refused by the netdev hook while the NRI plugin is stalled (failclosed_test.go), a record of a previous
-// boot, a 0.3.1 primary conflist, the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
+// boot, a 0.3.1 primary conflist, RDMA netlink down under a 1.1.0 primary conflist (statusfault_test.go), the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
 // Its tests reach the node's files directly (they run on its host): local-node only.
 func (l localNodeDesc) faultsPhase() phase {
 	v, cfg := l.devicePluginValues()
@@ -492,6 +492,7 @@ func (l localNodeDesc) faultsPhase() phase {
 			{"NRIStalledFailClosed", testFaultNRIStalledFailClosed},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},
+			{"RDMANetlinkDown", testFaultRDMANetlinkDown},
 			{"DaemonKilled", testFaultDaemonKilled},
 			{"KubeletRestart", testFaultKubeletRestart},
 			{"APIServerDown", testFaultAPIServerDown},
