@@ -7,6 +7,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/cnimetrics"
 	"github.com/kube-rdma/kube-rdma/pkg/netdevwatch"
+	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
 
 // cniMetricsFlags is the `run` flag of the CNI plugin's operation metrics
@@ -21,11 +22,12 @@ func (f *cniMetricsFlags) register(fs *flag.FlagSet) {
 
 // startCNIMetrics registers the spool's collector on /metrics and drains it
 // until ctx ends, posting the give-ups it reads as Events on their pods when
-// the daemon has an API server; it returns a function that waits for the
-// last drain (and the last Event's send).
-func startCNIMetrics(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent) (wait func(), err error) {
+// the daemon has an API server; it returns the collector, whose recent
+// give-ups the node state publishes (nil without --cni-metrics-dir), and a
+// function that waits for the last drain (and the last Event's send).
+func startCNIMetrics(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent) (giveUps nodestate.GiveUps, wait func(), err error) {
 	if cfg.cniMetrics.dir == "" {
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
 	cc := cnimetrics.Config{Dir: cfg.cniMetrics.dir, Logger: cfg.Logger}
 	stop := func() {}
@@ -36,12 +38,12 @@ func startCNIMetrics(ctx context.Context, cfg runConfig, a apiConn, d *agent.Age
 	c := cnimetrics.New(cc)
 	if err := d.RegisterCollector(c); err != nil {
 		stop()
-		return nil, err
+		return nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = c.Run(ctx)
 	}()
-	return func() { <-done; stop() }, nil
+	return c, func() { <-done; stop() }, nil
 }

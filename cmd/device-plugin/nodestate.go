@@ -79,7 +79,7 @@ func (f *nodeStateFlags) off(a apiConn) (reason string, err error) {
 // startNodeState starts the publisher once the daemon is ready (its first
 // scan done, every pool served) and returns a function that waits for it to
 // stop after ctx ends. Without an API server it only says so on /state.
-func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent, det *netdevwatch.Detector) (wait func(), err error) {
+func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agent, det *netdevwatch.Detector, giveUps nodestate.GiveUps) (wait func(), err error) {
 	reason, err := cfg.nodeState.off(a)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func startNodeState(ctx context.Context, cfg runConfig, a apiConn, d *agent.Agen
 	if c, ok := draClaims(cfg); ok {
 		claims = c // --dra: the claim records of --dra-plugin-dir
 	}
-	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, Claims: claims, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
+	p := nodestate.New(nodestate.Config{NodeName: cfg.NodeName, Source: d, Pods: cfg.Allocations, Records: records, Missing: missing, Claims: claims, GiveUps: giveUps, CNIMode: cfg.nodeState.cniMode, CNIChainedPool: cfg.nodeState.cniPool, Writer: client,
 		DaemonVersion: version.Get().Version, Interval: cfg.nodeState.interval, Refresh: refresh, Logger: cfg.Logger})
 	if err := d.RegisterCollector(p); err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func TestNodeStateFlags(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			wait, err := startNodeState(ctx, cfg, connect(cfg.kubeconfig, cfg.nodeState.wanted()), d, nil)
+			wait, err := startNodeState(ctx, cfg, connect(cfg.kubeconfig, cfg.nodeState.wanted()), d, nil, nil)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want one about %q", err, tt.err)

@@ -67,7 +67,7 @@ func startDaemon(t *testing.T, args ...string) (*agent.Agent, *lockedBuffer) {
 		cancel()
 		t.Fatal(err)
 	}
-	waitCNI, err := startCNIMetrics(ctx, cfg, apiConn{err: errors.New("no API server in this test")}, d)
+	_, waitCNI, err := startCNIMetrics(ctx, cfg, apiConn{err: errors.New("no API server in this test")}, d)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

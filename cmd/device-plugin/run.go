@@ -84,7 +84,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitClaimStatus()
-	wait, err := startNodeState(ctx, cfg, a, d, det)
+	giveUps, waitCNIMetrics, err := startCNIMetrics(ctx, cfg, a, d)
+	if err != nil {
+		return err
+	}
+	defer waitCNIMetrics()
+	wait, err := startNodeState(ctx, cfg, a, d, det, giveUps)
 	if err != nil {
 		return err
 	}
@@ -99,14 +104,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer waitReclaim()
-	waitCNIMetrics, err := startCNIMetrics(ctx, cfg, a, d)
-	if err != nil {
-		return err
-	}
-	defer waitCNIMetrics()
 	defer startConfigEvents(ctx, cfg, a, d)()
 	defer runWhenReady(ctx, d, pageOutWhenSettled(cfg.Logger))()
-	defer cancel() // runs first: the publisher, the detector, the claim status writer, the NRI plugin, the reclaimer, the spool's drain and the config Events stop before the waits
+	defer cancel() // runs first: the spool's drain, the publisher, the detector, the claim status writer, the NRI plugin, the reclaimer and the config Events stop before the waits
 	return d.Run(ctx)
 }
 

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
 
@@ -126,10 +127,19 @@ func testFaultNICRemoved(t *testing.T, e *env) {
 	if err != nil {
 		t.Error(err)
 	}
+	// The node state lists it, with the pod that had it.
+	e.waitNodeState(t, "the give-up in status.givenUp", func(s *v1alpha1.RDMANodeState) error {
+		for _, g := range s.Status.GivenUp {
+			if g.Device == d.RDMA && g.Reason == "vanished" && g.Namespace == f.ns && g.Pod == name && g.Command == "DEL" {
+				return nil
+			}
+		}
+		return fmt.Errorf("status.givenUp %+v names no DEL of %s/%s giving up %s (vanished)", s.Status.GivenUp, f.ns, name, d.RDMA)
+	})
 	restore()
 	f.healed = time.Now()
 	out := f.check(t)
-	f.report(t, fmt.Sprintf("the NIC of a chained pod deleted in its netns, then the pod deleted: gone %.1f s after the delete (at most %v), %s %v -> %v, Event %.100q; NIC created again on the host",
+	f.report(t, fmt.Sprintf("the NIC of a chained pod deleted in its netns, then the pod deleted: gone %.1f s after the delete (at most %v), %s %v -> %v, Event %.100q, listed in the node state's givenUp; NIC created again on the host",
 		terminating.Seconds(), maxTerminating, vanishedSample, before, after, event), out)
 }
 

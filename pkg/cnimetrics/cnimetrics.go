@@ -20,7 +20,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +69,17 @@ type Collector struct {
 	dropped  *prometheus.CounterVec
 	givenUp  *prometheus.CounterVec
 	warned   bool
+
+	mu     sync.Mutex
+	recent []cniops.GiveUp // the last MaxRecentGiveUps, oldest first
 }
+
+// MaxRecentGiveUps is how many give-ups GiveUps keeps (the node state's
+// status.givenUp bound).
+const MaxRecentGiveUps = 32
+
+// RecentGiveUps is how old a give-up GiveUps still returns.
+const RecentGiveUps = 24 * time.Hour
 
 // New returns a collector of cfg.Dir's spool; Run drains it.
 func New(cfg Config) *Collector {
@@ -144,6 +156,12 @@ func (c *Collector) Drain() {
 // Event on its pod.
 func (c *Collector) givenUpOne(g cniops.GiveUp) {
 	c.givenUp.WithLabelValues(g.Reason).Inc()
+	c.mu.Lock()
+	c.recent = append(c.recent, g)
+	if n := len(c.recent); n > MaxRecentGiveUps {
+		c.recent = slices.Delete(c.recent, 0, n-MaxRecentGiveUps)
+	}
+	c.mu.Unlock()
 	why := "its netdev did not come back from the pod's network namespace within " + g.Waited.Round(time.Second).String()
 	switch g.Reason {
 	case cniops.GiveUpGone:
@@ -159,6 +177,22 @@ func (c *Collector) givenUpOne(g cniops.GiveUp) {
 	if c.cfg.Events != nil && g.PodName != "" && g.PodNamespace != "" {
 		c.cfg.Events.Warn(g.PodNamespace, g.PodName, g.PodUID, EventReasonGivenUp, msg)
 	}
+}
+
+// GiveUps returns the give-ups drained since the collector started that are
+// at most RecentGiveUps old at now, newest first, at most MaxRecentGiveUps:
+// what the node state publishes (nodestate.GiveUps).
+func (c *Collector) GiveUps(now time.Time) []cniops.GiveUp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []cniops.GiveUp
+	for _, g := range slices.Backward(c.recent) {
+		if now.Sub(g.Time) <= RecentGiveUps {
+			out = append(out, g)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b cniops.GiveUp) int { return b.Time.Compare(a.Time) })
+	return out
 }
 
 func (c *Collector) count(r cniops.Record) {

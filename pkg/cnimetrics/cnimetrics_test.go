@@ -2,6 +2,7 @@ package cnimetrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -166,5 +167,44 @@ func TestGiveUps(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("the spool holds %d files after two drains, want none", len(ents))
+	}
+}
+
+// TestRecentGiveUps: the give-ups drained are kept for the node state,
+// newest first, the last MaxRecentGiveUps, none older than RecentGiveUps.
+func TestRecentGiveUps(t *testing.T) {
+	dir := cniops.Dir(t.TempDir())
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	c := New(Config{Dir: dir})
+	if got := c.GiveUps(t0); got != nil {
+		t.Fatalf("before any give-up: %+v", got)
+	}
+	n := MaxRecentGiveUps + 5
+	for i := range n {
+		g := cniops.GiveUp{Time: t0.Add(time.Duration(i) * time.Minute), Command: "DEL", ContainerID: fmt.Sprintf("c%d", i), IfName: "net1",
+			RDMA: fmt.Sprintf("mlx5_%d", i), Netdev: "eth9", Function: "0000:3b:00.3", Reason: cniops.GiveUpNotBack}
+		if err := cniops.AppendGiveUp(dir, g); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 { // two drains: some records arrive after the first
+			c.Drain()
+		}
+	}
+	c.Drain()
+	c.Drain() // a file is read one drain after it is taken
+	last := t0.Add(time.Duration(n-1) * time.Minute)
+	got := c.GiveUps(last)
+	if len(got) != MaxRecentGiveUps {
+		t.Fatalf("%d give-ups kept, want %d", len(got), MaxRecentGiveUps)
+	}
+	for i, g := range got {
+		if want := fmt.Sprintf("mlx5_%d", n-1-i); g.RDMA != want {
+			t.Errorf("give-up %d is %s, want %s (newest first)", i, g.RDMA, want)
+		}
+	}
+	// A day after the tenth newest, only the nine newer ones remain.
+	later := got[9].Time.Add(RecentGiveUps + time.Second)
+	if got := c.GiveUps(later); len(got) != 9 || got[0].RDMA != fmt.Sprintf("mlx5_%d", n-1) {
+		t.Errorf("a day later: %d give-ups, want the 9 newest", len(got))
 	}
 }

@@ -50,7 +50,32 @@ func nodeChecks(node *corev1.Node, s *v1alpha1.RDMANodeState, stateErr error, no
 	for _, p := range st.Pools {
 		checks = append(checks, netnsCheck(st.RDMANetnsMode, p))
 	}
-	return append(checks, cniCheck(st)), nil
+	checks = append(checks, cniCheck(st))
+	return append(checks, givenUpChecks(st.GivenUp, now)...), nil
+}
+
+// givenUpChecks warns once per NIC the CNI plugin gave up on (status.givenUp:
+// a pod's attachment ended without it), so that an operator looks at the
+// device: it rejoins its pool only once its netdev is back on the host.
+func givenUpChecks(given []v1alpha1.DeviceGivenUp, now time.Time) []Check {
+	var checks []Check
+	for _, g := range given {
+		pod := "a pod"
+		if g.Pod != "" {
+			pod = "pod " + g.Namespace + "/" + g.Pod
+		}
+		why := "its netdev did not come back from the pod's network namespace in time"
+		switch g.Reason {
+		case "function-gone":
+			why = "its PCI function or auxiliary device " + g.Function + " left the node"
+		case "vanished":
+			why = "its netdev was in neither the pod's network namespace nor the host's (removed while the pod had it)"
+		}
+		checks = append(checks, Check{Name: "device " + g.Device + " given up", Verdict: Warn,
+			Detail: fmt.Sprintf("%s of %s gave up %s (netdev %s, %s) %s: %s", g.Command, pod, g.Device, g.Netdev, g.Function, age(g.Time.Time, now), why),
+			Fix:    "check the NIC on the node (its driver's messages in the kernel log, lspci, rdma link); it rejoins its pool once its netdev is back on the host"})
+	}
+	return checks
 }
 
 // advertised compares a pool with the node's allocatable.

@@ -17,6 +17,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
@@ -38,7 +39,10 @@ type Input struct {
 	PodsWithoutNetdevs []v1alpha1.PodWithoutNetdevs
 	// Claims are the DRA front end's claim records (claimrecord.ReadAll):
 	// status.claims and the devices' shares.
-	Claims        []claimrecord.Record
+	Claims []claimrecord.Record
+	// GiveUps are the NICs the CNI plugin gave up on lately, newest first
+	// (cnimetrics.Collector.GiveUps): status.givenUp.
+	GiveUps       []cniops.GiveUp
 	DaemonVersion string
 	Now           time.Time
 }
@@ -107,6 +111,7 @@ func Build(in Input) v1alpha1.RDMANodeStateStatus {
 	}
 	st.Pools = pools(in.View.Pools, st.Allocations)
 	st.PodsWithoutNetdevs = podsWithoutNetdevs(in.PodsWithoutNetdevs)
+	st.GivenUp = givenUp(in.GiveUps)
 	pods := map[[2]string]bool{}
 	for _, a := range st.Allocations {
 		pods[[2]string{a.Namespace, a.Pod}] = true

@@ -10,6 +10,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
+	"github.com/kube-rdma/kube-rdma/pkg/hostapi/cniops"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 )
 
@@ -54,6 +55,12 @@ type MissingNetdevs interface {
 	PodsWithoutNetdevs() []v1alpha1.PodWithoutNetdevs
 }
 
+// GiveUps are the NICs the CNI plugin gave up on lately, newest first
+// (cnimetrics.Collector).
+type GiveUps interface {
+	GiveUps(now time.Time) []cniops.GiveUp
+}
+
 // Writer writes the status of node's object, creating it when needed
 // (Client).
 type Writer interface {
@@ -77,7 +84,10 @@ type Config struct {
 	// Pods; on an error (a record of a newer version: an upgrade done
 	// halfway) the last good list stays and Report says why.
 	Claims ClaimLister
-	Writer Writer
+	// GiveUps may be nil (no --cni-metrics-dir): status.givenUp stays
+	// empty. Read at each write, like Missing.
+	GiveUps GiveUps
+	Writer  Writer
 	// CNIMode goes into status.cni.mode ("" leaves status.cni out).
 	CNIMode string
 	// CNIChainedPool goes into status.cni.chainedPool.
@@ -231,8 +241,13 @@ func (p *Publisher) publish(ctx context.Context) (wrote bool, err error) {
 	if p.cfg.Missing != nil {
 		missing = p.cfg.Missing.PodsWithoutNetdevs()
 	}
+	now := p.cfg.Now()
+	var gaveUp []cniops.GiveUp
+	if p.cfg.GiveUps != nil {
+		gaveUp = p.cfg.GiveUps.GiveUps(now)
+	}
 	st := Build(Input{View: view, Containers: p.containers, Attachments: p.records, CNIMode: p.cfg.CNIMode, CNIChainedPool: p.cfg.CNIChainedPool,
-		PodsWithoutNetdevs: missing, Claims: p.claims, DaemonVersion: p.cfg.DaemonVersion, Now: p.cfg.Now()})
+		PodsWithoutNetdevs: missing, Claims: p.claims, GiveUps: gaveUp, DaemonVersion: p.cfg.DaemonVersion, Now: now})
 	if sameContent(&st, p.written) && !p.due(st.LastUpdate.Time) {
 		return false, nil
 	}

@@ -114,6 +114,55 @@ type RDMANodeStateStatus struct {
 	// +listMapKey=uid
 	// +kubebuilder:validation:MaxItems=1024
 	Claims []Claim `json:"claims,omitempty"`
+	// GivenUp are the NICs the CNI plugin gave up on this node since the
+	// daemon started, newest first, at most 32 of the last 24 hours: a
+	// DEL, GC or the daemon's reclaimer ended a pod's attachment without
+	// the NIC because it could not come back (its PCI function or
+	// auxiliary device gone, its netdev removed while the pod had it) or
+	// did not within the bound. Each is also logged, counted in
+	// kube_rdma_cni_devices_given_up_total and posted as an Event on its
+	// pod. Empty in the states of daemons that did not say.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	GivenUp []DeviceGivenUp `json:"givenUp,omitempty"`
+}
+
+// DeviceGivenUp is one NIC the CNI plugin gave up on.
+type DeviceGivenUp struct {
+	// Time is when the plugin gave it up.
+	Time metav1.Time `json:"time"`
+	// Command is DEL, GC or reclaim (the daemon's reclaimer of attachments
+	// whose DEL never came).
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[A-Za-z]*$`
+	Command string `json:"command"`
+	// Device is its RDMA device name.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
+	Device string `json:"device"`
+	// Netdev is its netdev's name on the host when it was attached.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
+	Netdev string `json:"netdev,omitempty"`
+	// Function is its PCI function (an SF: its auxiliary device).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f\x{200b}-\x{200f}\x{202a}-\x{202e}\x{2066}-\x{2069}\x{feff}]*$`
+	Function string `json:"function,omitempty"`
+	// Reason is function-gone (its function is no longer on the node),
+	// vanished (its netdev was neither in the pod nor on the host) or
+	// not-back (its function is there, its netdev did not come back in
+	// time).
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z-]*$`
+	Reason string `json:"reason"`
+	// Namespace and Pod name the pod that had it, when its attachment
+	// record did.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	Namespace string `json:"namespace,omitempty"`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
+	Pod string `json:"pod,omitempty"`
 }
 
 // Claim is one prepared DRA claim of the driver rdma.kube-rdma.io.

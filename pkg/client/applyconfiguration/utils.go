@@ -32,6 +32,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.CNIStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Device"):
 		return &apisv1alpha1.DeviceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DeviceGivenUp"):
+		return &apisv1alpha1.DeviceGivenUpApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GPU"):
 		return &apisv1alpha1.GPUApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PodWithoutNetdevs"):

@@ -55,6 +55,15 @@ type RDMANodeStateStatusApplyConfiguration struct {
 	// the devices they hold. Sorted by namespace, name and UID; empty
 	// without --dra, and in the states of daemons that did not say.
 	Claims []ClaimApplyConfiguration `json:"claims,omitempty"`
+	// GivenUp are the NICs the CNI plugin gave up on this node since the
+	// daemon started, newest first, at most 32 of the last 24 hours: a
+	// DEL, GC or the daemon's reclaimer ended a pod's attachment without
+	// the NIC because it could not come back (its PCI function or
+	// auxiliary device gone, its netdev removed while the pod had it) or
+	// did not within the bound. Each is also logged, counted in
+	// kube_rdma_cni_devices_given_up_total and posted as an Event on its
+	// pod. Empty in the states of daemons that did not say.
+	GivenUp []DeviceGivenUpApplyConfiguration `json:"givenUp,omitempty"`
 }
 
 // RDMANodeStateStatusApplyConfiguration constructs a declarative configuration of the RDMANodeStateStatus type for use with
@@ -208,6 +217,19 @@ func (b *RDMANodeStateStatusApplyConfiguration) WithClaims(values ...*ClaimApply
 			panic("nil value passed to WithClaims")
 		}
 		b.Claims = append(b.Claims, *values[i])
+	}
+	return b
+}
+
+// WithGivenUp adds the given value to the GivenUp field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the GivenUp field.
+func (b *RDMANodeStateStatusApplyConfiguration) WithGivenUp(values ...*DeviceGivenUpApplyConfiguration) *RDMANodeStateStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithGivenUp")
+		}
+		b.GivenUp = append(b.GivenUp, *values[i])
 	}
 	return b
 }
