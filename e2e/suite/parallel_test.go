@@ -104,6 +104,12 @@ func (e *env) startParallel(t *testing.T, ns, pool string, names []string) []tim
 // one's start latency, creation to Ready, as the watcher saw it.
 func (e *env) startPods(t *testing.T, ns string, specs []*corev1.Pod) []time.Duration {
 	t.Helper()
+	return e.startPodsWithin(t, ns, specs, podStartup+time.Duration(len(specs))*2*time.Second)
+}
+
+// startPodsWithin is startPods waiting at most limit for every pod to be Ready.
+func (e *env) startPodsWithin(t *testing.T, ns string, specs []*corev1.Pod, limit time.Duration) []time.Duration {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	rw, err := e.watchReady(ctx, ns)
@@ -111,7 +117,7 @@ func (e *env) startPods(t *testing.T, ns string, specs []*corev1.Pod) []time.Dur
 		t.Fatal(err)
 	}
 	created := e.createParallel(t, specs)
-	pods := e.waitAllReady(t, ns, len(specs))
+	pods := e.waitAllReadyWithin(t, ns, len(specs), limit)
 	var wall []time.Duration
 	for i := range pods {
 		if at, ok := rw.readyAt(pods[i].Name); ok {
@@ -154,9 +160,15 @@ func (e *env) createParallel(t *testing.T, pods []*corev1.Pod) map[string]time.T
 // returns them; on failure it prints a few of those that are not.
 func (e *env) waitAllReady(t *testing.T, ns string, n int) []corev1.Pod {
 	t.Helper()
+	return e.waitAllReadyWithin(t, ns, n, podStartup+time.Duration(n)*2*time.Second)
+}
+
+// waitAllReadyWithin is waitAllReady waiting at most limit.
+func (e *env) waitAllReadyWithin(t *testing.T, ns string, n int, limit time.Duration) []corev1.Pod {
+	t.Helper()
 	var pods []corev1.Pod
 	var notReady []string
-	err := eventually(t.Context(), podStartup+time.Duration(n)*2*time.Second, func(ctx context.Context) error {
+	err := eventually(t.Context(), limit, func(ctx context.Context) error {
 		list, err := e.core.Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
