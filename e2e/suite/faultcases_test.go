@@ -455,6 +455,43 @@ func testFaultAPIServerDown(t *testing.T, e *env) {
 // the suite does not link pkg/cni's e2e build).
 const parkDir = "/run/kube-rdma-e2e-faulthook"
 
+// e2ePlugin is the node's installed CNI plugin and the one built with kuberdma_e2e (hook
+// describe's cni-e2e-binary), which a fault puts in its place for a while.
+type e2ePlugin struct {
+	path           string // the installed plugin
+	orig, e2eBuild []byte
+}
+
+// loadE2EPlugin reads both plugins; it skips t when the harness has no e2e build.
+func loadE2EPlugin(t *testing.T, c *faultsConfig) *e2ePlugin {
+	t.Helper()
+	if c.cniE2EBinary == "" {
+		t.Skip("hook describe names no cni-e2e-binary (e2e/local-node/images.sh keeps the plugin built with kuberdma_e2e)")
+	}
+	p := &e2ePlugin{path: c.cniBin}
+	var err error
+	if p.orig, err = os.ReadFile(c.cniBin); err != nil {
+		t.Fatal(err)
+	}
+	if p.e2eBuild, err = os.ReadFile(c.cniE2EBinary); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// install puts the e2e build in place of the installed plugin, in place: cni-chain puts its
+// binary back on its removal or a rename (and when a conflist changes), not on a write.
+func (p *e2ePlugin) install() error { return os.WriteFile(p.path, p.e2eBuild, 0o755) }
+
+// restore puts the installed plugin back, atomically.
+func (p *e2ePlugin) restore() error { return writeAtomic(p.path, p.orig, 0o755) }
+
+// installed reports whether the e2e build is still in place.
+func (p *e2ePlugin) installed() (bool, error) {
+	now, err := os.ReadFile(p.path)
+	return bytes.Equal(now, p.e2eBuild), err
+}
+
 // testFaultCNIKilled: the CNI plugin killed mid-ADD. The plugin built with kuberdma_e2e
 // (hook describe's cni-e2e-binary) replaces the installed one for this test; its fault hook
 // parks the ADD of the pod parked-<pool> at the step "move": the netdev is in the pod, the
@@ -464,26 +501,15 @@ const parkDir = "/run/kube-rdma-e2e-faulthook"
 // the kubelet creates another, and the pod runs with its netdev.
 func testFaultCNIKilled(t *testing.T, e *env) {
 	c := e.needFaults(t)
-	if c.cniE2EBinary == "" {
-		t.Skip("hook describe names no cni-e2e-binary (e2e/local-node/images.sh keeps the plugin built with kuberdma_e2e)")
-	}
-	orig, err := os.ReadFile(c.cniBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooked, err := os.ReadFile(c.cniE2EBinary)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plugin := loadE2EPlugin(t, c)
 	f := e.beginFault(t, "CNI plugin killed mid-ADD", e.chainedPool)
-	// In place: cni-chain puts the binary back on its removal or a rename, not on a write.
-	if err := os.WriteFile(c.cniBin, hooked, 0o755); err != nil {
+	if err := plugin.install(); err != nil {
 		t.Fatal(err)
 	}
 	restored := false
 	restore := func() {
 		if !restored {
-			if err := writeAtomic(c.cniBin, orig, 0o755); err != nil {
+			if err := plugin.restore(); err != nil {
 				t.Errorf("put the installed CNI plugin back: %v", err)
 			}
 			restored = true
@@ -503,7 +529,7 @@ func testFaultCNIKilled(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	var parked string
-	err = eventually(t.Context(), time.Minute, func(context.Context) error {
+	err := eventually(t.Context(), time.Minute, func(context.Context) error {
 		m, err := filepath.Glob(filepath.Join(parkDir, "parked.*"))
 		if err != nil || len(m) != 1 {
 			return fmt.Errorf("no ADD parked at move: %v %v", m, err)

@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,17 +34,7 @@ const rdmaDownHold = 30 * time.Second
 // the invariant check follows.
 func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 	c := e.needFaults(t)
-	if c.cniE2EBinary == "" {
-		t.Skip("hook describe names no cni-e2e-binary (e2e/local-node/images.sh keeps the plugin built with kuberdma_e2e)")
-	}
-	origBin, err := os.ReadFile(c.cniBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooked, err := os.ReadFile(c.cniE2EBinary)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plugin := loadE2EPlugin(t, c)
 	origList, err := os.ReadFile(c.conflist)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +56,7 @@ func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 			if err := os.Remove(rdmaDownFile); err != nil && !os.IsNotExist(err) {
 				t.Errorf("remove %s: %v", rdmaDownFile, err)
 			}
-			if err := writeAtomic(c.cniBin, origBin, 0o755); err != nil {
+			if err := plugin.restore(); err != nil {
 				t.Errorf("put the installed CNI plugin back: %v", err)
 			}
 			if err := writeConflist(c.conflist, origList); err != nil {
@@ -77,22 +66,21 @@ func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 	}
 	t.Cleanup(restore)
 	// The conflist first: cni-chain looks at a conflist that changed (200 ms after the
-	// directory is quiet) and installs its own binary again then. The binary after that, in
-	// place: cni-chain puts it back on its removal or a rename, not on a write.
+	// directory is quiet) and installs its own binary again then. The e2e build after that.
 	if err := writeConflist(c.conflist, v110); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	if err := os.WriteFile(c.cniBin, hooked, 0o755); err != nil {
+	if err := plugin.install(); err != nil {
 		t.Fatal(err)
 	}
 	stillHooked := func(when string) {
 		t.Helper()
-		now, err := os.ReadFile(c.cniBin)
+		ok, err := plugin.installed()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(now, hooked) {
+		if !ok {
 			t.Fatalf("%s: %s is no longer the plugin built with kuberdma_e2e (cni-chain installed its own again?)", when, c.cniBin)
 		}
 	}
