@@ -156,14 +156,8 @@ func (e *env) createParallel(t *testing.T, pods []*corev1.Pod) map[string]time.T
 	return created
 }
 
-// waitAllReady waits until the namespace's n pods are Running and Ready and
-// returns them; on failure it prints a few of those that are not.
-func (e *env) waitAllReady(t *testing.T, ns string, n int) []corev1.Pod {
-	t.Helper()
-	return e.waitAllReadyWithin(t, ns, n, podStartup+time.Duration(n)*2*time.Second)
-}
-
-// waitAllReadyWithin is waitAllReady waiting at most limit.
+// waitAllReadyWithin waits at most limit until the namespace's n pods are Running and
+// Ready and returns them; on failure it prints a few of those that are not.
 func (e *env) waitAllReadyWithin(t *testing.T, ns string, n int, limit time.Duration) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
