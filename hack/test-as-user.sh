@@ -7,6 +7,9 @@
 #
 #   bash hack/test-as-user.sh USER HOME [PACKAGES...]     # default ./...
 #
+# KUBE_RDMA_TEST_APISERVER and KUBEBUILDER_ASSETS, when set, are handed to the tests (off: the
+# tests against a real API server skip, saying so; internal/apiserverassets).
+#
 # Why not `go test` as the user: it compiles every package again into the user's own build cache
 # (root's cannot be shared with another user: go writes its entries with the writer's umask),
 # which on a cold machine costs as much as `make test`'s own build (about 10 minutes of CI's 90).
@@ -48,6 +51,8 @@ run_one() {
   [[ -x $bin ]] || { printf '{"Action":"fail","Package":"%s","Output":"no test binary\\n"}\n' "$ip"; return; }
   (cd "$home/src$rel" && runuser -u "$user" -- env -i PATH="$goroot/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin" \
     HOME="$home" GOCACHE="$home/gocache" GOMODCACHE="$home/gomod" GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+    ${KUBE_RDMA_TEST_APISERVER:+KUBE_RDMA_TEST_APISERVER="$KUBE_RDMA_TEST_APISERVER"} \
+    ${KUBEBUILDER_ASSETS:+KUBEBUILDER_ASSETS="$KUBEBUILDER_ASSETS"} \
     "$home/tests/test2json" -t -p "$ip" "$bin" -test.v=test2json -test.count=1 -test.timeout=15m) || true
 }
 export -f run_one

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,12 +26,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
 	"github.com/kube-rdma/kube-rdma/pkg/nodestate"
 )
-
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 var nodeStates = schema.GroupVersionResource{Group: "rdma.kube-rdma.io", Version: "v1alpha1", Resource: "rdmanodestates"}
 
@@ -52,15 +50,7 @@ const (
 // with the claim status writer on (CNI chained to a dra pool), node A writes the status.devices
 // entries of its own devices in a claim and nothing else of the claim's status.
 func TestAdmissionPolicyAgainstAPIServer(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
-		}
-	}
+	assets := apiserverassets.Dir(t)
 	out, err := helmTemplate(t, "--set", "dra.enabled=true,cni.install=true,cni.mode=chained,cni.chained.pool=ib", "--set-json", draPools)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,15 +265,26 @@ func (e *env) install(t *testing.T, phase string, r release) {
 // node-state` is what it was before the install.
 func (e *env) uninstall(t *testing.T, releases []release, before map[string]string) {
 	t.Helper()
-	for _, r := range releases {
-		timeout := cmp.Or(r.uninstallTimeout, rollout)
-		start := time.Now()
-		if _, err := e.runHelm(t.Context(), "uninstall", r.name, "--wait", "--timeout", timeout.String()); err != nil {
-			t.Logf("the release's pods (its uninstall hook's too) after %s:\n%s", time.Since(start).Round(time.Second),
+	// The releases at once: each one's uninstall hook runs on its own nodes (a pod start there
+	// can take a minute under emulation), so one after the other costs their sum.
+	errs := make([]error, len(releases))
+	took := make([]time.Duration, len(releases))
+	var wg sync.WaitGroup
+	for i, r := range releases {
+		wg.Go(func() {
+			start := time.Now()
+			_, errs[i] = e.runHelm(t.Context(), "uninstall", r.name, "--wait", "--timeout", cmp.Or(r.uninstallTimeout, rollout).String())
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, r := range releases {
+		if errs[i] != nil {
+			t.Logf("the release's pods (its uninstall hook's too) after %s:\n%s", took[i].Round(time.Second),
 				e.describePods(e.helm.namespace))
-			t.Fatal(err)
+			t.Fatalf("helm uninstall %s: %v", r.name, errs[i])
 		}
-		t.Logf("helm uninstall %s returned after %s", r.name, time.Since(start).Round(100*time.Millisecond))
+		t.Logf("helm uninstall %s returned after %s", r.name, took[i].Round(100*time.Millisecond))
 	}
 	start := time.Now()
 	for _, r := range releases {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/agent/config"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
@@ -33,9 +34,6 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
-
-// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 // startAPIServer starts etcd and a kube-apiserver with device taints on
 // (DRADeviceTaints, alpha in 1.34), or skips when their binaries are absent.
@@ -52,15 +50,7 @@ func startAPIServerWith(t *testing.T, gates string) (kubernetes.Interface, *rest
 
 func startAPIServerEnv(t *testing.T, gates string) (kubernetes.Interface, *rest.Config, *envtest.Environment) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
-		}
-	}
+	assets := apiserverassets.Dir(t)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	if gates != "" {
 		env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", gates)

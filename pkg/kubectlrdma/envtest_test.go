@@ -22,28 +22,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 )
-
-// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 // startAPIServer starts kube-apiserver and etcd (envtest) with the chart's
 // CRD. Without KUBEBUILDER_ASSETS it skips when defaultAssets lacks them;
 // with it, their absence fails the test.
 func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 	t.Helper()
-	dir, set := os.LookupEnv("KUBEBUILDER_ASSETS")
-	if !set {
-		dir = defaultAssets
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil && set {
-			t.Fatalf("KUBEBUILDER_ASSETS=%s has no %s: %v", dir, b, err)
-		} else if err != nil {
-			t.Skipf("no %s in %s (set KUBEBUILDER_ASSETS, or make local-node-build builds them there): %v", b, dir, err)
-		}
-	}
+	dir := apiserverassets.Dir(t)
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "deploy", "helm", "kube-rdma", "crds")},

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -18,9 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
-
 // TestKubeAgainstAPIServer: Kube under exactly the chart's
 // files/netdev-check-rules.yaml, bound to the chart's ServiceAccount on a
 // real API server (with the DRA front end's files/dra-rules.yaml): it reads
@@ -28,15 +26,7 @@ const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 // pod of a UID a claim is reserved for, and posts a Warning Event on the pod, whose repeat
 // client-go's recorder aggregates with a PATCH.
 func TestKubeAgainstAPIServer(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
-		}
-	}
+	assets := apiserverassets.Dir(t)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {

@@ -17,12 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/client/clientset"
 )
-
-// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 const chart = "../../deploy/helm/kube-rdma"
 
@@ -41,15 +39,7 @@ func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 // startAPIServerWith starts one with the CRDs of crds.
 func startAPIServerWith(t *testing.T, crds string) (*envtest.Environment, *rest.Config) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
-		}
-	}
+	assets := apiserverassets.Dir(t)
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{crds},

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kube-rdma/kube-rdma/internal/apiserverassets"
+
 	"github.com/google/go-cmp/cmp"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,9 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
-
-// defaultAssets is where e2e/local-node/build.sh puts kube-apiserver and etcd.
-const defaultAssets = "/var/cache/kube-rdma-e2e/bin/current"
 
 const chartFiles = "../../deploy/helm/kube-rdma/files"
 
@@ -102,15 +101,7 @@ func TestStatusAuthAgainstAPIServer(t *testing.T) {
 // tokens issued and reviewed), or skips when their binaries are absent.
 func startAPIServer(t *testing.T) *rest.Config {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("needs a real API server: no %s in %s (KUBEBUILDER_ASSETS, default %s, built by e2e/local-node/build.sh)", bin, assets, defaultAssets)
-		}
-	}
+	assets := apiserverassets.Dir(t)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
