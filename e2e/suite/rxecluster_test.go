@@ -161,9 +161,8 @@ const rxeDRAPool = "rxe-dra"
 // pool): two releases, each pinned to its node. A claim pod on the first node and a device
 // plugin pod on the second move RDMA traffic to each other. Skipped with one node.
 func (c rxeClusterDesc) draPhase() phase {
-	// Its budget: on a starved host it was still in its last uninstall after 14.5 min (the
-	// releases then uninstalled one after the other); with E2E_DEADLINE (CI), less than 18 min
-	// left skips it, named in the report.
+	// Its budget: the longest it was seen to take on a starved host, uninstalls included; with
+	// E2E_DEADLINE (CI), less than 18 min left skips it, named in the report.
 	p := phase{name: "rxe-cluster-dra", budget: 18 * time.Minute}
 	if len(c.nodes) < 2 {
 		p.skip = fmt.Sprintf("one node (%s): a claim pod and a device plugin pod on two nodes need two", c.nodes[0])
