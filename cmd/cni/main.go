@@ -24,7 +24,7 @@ import (
 
 const about = "kube-rdma CNI plugin: RDMA NIC netdev and RDMA device into the pod and back"
 
-var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | memlock-hook --limit L | netdev-hook ... | help | version]
+var usage = `usage: kube-rdma [install [flags] | uninstall [flags] | reclaim [flags] ID/IF... | memlock-hook --limit L | netdev-hook ... | help | version]
 
 ` + about + `.
 The container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or
@@ -36,6 +36,8 @@ Commands (without CNI_COMMAND):
              plugin into the primary conflist, and keep it there (install -h)
   uninstall  take the entry, the binary and its node file out again (the
              chart's pre-delete hook; uninstall -h)
+  reclaim    run DEL's restore for attachments whose DEL never came (the
+             node agent's reclaimer runs it; reclaim -h)
   memlock-hook
              the OCI hook the node daemon names in its CDI specs: raises
              the locked-memory limit of a container with its devices
@@ -65,6 +67,8 @@ func command(args []string, stdout, stderr io.Writer) error {
 		return installCommand(args[1:], stdout, stderr)
 	case "uninstall":
 		return uninstallCommand(args[1:], stdout, stderr)
+	case "reclaim":
+		return reclaimCommand(context.Background(), args[1:], stdout, stderr)
 	case memlockhook.Command:
 		return memlockHookCommand(args[1:], os.Stdin, stdout, stderr)
 	case memlockhook.NetdevCommand:

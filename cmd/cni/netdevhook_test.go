@@ -45,6 +45,20 @@ func TestNetdevHookCommand(t *testing.T) {
 	if code != 1 || out != "" || errOut != want {
 		t.Errorf("not attached: exit %d, stdout %q, stderr %q; want 1 and %q", code, out, errOut, want)
 	}
+	// A gpuAligned pool's hook (--bound): sb-ok's record carries no binding.
+	if err := (attachment.Store{Dir: dir}).Save(attachment.Attachment{Schema: 1, Key: attachment.Key{ContainerID: "sb-bound", IfName: "net1"},
+		Netns: "/var/run/netns/x", Devices: []attachment.Device{{RDMA: "mlx5_1"}}, Complete: true, Binding: &attachment.Binding{Pool: "gpu-nics"}}); err != nil {
+		t.Fatal(err)
+	}
+	bound := memlockhook.CDINetdevHook("/hooks/kube-rdma-hook-0", memlockhook.NetdevCheck{StateDir: dir, Pool: "gpu-nics", How: "gpuAligned",
+		Devices: []string{"mlx5_0", "mlx5_1"}, Bound: true}).Args[1:]
+	if _, errOut, code := runBinary(t, bound, nil, state("sb-bound")); code != 0 || errOut != "" {
+		t.Errorf("gpuAligned, bound: exit %d, stderr %q; want 0", code, errOut)
+	}
+	want = attachment.NotAttachedMessage("team/trainer-0", []string{"mlx5_0", "mlx5_1"}, "gpu-nics", "gpuAligned") + "\n"
+	if _, errOut, code := runBinary(t, bound, nil, state("sb-ok")); code != 1 || errOut != want {
+		t.Errorf("gpuAligned, a record without the binding: exit %d, stderr %q; want 1 and %q", code, errOut, want)
+	}
 	for _, tc := range []struct {
 		args []string
 		says string

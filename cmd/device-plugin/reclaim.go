@@ -4,11 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/agent"
 	"github.com/kube-rdma/kube-rdma/pkg/cni"
+	"github.com/kube-rdma/kube-rdma/pkg/cniinstall"
 	"github.com/kube-rdma/kube-rdma/pkg/cnireclaim"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
 )
@@ -24,8 +27,8 @@ type reclaimFlags struct {
 func (f *reclaimFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.stateDir, "cni-reclaim-state-dir", "", "the kube-rdma CNI plugin's state directory, read-write: reclaim the attachments whose DEL never came "+
 		"(pod netns gone and pod unknown to the kubelet, or NICs the kernel gave back) every --cni-reclaim-interval: devices back on the host, "+
-		"IPAM released with the plugins in --cni-bin-dir, record removed; needs CAP_NET_ADMIN (the chart: cni.install and cni.reclaim.enabled); empty: off")
-	fs.StringVar(&f.binDir, "cni-bin-dir", "/opt/cni/bin", "the node's CNI bin directory, read only: where the IPAM plugins the reclaimer runs are (--cni-reclaim-state-dir), and where `kube-rdma uninstall` leaves its marker, on which the daemon removes --pools-file and writes it no more")
+		"IPAM released, record removed, by the installed plugin's `kube-rdma reclaim` in --cni-bin-dir; needs CAP_NET_ADMIN (the chart: cni.install and cni.reclaim.enabled); empty: off")
+	fs.StringVar(&f.binDir, "cni-bin-dir", "/opt/cni/bin", "the node's CNI bin directory, read only: where the installed kube-rdma plugin (whose `reclaim` the reclaimer runs, --cni-reclaim-state-dir) and the IPAM plugins are, and where `kube-rdma uninstall` leaves its marker, on which the daemon removes --pools-file and writes it no more")
 	fs.DurationVar(&f.interval, "cni-reclaim-interval", cnireclaim.DefaultInterval, "time between two reclaim passes, for --cni-reclaim-state-dir")
 }
 
@@ -66,7 +69,12 @@ func startReclaim(ctx context.Context, cfg runConfig, d *agent.Agent) (wait func
 	if err != nil {
 		return nil, fmt.Errorf("run: --cni-reclaim-state-dir: %w", err)
 	}
-	c := cnireclaim.Config{Restorer: p, Opts: cni.ReclaimOpts{Store: attachment.Store{Dir: f.stateDir, BootID: boot}, CNIPath: f.binDir, SysfsRoot: cfg.SysRoot},
+	// The restore is the installed plugin's (kube-rdma reclaim), the release
+	// that wrote the records; the linked plugin only judges whether the
+	// kernel returned a record's NICs.
+	restorer := cnireclaim.ExecRestorer{Binary: filepath.Join(f.binDir, cniinstall.BinaryName), ReturnWait: reclaimNotBackWait,
+		Stderr: os.Stderr, Checker: p}
+	c := cnireclaim.Config{Restorer: restorer, Opts: cni.ReclaimOpts{Store: attachment.Store{Dir: f.stateDir, BootID: boot}, CNIPath: f.binDir, SysfsRoot: cfg.SysRoot},
 		Interval: f.interval, Namespace: agent.MetricsNamespace, Logger: log}
 	if cfg.Allocations != nil {
 		c.Pods = cfg.Allocations

@@ -39,14 +39,7 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 		t.Fatalf("runtime-memlock %q, pool %s's memlock %q: want SOFT HARD and a limit", runtime, e.chainedPool, pool)
 	}
 	wantLimit := raisedTo(runtime[0], pool) + " " + raisedTo(runtime[1], pool)
-	orig, err := os.ReadFile(c.conflist)
-	if err != nil {
-		t.Fatal(err)
-	}
-	without, err := json.MarshalIndent(withoutKubeRDMA(t, c.conflist, orig), "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, without := c.conflistWithout(t)
 	f := e.beginFault(t, "NRI plugin stalled", e.chainedPool)
 
 	// Both processes go on whatever happens below; the conflist is the one the test found.
@@ -103,7 +96,7 @@ func testFaultNRIStalledFailClosed(t *testing.T, e *env) {
 		}
 	}
 	var msg string
-	err = eventually(t.Context(), time.Minute, func(ctx context.Context) error {
+	err := eventually(t.Context(), time.Minute, func(ctx context.Context) error {
 		pod, err := e.core.Pods(f.ns).Get(ctx, refused, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -204,6 +197,21 @@ func (e *env) waitGate(t *testing.T, ns, name, kubeletRoot string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(kubeletRoot, "pods", uid, "volumes", "kubernetes.io~empty-dir", "gate", "go")
+}
+
+// conflistWithout reads the node's conflist and returns it as it is and without the
+// kube-rdma entry.
+func (c *faultsConfig) conflistWithout(t *testing.T) (orig, without []byte) {
+	t.Helper()
+	orig, err := os.ReadFile(c.conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err = json.MarshalIndent(withoutKubeRDMA(t, c.conflist, orig), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return orig, without
 }
 
 // writeConflist replaces the conflist at path by b, atomically, and makes the runtime load it

@@ -285,6 +285,7 @@ func (l localNodeDesc) devicePluginPhase() phase {
 			{"ImageFromRegistry", testImageFromRegistry},
 			{"Allocatable", testAllocatable},
 			{"PodWithDevices", testPodWithDevices},
+			{"PlainPodNoKubeletCall", testPlainPodNoKubeletCall},
 			{"Pending", testPending},
 			{"PortDown", testPortDown},
 			{"KubeletRestart", testKubeletRestart},
@@ -462,7 +463,8 @@ func (l localNodeDesc) upgradeOf(p phase, v values, what string, pods int, skip 
 // faultsPhase: the device-plugin phase's values, then one fault after another
 // (faultcases_test.go), each followed by the one invariant check (fault.check): a torn
 // attachment record, a torn node pools file (poolsfault_test.go), a chained pod's NIC removed
-// while it ran and one re-probed while it ran (nicfault_test.go), a pod without its netdev
+// while it ran and one re-probed while it ran (nicfault_test.go), a pod whose DEL never came
+// (reclaimfault_test.go), a newer release's record rewritten (recordskew_test.go), a pod without its netdev
 // refused by the netdev hook while the NRI plugin is stalled (failclosed_test.go), a record of a previous
 // boot, a 0.3.1 primary conflist, RDMA netlink down under a 1.1.0 primary conflist (statusfault_test.go), the daemon killed during ADDs, the kubelet restarted during pod starts, the API server down 60 s.
 // Its tests reach the node's files directly (they run on its host): local-node only.
@@ -489,6 +491,8 @@ func (l localNodeDesc) faultsPhase() phase {
 			{"TornPoolsFile", testFaultTornPoolsFile},
 			{"NICRemoved", testFaultNICRemoved},
 			{"NICReprobed", testFaultNICReprobed},
+			{"DELNeverCame", testFaultDELNeverCame},
+			{"NewerRecord", testFaultNewerRecord},
 			{"NRIStalledFailClosed", testFaultNRIStalledFailClosed},
 			{"PreviousBoot", testFaultPreviousBoot},
 			{"Conflist031", testFaultConflist031},

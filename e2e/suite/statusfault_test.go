@@ -98,6 +98,9 @@ func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	d0 := e.metricValue(t, degraded)
+	// The kubelet's PodResources Gets over the fault: STATUS (every 5 s) and the pod without
+	// RDMA pass through on the kubelet's device checkpoint, without asking it.
+	gets0 := e.kubeletSample(t, kubeletGetSample)
 	if err := os.WriteFile(rdmaDownFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +161,10 @@ func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 		time.Sleep(rest)
 	}
 	d1 := e.metricValue(t, degraded)
+	gets := e.kubeletSample(t, kubeletGetSample) - gets0
+	if gets != 0 {
+		t.Errorf("%v kubelet PodResources Gets while STATUS was asked and a pod without RDMA started, want 0", gets)
+	}
 	stillHooked("RDMA netlink down")
 	judgeReady()
 	heldDown := time.Since(down)
@@ -171,8 +178,8 @@ func testFaultRDMANetlinkDown(t *testing.T, e *env) {
 		t.Errorf("the Node was read %d times in %.0f s of RDMA netlink down, want one a second", samples, heldDown.Seconds())
 	}
 	out := f.check(t)
-	f.report(t, fmt.Sprintf("RDMA netlink down %.0f s under a 1.1.0 primary conflist (the plugin's fake netlink failing every call): containerd's STATUS answered success, %.0f counted degraded (first %.1f s after), the Node Ready in %d of %d samples (one a second), a pod without RDMA Running %.1f s after its creation and deleted",
-		heldDown.Seconds(), d1-d0, degradedIn.Seconds(), samples-notReady, samples, startedIn.Seconds()), out)
+	f.report(t, fmt.Sprintf("RDMA netlink down %.0f s under a 1.1.0 primary conflist (the plugin's fake netlink failing every call): containerd's STATUS answered success, %.0f counted degraded (first %.1f s after), the Node Ready in %d of %d samples (one a second), a pod without RDMA Running %.1f s after its creation and deleted; kubelet PodResources Gets meanwhile %v",
+		heldDown.Seconds(), d1-d0, degradedIn.Seconds(), samples-notReady, samples, startedIn.Seconds(), gets), out)
 }
 
 func nodeCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {

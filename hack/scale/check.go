@@ -18,6 +18,10 @@ const (
 	// not add to it for a port that flaps once a second: each down comes
 	// when the paced call is due anyway (dra.Pacer).
 	stormWritesMax = 32
+	// The DRA claim reconciler holds a watch per prepared claim: in a
+	// steady state a node's claims cost at most one read a minute (a
+	// watch the API server ends, after 30-60 min, is made again).
+	claimReadsMax = 1
 )
 
 // violations lists what r shows that the product must never do: writes in a
@@ -36,6 +40,14 @@ func (r Result) violations() []string {
 	for _, k := range slices.Sorted(maps.Keys(r.Steady)) {
 		if w := r.Steady[k]; ours(k) && w != 0 {
 			v = append(v, fmt.Sprintf("steady state: %s %.4f writes per node per minute, want 0", k, w))
+		}
+	}
+	if cw := r.ClaimWatch; cw != nil {
+		if w := cw.writes(); w != 0 {
+			v = append(v, fmt.Sprintf("steady state: the DRA claim reconciler made %.4f writes per node per minute, want 0", w))
+		}
+		if rd := cw.reads(); rd > claimReadsMax {
+			v = append(v, fmt.Sprintf("steady state: the DRA claim reconciler made %.4f reads per node per minute, want at most %d", rd, claimReadsMax))
 		}
 	}
 	if r.Storm.Flaps == 0 {

@@ -14,6 +14,7 @@ func TestViolations(t *testing.T) {
 				"leases": 0.5, "rdmanodestates/status": 17.9, "resourceslices": 23.9}},
 			Sched: []Sched{{Claim: "aligned", Pods: 60, Scheduled: 60, Aligned: 1},
 				{Claim: "unaligned", Pods: 60, Scheduled: 58, Aligned: 0.9}},
+			ClaimWatch: &ClaimWatch{Nodes: 50, ClaimsPerNode: 8, SteadyPerMin: map[string]float64{"LIST": 0, "WATCH": 0.2, "GET": 0}},
 		}
 	}
 	for _, tc := range []struct {
@@ -31,6 +32,10 @@ func TestViolations(t *testing.T) {
 		{"misaligned", func(r *Result) { r.Sched[0].Aligned, r.Sched[0].Scheduled = 0.95, 59 },
 			[]string{"aligned claims: 59 of 60 pods scheduled",
 				"aligned claims: 95.0% of the NICs under their GPU's switch, want 100%"}},
+		{"claim reconciler polling", func(r *Result) { r.ClaimWatch.SteadyPerMin["GET"] = 16 },
+			[]string{"steady state: the DRA claim reconciler made 16.2000 reads per node per minute, want at most 1"}},
+		{"claim reconciler writing", func(r *Result) { r.ClaimWatch.SteadyPerMin["PATCH"] = 0.5 },
+			[]string{"steady state: the DRA claim reconciler made 0.5000 writes per node per minute, want 0"}},
 		{"nodes not ready", func(r *Result) { r.NotReadyAfter = 3 },
 			[]string{"0 nodes NotReady after the steady state, 3 before scheduling"}},
 	} {

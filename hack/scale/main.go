@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kube-rdma/kube-rdma/internal/reqcount"
 )
 
 type options struct {
@@ -39,6 +41,8 @@ type options struct {
 	stormShare  float64
 	schedPods   int
 	schedRate   float64
+	claimNodes  int
+	claimsPer   int
 	keep        bool
 	check       bool
 	hold        time.Duration
@@ -61,6 +65,8 @@ func main() {
 	flag.Float64Var(&o.stormShare, "storm-share", 0.1, "share of the nodes that flap a port every second in the storm")
 	flag.IntVar(&o.schedPods, "sched-pods", 400, "pods per DRA scheduling run (at most 3/8 of the GPUs)")
 	flag.Float64Var(&o.schedRate, "sched-rate", 20, "pods created per second in the DRA scheduling runs")
+	flag.IntVar(&o.claimNodes, "claim-watch-nodes", 50, "simulated nodes that run the DRA claim reconciler (dra.ClaimWatcher) in the steady state; 0: none")
+	flag.IntVar(&o.claimsPer, "claims-per-node", 8, "prepared claims of each of those nodes")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's state directory")
 	flag.DurationVar(&o.hold, "hold", 0, "after the set-up, keep the control plane up this long (or until interrupted) for poking at it with its kubeconfig, and measure nothing")
 	flag.BoolVar(&o.check, "check", false, "exit 1 when a run breaks a bound that holds on any machine (steady writes, the writers' interval in the storm, aligned claims; make scale-short)")
@@ -180,17 +186,34 @@ func runOne(ctx context.Context, o options, n int) (Result, error) {
 }
 
 func measureAll(ctx context.Context, o options, c *cluster, r *Result) error {
+	var claims *reqcount.Counter
+	if o.claimNodes > 0 {
+		slog.Info("DRA claim reconcilers", "nodes", min(o.claimNodes, len(c.nodes)), "claimsPerNode", o.claimsPer)
+		var err error
+		if claims, err = c.claimWatchNodes(ctx, c.cp, o.claimNodes, o.claimsPer); err != nil {
+			return err
+		}
+		r.ClaimWatch = &ClaimWatch{Nodes: min(o.claimNodes, len(c.nodes)), ClaimsPerNode: o.claimsPer, Setup: claims.Counts()}
+	}
 	// Steady state: nothing changes on any node.
 	before, err := c.cp.writes(ctx)
 	if err != nil {
 		return err
 	}
 	pubBefore := c.publisherWrites()
+	var claimsBefore map[string]int
+	if claims != nil {
+		claimsBefore = claims.Counts()
+	}
 	slog.Info("steady state", "for", o.steady)
+	start := time.Now()
 	sleep(ctx, o.steady)
 	after, err := c.cp.writes(ctx)
 	if err != nil {
 		return err
+	}
+	if claims != nil {
+		r.ClaimWatch.steadyFigures(claimsBefore, claims.Counts(), time.Since(start))
 	}
 	r.Steady = perNodeMinute(diff(after, before), len(c.nodes), o.steady)
 	r.SteadyPublisherWrites = c.publisherWrites() - pubBefore

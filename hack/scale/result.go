@@ -44,6 +44,8 @@ type Result struct {
 	Storm        Storm          `json:"storm"`
 	Kubectl      []Timing       `json:"kubectl"`
 	Sched        []Sched        `json:"sched"`
+	// ClaimWatch: the DRA claim reconciler's requests (nil: not run).
+	ClaimWatch *ClaimWatch `json:"claimWatch,omitempty"`
 }
 
 // Storm is the port-flap storm's figures.
@@ -122,6 +124,10 @@ func (r Result) print(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.SteadyEvents)) {
 		fmt.Fprintf(w, "  events %-40s %d\n", k, r.SteadyEvents[k])
 	}
+	if cw := r.ClaimWatch; cw != nil {
+		fmt.Fprintf(w, "DRA claim reconciler, %d nodes x %d prepared claims: set-up requests %v; steady state per node per minute: reads %.4f (%s), writes %.4f\n",
+			cw.Nodes, cw.ClaimsPerNode, cw.Setup, cw.reads(), fmtPerMin(cw.SteadyPerMin), cw.writes())
+	}
 	s := r.Storm
 	fmt.Fprintf(w, "port-flap storm: %d nodes, %d flaps in %.0f s; publishers wrote %d times; writes per flapping node per minute:\n",
 		s.Nodes, s.Flaps, s.Seconds, s.PublisherWrites)
@@ -157,4 +163,12 @@ func (c *cluster) eventReasons(ctx context.Context, since time.Time) (map[string
 		out[e.ReportingController+": "+e.Reason+" "+e.Regarding.Kind]++
 	}
 	return out, nil
+}
+
+func fmtPerMin(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.4f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

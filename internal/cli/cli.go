@@ -32,6 +32,16 @@ func Usagef(format string, a ...any) error {
 // malformed flag, or any positional argument, prints the usage on stderr
 // and returns an error that Is ErrUsage. Afterwards fs writes to stderr.
 func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	return parse(fs, args, stdout, stderr, false)
+}
+
+// ParseArgs is Parse for a command that takes positional arguments (fs.Args
+// after it).
+func ParseArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	return parse(fs, args, stdout, stderr, true)
+}
+
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, positional bool) error {
 	fs.SetOutput(io.Discard) // flag would print the error above the usage; Exit prints it last
 	err := fs.Parse(args)
 	switch {
@@ -42,7 +52,7 @@ func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return err
 	case err != nil:
 		err = usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
-	case fs.NArg() > 0:
+	case fs.NArg() > 0 && !positional:
 		err = Usagef("%s takes no arguments, got %q", fs.Name(), fs.Args())
 	}
 	fs.SetOutput(stderr)

@@ -53,6 +53,17 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestParseArgs(t *testing.T) {
+	fs := newFlags()
+	var out, errOut bytes.Buffer
+	if err := ParseArgs(fs, []string{"--every", "1s", "a", "b"}, &out, &errOut); err != nil || fs.NArg() != 2 || fs.Arg(1) != "b" {
+		t.Errorf("ParseArgs = %v, args %q; want a and b", err, fs.Args())
+	}
+	if err := ParseArgs(newFlags(), []string{"--bogus", "a"}, &out, &errOut); !errors.Is(err, ErrUsage) {
+		t.Errorf("ParseArgs with a bad flag = %v, want a usage error", err)
+	}
+}
+
 func TestBuiltin(t *testing.T) {
 	tests := []struct {
 		args     []string

@@ -128,7 +128,8 @@ func (p *Plugin) checkAddresses(podNS netns.NsHandle, conf *netconf.Conf, ifName
 
 // Status reports whether the plugin can work on this node: RDMA netlink
 // answers, the state dir is writable and, in standalone mode, the kubelet
-// answers (in DRA mode, the claims dir can be read).
+// answers unless its device checkpoint serves pods without RDMA (in DRA
+// mode, the claims dir can be read).
 //
 // A standalone entry is chained in the node's primary network, whose STATUS
 // a runtime (containerd 2.x, cniVersion 1.1.0) turns into the node's
@@ -162,6 +163,11 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("dra claims: %w", err))
 		}
+	} else if conf.Standalone() && p.checkpointServes(conf, log) {
+		// Pods without RDMA pass through on the kubelet's device
+		// checkpoint alone (holdsNone): the kubelet is not asked, and
+		// a kubelet that does not answer costs only the pods with devices,
+		// whose ADD fails loudly.
 	} else if conf.Standalone() || conf.RequirePodResources {
 		// A pod the kubelet does not know is an answer: it is there.
 		_, err := p.allocated(ctx, conf, podRef{Namespace: "kube-system", Name: "kube-rdma-status-probe"}, log)

@@ -112,6 +112,9 @@ func (p *Plugin) gpuAlignedRequest(ctx context.Context, conf *netconf.Conf, pod 
 	if !pod.known() {
 		return nil, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
+	if p.holdsNone(conf, pod, log) {
+		return &gpuRequest{pool: pf}, nil
+	}
 	var ctrs []podresources.ContainerDevices
 	err = p.askKubelet(ctx, conf, pod, log, func(ctx context.Context, c PodResources) (err error) {
 		ctrs, err = c.PodContainerDevices(ctx, pod.Namespace, pod.Name)

@@ -31,6 +31,7 @@ import (
 	"github.com/kube-rdma/kube-rdma/pkg/cni/netconf"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/attachment"
+	"github.com/kube-rdma/kube-rdma/pkg/kubelet/devicecheckpoint"
 	"github.com/kube-rdma/kube-rdma/pkg/kubelet/podresources"
 	"github.com/kube-rdma/kube-rdma/pkg/rdma"
 )
@@ -137,6 +138,11 @@ type Plugin struct {
 	// (an earlier invocation found that the kubelet does not serve Get).
 	// The function returned closes the connection.
 	PodResources func(socket string, skipGet bool) (PodResources, func(), error)
+	// KubeletCheckpoint is the kubelet's device checkpoint
+	// (devicecheckpoint.Path in New); "": none is read. In resourceName
+	// mode a pod it shows without a device of the pool is passed through
+	// without asking the kubelet (holdsNone).
+	KubeletCheckpoint string
 	// Log receives structured logs; a configured logFile is added to it.
 	Log *slog.Logger
 	// BootID tags state records so that those of an earlier boot are
@@ -237,18 +243,19 @@ func New(log io.Writer) (*Plugin, error) {
 		return nil, err
 	}
 	return &Plugin{
-		HostNS:       host,
-		Node:         node,
-		BootID:       boot,
-		Links:        rdma.Netdevs{},
-		Addrs:        routeAddrs{},
-		RDMA:         rdma.Devices{},
-		IPAM:         execIPAM{},
-		Resolver:     func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
-		GPUs:         scannerGPUs,
-		PodResources: dialPodResources,
-		Log:          slog.New(slog.NewTextHandler(log, nil)),
-		SoftRDMAWait: 2 * time.Second,
+		HostNS:            host,
+		Node:              node,
+		BootID:            boot,
+		Links:             rdma.Netdevs{},
+		Addrs:             routeAddrs{},
+		RDMA:              rdma.Devices{},
+		IPAM:              execIPAM{},
+		Resolver:          func(root string) Resolver { return discovery.Scanner{SysRoot: root} },
+		GPUs:              scannerGPUs,
+		PodResources:      dialPodResources,
+		KubeletCheckpoint: devicecheckpoint.Path,
+		Log:               slog.New(slog.NewTextHandler(log, nil)),
+		SoftRDMAWait:      2 * time.Second,
 		// The kernel's netns cleanup runs from a workqueue; under load it
 		// takes a few seconds, well inside a runtime's DEL timeout.
 		NetdevReturnWait: 5 * time.Second,

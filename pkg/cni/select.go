@@ -92,6 +92,9 @@ func (p *Plugin) selectPluginDevices(ctx context.Context, conf *netconf.Conf, po
 	if !pod.known() {
 		return nil, false, fmt.Errorf("%w: resourceName mode needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS", ErrBadEnvironment)
 	}
+	if p.holdsNone(conf, pod, log) {
+		return nil, false, nil
+	}
 	alloc, err := p.allocated(ctx, conf, pod, log)
 	switch {
 	case errors.Is(err, errNoKubeletSocket):

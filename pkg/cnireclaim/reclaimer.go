@@ -23,7 +23,9 @@
 //
 // It owns the pass, its schedule and its metric; it does no netlink and no
 // locking itself (cni.Plugin.Reclaim takes the plugin's node-wide lock and
-// per-attachment holds), and it does not exec the CNI plugin.
+// per-attachment holds). The daemon's restore is the installed plugin's
+// (ExecRestorer runs `kube-rdma reclaim` from the CNI bin directory), so the
+// records are always restored by the release that wrote them.
 package cnireclaim
 
 import (
@@ -47,7 +49,8 @@ import (
 // DefaultInterval is the time between two passes.
 const DefaultInterval = 30 * time.Second
 
-// Restorer runs the CNI plugin's restore. *cni.Plugin implements it.
+// Restorer runs the CNI plugin's restore. *cni.Plugin (the linked copy)
+// and ExecRestorer (the installed binary, the daemon's) implement it.
 type Restorer interface {
 	Reclaim(ctx context.Context, opts cni.ReclaimOpts, keys []attachment.Key) []cni.ReclaimResult
 	ReturnedByKernel(rec attachment.Attachment) bool

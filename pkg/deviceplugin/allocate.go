@@ -46,7 +46,7 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 		return nil, fmt.Errorf("%w: empty device list", ErrUnknownDevice)
 	}
 	if pool.GPUAligned() {
-		return a.aligned(pool, snap, ids)
+		return a.aligned(pool, resource, snap, ids)
 	}
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
@@ -75,30 +75,36 @@ func (a allocContext) container(pool config.Pool, resource string, snap snapshot
 	for _, n := range nodes {
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
 	}
-	if a.cdi {
-		var names []string
-		if pool.Mode == config.Shared {
-			names = []string{cdiName(resource, cdiSharedDevice)}
-		} else {
-			for _, id := range sorted {
-				names = append(names, cdiName(resource, id))
-			}
-		}
-		for _, n := range names {
-			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: n})
-		}
-		r.Annotations = map[string]string{cdiAnnotationKey(pool.Name): strings.Join(names, ",")}
+	if pool.Mode == config.Shared {
+		a.addCDI(r, pool, resource, []string{cdiSharedDevice})
+	} else {
+		a.addCDI(r, pool, resource, sorted)
 	}
 	return r, nil
+}
+
+// addCDI names the pool's CDI devices in r, as CDIDevices and as the
+// annotation older runtimes read, when CDI specs are written.
+func (a allocContext) addCDI(r *pluginapi.ContainerAllocateResponse, pool config.Pool, resource string, devices []string) {
+	if !a.cdi {
+		return
+	}
+	names := make([]string, len(devices))
+	for i, d := range devices {
+		names[i] = cdiName(resource, d)
+		r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: names[i]})
+	}
+	r.Annotations = map[string]string{cdiAnnotationKey(pool.Name): strings.Join(names, ",")}
 }
 
 // aligned answers for slots of a gpuAligned pool (docs/gpu-aligned.md):
 // the device nodes of every member, the allocation directory (created here,
 // empty, filled by the CNI at sandbox creation) mounted read-only, and the
 // environment that points at its files (NCCL_CONF_FILE only when the pool
-// sets NCCL's variables). No NCCL_IB_HCA: an environment variable would
-// override nccl.conf. No CDI device: CDI names fixed devices.
-func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+// sets NCCL's variables), and the pool's one CDI device, "all", which
+// carries the same device nodes and the memlock hook. No NCCL_IB_HCA: an
+// environment variable would override nccl.conf.
+func (a allocContext) aligned(pool config.Pool, resource string, snap snapshot, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	var members []discovery.RDMADevice
 	for _, id := range ids {
 		ds, ok := snap.byID[id]
@@ -141,6 +147,7 @@ func (a allocContext) aligned(pool config.Pool, snap snapshot, ids []string) (*p
 	for _, n := range nodes {
 		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
 	}
+	a.addCDI(r, pool, resource, []string{cdiSharedDevice})
 	return r, nil
 }
 

@@ -51,16 +51,16 @@ type FailClosed struct {
 	Chain netdevcheck.Chain
 }
 
-// netdevWhy says how the pool's pods get netdevs from the chained entry
-// (netdevcheck.Pools, the rule the NRI plugin and the detector apply); ""
-// when they do not or no netdev hook is configured. A gpuAligned pool has
-// no CDI spec: the NRI plugin and the detector alone check it.
+// netdevWhy says how the pool's pods get netdevs from the CNI plugin
+// (netdevcheck.Pools, the rule the NRI plugin and the detector apply: the
+// chained entry's pool, a gpuAligned pool); "" when they do not or no
+// netdev hook is configured.
 func (w cdiWriter) netdevWhy(pool config.Pool) netdevcheck.Why {
 	if w.hook == "" || w.failClosed == nil {
 		return ""
 	}
 	why := netdevcheck.Pools([]agent.PoolView{{Name: pool.Name, Mode: pool.Mode, Binding: pool.Binding}}, w.failClosed.Chain)[pool.Name]
-	if why != netdevcheck.Chained {
+	if why != netdevcheck.Chained && why != netdevcheck.GPUAligned {
 		return ""
 	}
 	return why
@@ -71,7 +71,11 @@ func (w cdiWriter) path(pool string) string {
 }
 
 // write replaces the pool's spec when the file is not that spec (changed
-// says so); a pool without members has none (containeredits.UpdateSpec
+// says so). A shared pool's spec has one device, "all", of every member; so
+// has a gpuAligned pool's: its slots name no fixed NIC (the CNI plugin binds
+// them at sandbox creation) and its containers get every member's device
+// nodes, as Allocate returns them, and the spec's memlock hook. A pool
+// without members has none (containeredits.UpdateSpec
 // removes it: the CDI registry refuses a spec with no devices, and
 // containerd with it every spec).
 func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.RDMADevice) (changed bool, err error) {
@@ -101,7 +105,8 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 				}
 			}
 			e.Hooks = []*cdispec.Hook{memlockhook.CDINetdevHook(w.hook, memlockhook.NetdevCheck{
-				StateDir: w.failClosed.StateDir, Pool: pool.Name, How: string(why), Devices: names})}
+				StateDir: w.failClosed.StateDir, Pool: pool.Name, How: string(why), Devices: names,
+				Bound: why == netdevcheck.GPUAligned})}
 		}
 		return e
 	}
@@ -114,7 +119,7 @@ func (w cdiWriter) write(pool config.Pool, resource string, members []discovery.
 			spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: e})
 		}
 	}
-	if pool.Mode == config.Shared {
+	if pool.Mode == config.Shared || pool.GPUAligned() {
 		add(cdiSharedDevice, members)
 	} else {
 		for _, d := range members {

@@ -2,6 +2,7 @@ package deviceplugin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/kube-rdma/kube-rdma/internal/agenttest"
 	"github.com/kube-rdma/kube-rdma/internal/kubeletstub"
@@ -157,9 +159,14 @@ func TestAlignedAllocate(t *testing.T) {
 	nodes = append(nodes, "/dev/infiniband/rdma_cm")
 	// allocID: printf 'gpu-nics-slot-1,gpu-nics-slot-3' | sha256sum | cut -c1-16, likewise 'gpu-nics-slot-0'.
 	allocIDs := []string{"c08b912597a02f33", "90f72a0346a3949d"}
+	// One CDI device, "all", of the pool's spec: the same device nodes and
+	// the spec's memlock hook (no NRI needed).
+	const cdiAll = "rdma.example.com/gpu-nics=all"
 	want := func(allocID string) *pluginapi.ContainerAllocateResponse {
 		return &pluginapi.ContainerAllocateResponse{
-			Devices: spec(e, nodes...),
+			CdiDevices:  []*pluginapi.CDIDevice{{Name: cdiAll}},
+			Annotations: map[string]string{"cdi.k8s.io/kube-rdma_gpu-nics": cdiAll},
+			Devices:     spec(e, nodes...),
 			Envs: map[string]string{
 				"NCCL_CONF_FILE":              "/var/run/kube-rdma/gpu-nics/nccl.conf",
 				"KUBE_RDMA_GPU_NICS_ENV_FILE": "/var/run/kube-rdma/gpu-nics/env",
@@ -197,12 +204,29 @@ func TestAlignedAllocate(t *testing.T) {
 		t.Errorf("after a second Allocate %s holds %d entries, want none", dir, len(entries))
 	}
 	for _, c := range resp.ContainerResponses {
-		if _, ok := c.Envs["NCCL_IB_HCA"]; ok || len(c.CdiDevices) > 0 || len(c.Annotations) > 0 {
-			t.Errorf("response has NCCL_IB_HCA, CDI devices or annotations: %v", c)
+		if _, ok := c.Envs["NCCL_IB_HCA"]; ok {
+			t.Errorf("response has NCCL_IB_HCA: %v", c)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(e.Cfg.CDIDir, "kube-rdma-gpu-nics.json")); !os.IsNotExist(err) {
-		t.Errorf("CDI spec of the gpuAligned pool: %v, want none", err)
+	data, err := os.ReadFile(filepath.Join(e.Cfg.CDIDir, "kube-rdma-gpu-nics.json"))
+	if err != nil {
+		t.Fatalf("CDI spec of the gpuAligned pool: %v", err)
+	}
+	var cdiSpec cdispec.Spec
+	if err := json.Unmarshal(data, &cdiSpec); err != nil {
+		t.Fatal(err)
+	}
+	var specNodes []string
+	for _, d := range cdiSpec.Devices {
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			specNodes = append(specNodes, n.Path)
+		}
+	}
+	for _, n := range cdiSpec.ContainerEdits.DeviceNodes {
+		specNodes = append(specNodes, n.Path)
+	}
+	if len(cdiSpec.Devices) != 1 || cdiSpec.Devices[0].Name != "all" || cdiSpec.Kind != "rdma.example.com/gpu-nics" || !cmp.Equal(nodes, specNodes) {
+		t.Errorf("CDI spec of the gpuAligned pool: kind %s, %d devices, nodes %v; want one device \"all\" with every member's nodes %v", cdiSpec.Kind, len(cdiSpec.Devices), specNodes, nodes)
 	}
 	if _, err := os.Stat(filepath.Join(e.Cfg.CDIDir, "kube-rdma-roce.json")); err != nil {
 		t.Errorf("CDI spec of the plain pool: %v", err)

@@ -269,7 +269,7 @@ func (p *Plugin) Status() []agent.PoolStatus {
 				st.CDIDevices = append(st.CDIDevices, cdiName(s.resource, dev.ID))
 			}
 		}
-		if p.cdi != nil && s.pool.Mode == config.Shared && len(s.devices()) > 0 {
+		if p.cdi != nil && (s.pool.Mode == config.Shared || s.pool.GPUAligned()) && len(s.devices()) > 0 {
 			st.CDIDevices = []string{cdiName(s.resource, cdiSharedDevice)}
 		}
 		out = append(out, st)

@@ -50,7 +50,8 @@ func (s *poolServer) setMembers(members []discovery.RDMADevice) {
 // (RestoreFiles): a spec that is gone or names other devices would fail the
 // container's creation in the runtime ("unresolvable CDI devices"), minutes
 // after the kubelet's Allocate, on a node where nothing then writes it again
-// (seen once in the rxe-cluster e2e, after a port flap; cause not found).
+// (a pool whose members a scan missed has no spec until a scan finds them;
+// another process, or a person, may remove or replace the file).
 // cdiMu orders the writers: each writes the members of its moment, the last
 // one the latest.
 func (s *poolServer) writeSpec() (bool, error) {
@@ -62,10 +63,6 @@ func (s *poolServer) writeSpec() (bool, error) {
 	switch {
 	case s.cdi == nil || superseded || s.cdiClosed:
 		return false, nil
-	case s.pool.GPUAligned():
-		// No CDI device: CDI names fixed devices, and the slots name none.
-		// A spec of the exclusive pool this one replaced goes.
-		return false, s.cdi.remove(s.pool.Name)
 	default:
 		return s.cdi.write(s.pool, s.resource, members)
 	}

@@ -326,3 +326,47 @@ func TestSharedSlotsHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUAlignedSpec: a gpuAligned pool's spec has one device, "all", of
+// every member's device nodes, the spec's memlock hook, and (fail closed)
+// a netdev hook that a record of the pool's binding satisfies (--bound):
+// its slots name no NIC, so its containers get their limit and its check
+// from the runtime without NRI, as the chained pool's do.
+func TestGPUAlignedSpec(t *testing.T) {
+	w := cdiWriter{dir: t.TempDir(), devRoot: t.TempDir(), hook: "/hooks/kube-rdma-hook-0",
+		failClosed: &FailClosed{StateDir: "/var/lib/cni/kube-rdma"}}
+	members := []discovery.RDMADevice{
+		{Name: "mlx5_0", PCIAddress: "0000:18:00.0", CharDevices: []string{"/dev/infiniband/uverbs0"}},
+		{Name: "mlx5_1", PCIAddress: "0000:19:00.0", CharDevices: []string{"/dev/infiniband/uverbs1"}},
+	}
+	pool := config.Pool{Name: "gpu-nics", Mode: config.Exclusive, Binding: config.GPUAligned}
+	if _, err := w.write(pool, "rdma.example.com/gpu-nics", members); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(w.path("gpu-nics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispec.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Devices) != 1 || spec.Devices[0].Name != cdiSharedDevice {
+		t.Fatalf("devices %+v, want one named %q", spec.Devices, cdiSharedDevice)
+	}
+	var nodes []string
+	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		nodes = append(nodes, n.Path)
+	}
+	if !slices.Equal(nodes, []string{"/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1"}) {
+		t.Errorf("device nodes %v, want every member's", nodes)
+	}
+	if hs := spec.ContainerEdits.Hooks; len(hs) != 1 || !slices.Contains(hs[0].Args, "memlock-hook") {
+		t.Errorf("spec hooks %+v, want the memlock hook", hs)
+	}
+	hs := spec.Devices[0].ContainerEdits.Hooks
+	if len(hs) != 1 || !slices.Contains(hs[0].Args, "--bound") || !slices.Contains(hs[0].Args, "gpuAligned") ||
+		!slices.Contains(hs[0].Args, "mlx5_0@0000:18:00.0,mlx5_1@0000:19:00.0") {
+		t.Errorf("device hooks %+v, want the netdev hook of the pool's binding (--bound) naming both members", hs)
+	}
+}

@@ -259,8 +259,10 @@ func (d RDMADevice) Healthy() bool {
 	return len(d.Ports) > 0
 }
 
-func fnv64(b []byte) uint64 {
-	h := uint64(14695981039346656037)
+func fnv64(b []byte) uint64 { return fnv64add(14695981039346656037, b) }
+
+// fnv64add continues the FNV-1a hash h over b.
+func fnv64add(h uint64, b []byte) uint64 {
 	for _, c := range b {
 		h ^= uint64(c)
 		h *= 1099511628211

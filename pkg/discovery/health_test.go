@@ -256,6 +256,13 @@ func TestRDMAListSum(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, func() { _, _, _ = l.Sum() }); allocs != 0 && !raceEnabled {
 		t.Errorf("Sum allocates %.0f times per call, want 0", allocs)
 	}
+	// The removed entry is held open (O_PATH, not followed) so that its inode
+	// number is not reused by the entry added back, as sysfs never reuses one.
+	old, err := unix.Open(filepath.Join(tree.SysRoot, "class/infiniband/mlx5_1"), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(old) }()
 	if err := tree.RemoveRDMA("mlx5_1"); err != nil {
 		t.Fatal(err)
 	}
@@ -265,8 +272,14 @@ func TestRDMAListSum(t *testing.T) {
 	if err := tree.AddRDMA(topo.RDMA[1]); err != nil {
 		t.Fatal(err)
 	}
-	if n, s, _ := l.Sum(); n != n0 || s != s0 {
-		t.Errorf("after adding it back: %d/%x, want %d/%x", n, s, n0, s0)
+	// The same names, but mlx5_1 is a new entry: a watcher whose scan ran
+	// while it was gone must see a change and scan again.
+	n1, s1, _ := l.Sum()
+	if n1 != n0 || s1 == s0 {
+		t.Errorf("after adding it back: %d entries, sum changed %v; want %d, true", n1, s1 != s0, n0)
+	}
+	if n, s, _ := l.Sum(); n != n1 || s != s1 {
+		t.Errorf("Sum after adding it back is not stable: %d/%x then %d/%x", n1, s1, n, s)
 	}
 	empty := discovery.OpenRDMAList(t.TempDir())
 	if n, s, err := empty.Sum(); n != 0 || s != 0 || err != nil {

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -9,9 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RDMAList answers "has the set of names in class/infiniband changed?"
+// RDMAList answers "has the set of entries in class/infiniband changed?"
 // without allocating: it keeps the directory open and sums a hash of each
-// name read with getdents into a reused buffer. An idle watcher asks twice
+// entry's name and inode number read with getdents into a reused buffer.
+// The inode number counts: a device removed and added again under the same
+// name (an rxe link re-created on a netdev moved back from a pod, a driver
+// reloaded) is a new sysfs entry, and a watcher whose scan ran in the gap
+// would otherwise see an unchanged sum and never scan the new device. An idle watcher asks twice
 // a second on a node with a thousand devices; ListRDMA would allocate a
 // thousand strings each time.
 type RDMAList struct {
@@ -26,7 +31,7 @@ func OpenRDMAList(sysRoot string) *RDMAList {
 }
 
 // Sum returns the number of entries and an order-independent hash of their
-// names; a missing directory is 0, 0.
+// names and inode numbers; a missing directory is 0, 0.
 func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 	if l.fd < 0 {
 		fd, err := unix.Open(l.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -55,7 +60,8 @@ func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 		}
 		for b := l.buf[:m]; len(b) > 0; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
-			reclen := int(b[16]) | int(b[17])<<8
+			ino := b[:8]
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			name := b[19:reclen]
 			if i := bytes.IndexByte(name, 0); i >= 0 {
 				name = name[:i]
@@ -65,7 +71,7 @@ func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 				continue
 			}
 			n++
-			sum += fnv64(name)
+			sum += fnv64add(fnv64(name), ino)
 		}
 	}
 }

@@ -21,7 +21,8 @@ func OpenRDMAList(sysRoot string) *RDMAList {
 }
 
 // Sum returns the number of entries and an order-independent hash of their
-// names; a missing directory is 0, 0.
+// names (not their inode numbers, as the Linux one does); a missing
+// directory is 0, 0.
 func (l *RDMAList) Sum() (n int, sum uint64, err error) {
 	ents, err := os.ReadDir(l.path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -48,12 +48,17 @@ func startAPIServerWith(t *testing.T, gates string) (kubernetes.Interface, *rest
 	return kube, cfg
 }
 
-func startAPIServerEnv(t *testing.T, gates string) (kubernetes.Interface, *rest.Config, *envtest.Environment) {
+func startAPIServerEnv(t *testing.T, gates string, flags ...string) (kubernetes.Interface, *rest.Config, *envtest.Environment) {
 	t.Helper()
 	assets := apiserverassets.Dir(t)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	if gates != "" {
 		env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", gates)
+	}
+	// flags: more of the API server's, "name=value".
+	for _, f := range flags {
+		k, v, _ := strings.Cut(f, "=")
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	cfg, err := env.Start()
 	if err != nil {

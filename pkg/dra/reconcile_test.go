@@ -5,11 +5,8 @@ import (
 	"errors"
 	"io/fs"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-rdma/kube-rdma/internal/reqcount"
 	"github.com/kube-rdma/kube-rdma/pkg/dra"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
@@ -30,7 +28,10 @@ import (
 // runs as the chart's user (its DRA rules). Such a record is an Unprepare
 // that never reached the daemon, and held its devices until a reboot.
 func TestReconcileOrphanedClaims(t *testing.T) {
-	kube, _, env := startAPIServerEnv(t, "DRADeviceTaints=true")
+	// The API server ends a watch after --min-request-timeout (1800 s by
+	// default) to twice that: 2 s here, so that the steady state below sees
+	// the watches made again.
+	kube, _, env := startAPIServerEnv(t, "DRADeviceTaints=true", "min-request-timeout=2")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	create := func(name string) string {
@@ -59,9 +60,9 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 		}
 	}
 	// As the chart's daemon: its DRA rules (list and watch of claims).
-	var reqs claimRequests
+	reqs := &reqcount.Counter{Resource: "resourceclaims"}
 	rc := chartUser(t, env, kube)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return reqs.count(rt) })
+	rc.Wrap(reqs.Wrap)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -90,15 +91,29 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 		}
 	}
 
-	// The steady state: the kept claim is watched, and 20 reconcile
-	// intervals cost no request.
-	pollFor(t, 10*time.Second, "the kept claim watched", func() bool { return reqs.get()["watch"] >= 1 })
-	before := reqs.get()
-	time.Sleep(20 * 100 * time.Millisecond)
-	if after := reqs.get(); !maps.Equal(before, after) {
-		t.Errorf("claim requests in 20 reconcile intervals: %v before, %v after; want none", before, after)
-	}
+	// The steady state: the kept claim is watched; 80 reconcile intervals
+	// (8 s) cost no list, get or write, only a WATCH each time the API
+	// server ended the watch (every 2-4 s), from the last resource version.
+	pollFor(t, 10*time.Second, "the kept claim watched", func() bool { return reqs.Counts()["WATCH"] >= 1 })
+	before := reqs.Counts()
 	t.Logf("claim requests for 3 records (2 orphans): %v", before)
+	window := 8 * time.Second
+	time.Sleep(window)
+	after := reqs.Counts()
+	rewatches := after["WATCH"] - before["WATCH"]
+	delete(before, "WATCH")
+	delete(after, "WATCH")
+	if !maps.Equal(before, after) {
+		t.Errorf("claim requests other than WATCH in %s: %v before, %v after; want none", window, before, after)
+	}
+	// 8 s holds 2 to 4 watches of 2-4 s; the window's edges and the time to
+	// make each again widen it by one.
+	if rewatches < 1 || rewatches > 5 {
+		t.Errorf("%d WATCHes of the kept claim in %s with the API server ending each after 2-4 s; want 1 to 5", rewatches, window)
+	}
+	// With the API server's default (1800-3600 s) that is one WATCH per
+	// claim per 30-60 min: 8 claims make 0.13-0.27 a minute.
+	t.Logf("steady state: %d WATCHes in %s (a watch ended every 2-4 s), nothing else", rewatches, window)
 	// Deleted now, its record goes through the watch.
 	if err := kube.ResourceV1().ResourceClaims("default").Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -107,47 +122,7 @@ func TestReconcileOrphanedClaims(t *testing.T) {
 		recs, _, err := claimrecord.ReadAll(claims)
 		return err == nil && len(recs) == 0
 	})
-	if n := reqs.get()["get"]; n != 0 {
+	if n := reqs.Counts()["GET"]; n != 0 {
 		t.Errorf("%d GETs of a claim, want none (a list and a watch per record)", n)
 	}
 }
-
-// claimRequests counts the requests for ResourceClaims by kind: "list",
-// "watch", "get", "other".
-type claimRequests struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *claimRequests) count(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if strings.Contains(r.URL.Path, "/resourceclaims") {
-			kind := "other"
-			switch {
-			case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
-				kind = "watch"
-			case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/resourceclaims"):
-				kind = "list"
-			case r.Method == http.MethodGet:
-				kind = "get"
-			}
-			c.mu.Lock()
-			if c.n == nil {
-				c.n = map[string]int{}
-			}
-			c.n[kind]++
-			c.mu.Unlock()
-		}
-		return rt.RoundTrip(r)
-	})
-}
-
-func (c *claimRequests) get() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.n)
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

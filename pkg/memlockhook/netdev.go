@@ -38,6 +38,11 @@ type NetdevCheck struct {
 	// renamed since its ADD (a re-probe) is still found, and a record of a
 	// release that wrote no function by its name.
 	Devices []string
+	// Bound: the pool's NICs are bound at sandbox creation (binding
+	// gpuAligned): a complete record of the sandbox that carries the pool's
+	// binding covers every device, which then only name the pool's members
+	// for the message.
+	Bound bool
 	// PodUIDs, when set, are the only pods whose containers are checked
 	// (a DRA claim's pods when it was prepared, the ones the CNI plugin
 	// attaches its devices for); a container of another pod, or of one
@@ -51,7 +56,14 @@ type NetdevCheck struct {
 func CDINetdevHook(path string, c NetdevCheck) *cdispec.Hook {
 	return &cdispec.Hook{HookName: "createRuntime", Path: path,
 		Args: append([]string{filepath.Base(path), NetdevCommand, "--state-dir", c.StateDir, "--pool", c.Pool, "--how", c.How,
-			"--devices", strings.Join(c.Devices, ",")}, podsArg(c.PodUIDs)...)}
+			"--devices", strings.Join(c.Devices, ",")}, append(boundArg(c.Bound), podsArg(c.PodUIDs)...)...)}
+}
+
+func boundArg(bound bool) []string {
+	if !bound {
+		return nil
+	}
+	return []string{"--bound"}
 }
 
 func podsArg(uids []string) []string {
@@ -94,7 +106,8 @@ type NetdevVerdict struct {
 
 // RunNetdev is the netdev hook: the OCI state on stdin. It refuses (an
 // error with the message `kubectl describe pod` shows) a container of a pod
-// whose sandbox has no complete attachment record of every device of c; it
+// whose sandbox has no complete attachment record of every device of c (of
+// the pool's binding, with Bound); it
 // lets through the sandbox's own container, a container in the host's
 // network namespace (a hostNetwork pod: no CNI ADD runs for it) and a
 // container whose runtime names no sandbox (one it cannot check: the NRI
@@ -143,7 +156,12 @@ func RunNetdev(stdin io.Reader, c NetdevCheck) (NetdevVerdict, error) {
 	var miss []string
 	for _, d := range c.Devices {
 		name, fn, _ := strings.Cut(d, "@")
-		if !cov.Devices[name] && (fn == "" || !cov.Functions[fn]) {
+		switch {
+		case c.Bound:
+			if !cov.Bindings[c.Pool] {
+				miss = append(miss, name)
+			}
+		case !cov.Devices[name] && (fn == "" || !cov.Functions[fn]):
 			miss = append(miss, name)
 		}
 	}

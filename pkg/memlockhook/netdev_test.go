@@ -109,6 +109,32 @@ func TestRunNetdev(t *testing.T) {
 		})
 	}
 
+	// A gpuAligned pool (Bound): a complete record of the sandbox carrying
+	// the pool's binding covers every member, whichever the plugin chose; a
+	// record without it, or one of another pool, or an unfinished one does not.
+	bind := func(sandbox, pool string, complete bool) {
+		t.Helper()
+		if err := store.Save(attachment.Attachment{Schema: 1, Key: attachment.Key{ContainerID: sandbox, IfName: "net1"},
+			Netns: "/var/run/netns/x", Devices: []attachment.Device{{RDMA: "mlx5_2"}}, Complete: complete,
+			Binding: &attachment.Binding{Pool: pool}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("sb-bound", "gpu-nics", true)
+	bind("sb-other-pool", "other", true)
+	bind("sb-bound-half", "gpu-nics", false)
+	bound := NetdevCheck{StateDir: dir, Pool: "gpu-nics", How: "gpuAligned", Devices: []string{"mlx5_0", "mlx5_1", "mlx5_2"}, Bound: true}
+	for sandbox, refused := range map[string]bool{"sb-bound": false, "sb-ok": true, "sb-other-pool": true, "sb-bound-half": true, "sb-none": true} {
+		v, err := RunNetdev(strings.NewReader(ociState(t, containerd(sandbox), true, false)), bound)
+		want := attachment.NotAttachedMessage("team/trainer-0", bound.Devices, "gpu-nics", "gpuAligned")
+		switch {
+		case !refused && (err != nil || v.Refused || v.Reason != "attached"):
+			t.Errorf("gpuAligned, sandbox %s: got %+v, %v; want let through", sandbox, v, err)
+		case refused && (!v.Refused || err == nil || v.Message != want):
+			t.Errorf("gpuAligned, sandbox %s: got %+v, %v; want refused with %q", sandbox, v, err, want)
+		}
+	}
+
 	for _, bad := range []string{"", "{", `{"pid":1,"bundle":"` + filepath.Join(dir, "no-such-bundle") + `"}`} {
 		if _, err := RunNetdev(strings.NewReader(bad), check("mlx5_3")); err == nil {
 			t.Errorf("state %q: no error", bad)
@@ -124,5 +150,10 @@ func TestCDINetdevHook(t *testing.T) {
 	want := []string{"kube-rdma-hook-0123", NetdevCommand, "--state-dir", "/var/lib/cni/kube-rdma", "--pool", "roce", "--how", "chained CNI", "--devices", "mlx5_0,mlx5_1"}
 	if h.HookName != "createRuntime" || h.Path != "/var/lib/kube-rdma/hooks/kube-rdma-hook-0123" || strings.Join(h.Args, "|") != strings.Join(want, "|") {
 		t.Errorf("hook %+v, want createRuntime %v", h, want)
+	}
+	h = CDINetdevHook("/hooks/kube-rdma-hook-0", NetdevCheck{StateDir: "/s", Pool: "gpu-nics", How: "gpuAligned", Devices: []string{"mlx5_0"}, Bound: true})
+	want = []string{"kube-rdma-hook-0", NetdevCommand, "--state-dir", "/s", "--pool", "gpu-nics", "--how", "gpuAligned", "--devices", "mlx5_0", "--bound"}
+	if strings.Join(h.Args, "|") != strings.Join(want, "|") {
+		t.Errorf("bound hook args %v, want %v", h.Args, want)
 	}
 }

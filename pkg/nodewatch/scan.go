@@ -67,6 +67,9 @@ func (w *Watcher) rescan(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	if w.afterSum != nil {
+		w.afterSum()
+	}
 	names, err := discovery.ListRDMA(w.cfg.Scanner.SysRoot, nil)
 	if err != nil {
 		return err

@@ -71,13 +71,14 @@ type Watcher struct {
 	changed chan struct{} // closed and replaced on every publish
 
 	// Owned by Run (and Scan before Run starts).
-	list    *discovery.RDMAList
-	listN   int               // entries in class/infiniband at the last full scan
-	listSum uint64            // and the hash of their names
-	pending map[string]*retry // listed but not readable yet
-	gone    *retry            // a state read failed with unchanged names
-	states  *discovery.PortStates
-	scratch map[string]bool
+	list     *discovery.RDMAList
+	listN    int               // entries in class/infiniband at the last full scan
+	listSum  uint64            // and the hash of their entries
+	afterSum func()            // a test's hook between rescan's Sum and its scan
+	pending  map[string]*retry // listed but not readable yet
+	gone     *retry            // a state read failed with unchanged names
+	states   *discovery.PortStates
+	scratch  map[string]bool
 	// healthDirty: a Poll saw a health change not published yet.
 	healthDirty bool
 	sweep       int              // the device whose ports the sweep re-reads next

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
 )
@@ -193,5 +195,71 @@ func TestSweepRereadsPortsWithoutEvents(t *testing.T) {
 		if s.DevicesGen > first.DevicesGen {
 			return
 		}
+	}
+}
+
+// TestDeviceRecreatedDuringScan: a device removed after a rescan listed
+// class/infiniband but before it read the devices, and added back under the
+// same name (an rxe link re-created on a netdev moved back from a pod), is
+// published again by the next refresh: the listing's sum is of entries, not
+// names, so the new entry is a change.
+func TestDeviceRecreatedDuringScan(t *testing.T) {
+	topo := nodesim.RoCESRIOV()
+	tree, err := nodesim.Build(t.TempDir(), topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Scanner: discovery.Scanner{SysRoot: tree.SysRoot}})
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.states.Close()
+	const dev = "mlx5_9"
+	var spec *nodesim.RDMA
+	for i := range topo.RDMA {
+		if topo.RDMA[i].Name == dev {
+			spec = &topo.RDMA[i]
+		}
+	}
+	if spec == nil {
+		t.Fatalf("%s not in the topology", dev)
+	}
+	has := func() bool {
+		s, _ := w.Latest()
+		for _, d := range s.Node.RDMADevices {
+			if d.Name == dev {
+				return true
+			}
+		}
+		return false
+	}
+	if !has() {
+		t.Fatalf("%s not in the first snapshot", dev)
+	}
+	// Held open so that the entry added back gets another inode number, as
+	// a new sysfs entry always does; a temporary directory could reuse it.
+	old, err := unix.Open(filepath.Join(tree.SysRoot, "class/infiniband", dev), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(old) }()
+	w.afterSum = func() {
+		w.afterSum = nil
+		if err := tree.RemoveRDMA(dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.rescan(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if has() {
+		t.Fatalf("%s still published after a scan that ran while it was gone", dev)
+	}
+	if err := tree.AddRDMA(*spec); err != nil {
+		t.Fatal(err)
+	}
+	w.refresh(time.Now(), gidRequest{})
+	if !has() {
+		t.Errorf("%s added back under the same name: not published by the next refresh", dev)
 	}
 }

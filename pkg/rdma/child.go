@@ -112,7 +112,7 @@ func (d Netdevs) AddChild(parentNS netns.NsHandle, parent string, to netns.NsHan
 	if err != nil {
 		return Link{}, fmt.Errorf("create %s child %q of %q: %w", c.Kind, c.Name, parent, err)
 	}
-	sock, err := nl.GetNetlinkSocketAt(parentNS, netns.None(), unix.NETLINK_ROUTE)
+	sock, err := socketAt(parentNS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return Link{}, fmt.Errorf("open netlink socket in netns %s: %w", parentNS, err)
 	}
@@ -143,7 +143,7 @@ func (d Netdevs) Delete(ns netns.NsHandle, name, mac string) (deleted bool, err 
 	if mac != "" && l.MAC != mac {
 		return false, nil
 	}
-	sock, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	sock, err := socketAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return false, fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
 	}

@@ -5,7 +5,9 @@
 // (rxe) links, creating and deleting child netdevs (macvlan, ipvlan, IPoIB) of a
 // shared NIC's netdev directly in a pod's namespace, and putting addresses and routes on a netdev. Every operation takes the namespace it acts in and uses a
 // netlink socket bound to it (netlink.NewHandleAt), never switching the
-// calling thread's namespace.
+// calling thread's namespace; where the calling thread is in that namespace
+// already, the socket is opened there without entering it (nsat.go: entering
+// needs CAP_SYS_ADMIN).
 //
 // It does not choose devices, keep state or log.
 package rdma

@@ -94,7 +94,7 @@ func WatchAddrs(ctx context.Context, ns netns.NsHandle, fn func(link string)) er
 	// without one of them (the soft-RoCE guests' 7.3 has no xfrm_user) the
 	// whole watcher failed with "protocol not supported", leaving the node
 	// watcher on its 500 ms re-read.
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := handleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
 	}

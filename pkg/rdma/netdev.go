@@ -43,7 +43,7 @@ func linkOf(l netlink.Link) Link {
 }
 
 func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := handleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
 	}
@@ -173,7 +173,7 @@ func (d Netdevs) Set(ns netns.NsHandle, name string, want LinkConfig) (Link, err
 // setLink sends one RTM_SETLINK for ifindex in ns: to the namespace to (when
 // open), with want's name, MTU, MAC and up state.
 func setLink(ns netns.NsHandle, index int, to netns.NsHandle, want LinkConfig) error {
-	sock, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	sock, err := socketAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink socket in netns %s: %w", ns, err)
 	}

@@ -23,7 +23,7 @@ var ErrDeviceNotFound = errors.New("rdma device not found")
 type Devices struct{}
 
 func rdmaHandle(ns netns.NsHandle) (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_RDMA)
+	h, err := handleAt(ns, unix.NETLINK_RDMA)
 	if errors.Is(err, unix.EPROTONOSUPPORT) {
 		return nil, fmt.Errorf("open rdma netlink socket: %w: %w", ErrNoRDMA, err)
 	}
