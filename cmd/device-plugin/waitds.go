@@ -15,16 +15,20 @@ import (
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 )
 
-const waitDSUsage = `usage: device-plugin wait-daemonset --namespace NS --name NAME [flags]
+const waitDSUsage = `usage: device-plugin wait-daemonset --namespace NS --name NAME [--cover DS] [flags]
 
 Wait until every pod the DaemonSet NAME schedules is up to date and ready,
 then exit 0. The chart's pre-delete hook runs it in a Job after creating the
 uninstall DaemonSet (kube-rdma uninstall on every node), so that helm deletes
 the agent's DaemonSet only once every node has marked the uninstall
-(docs/cni.md, Installing). After --timeout it prints which count is short
-and exits 0 anyway (an unreachable node must not block an uninstall; that
-node keeps the CNI entry and binary until 'kube-rdma uninstall' runs there)
-unless --fail-on-timeout. Needs get on the DaemonSet.
+(docs/cni.md, Installing). With --cover DS it also waits until NAME
+schedules at least as many pods as DS has on nodes (scheduled where it
+should run, and still running where it no longer should, as on a node
+tainted since its pod started): "0 of 0 ready" is not done while the agent
+runs somewhere. After --timeout it prints which count is short and exits 0
+anyway (an unreachable node must not block an uninstall; that node keeps
+the CNI entry and binary until 'kube-rdma uninstall' runs there) unless
+--fail-on-timeout. Needs get on both DaemonSets.
 
 Flags:
 `
@@ -33,6 +37,7 @@ func waitDaemonSetCommand(ctx context.Context, args []string, stdout, stderr io.
 	fs := flag.NewFlagSet("wait-daemonset", flag.ContinueOnError)
 	ns := fs.String("namespace", "", "the DaemonSet's namespace (required)")
 	name := fs.String("name", "", "the DaemonSet's name (required)")
+	cover := fs.String("cover", "", "a DaemonSet of the same namespace whose nodes NAME must cover (the agent's)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait")
 	failOnTimeout := fs.Bool("fail-on-timeout", false, "exit 1 instead of 0 when --timeout passes first")
 	kubeconfig := fs.String("kubeconfig", "", kubeconfigHelp)
@@ -58,10 +63,10 @@ func waitDaemonSetCommand(ctx context.Context, args []string, stdout, stderr io.
 		return fmt.Errorf("wait-daemonset: %w", err)
 	}
 	start := time.Now()
-	err = waitDaemonSet(ctx, c.kube, *ns, *name, *timeout, time.Second)
+	n, err := waitDaemonSet(ctx, c.kube, *ns, *name, *cover, *timeout, time.Second)
 	switch {
 	case err == nil:
-		fmt.Fprintf(stdout, "DaemonSet %s/%s: every pod up to date and ready after %s\n", *ns, *name, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "DaemonSet %s/%s: every pod (%d) up to date and ready after %s\n", *ns, *name, n, time.Since(start).Round(time.Millisecond))
 		return nil
 	case errors.Is(err, context.DeadlineExceeded) && !*failOnTimeout:
 		fmt.Fprintf(stderr, "device-plugin: wait-daemonset: going on after %s: %v\n", *timeout, err)
@@ -70,28 +75,51 @@ func waitDaemonSetCommand(ctx context.Context, args []string, stdout, stderr io.
 	return fmt.Errorf("wait-daemonset: %w", err)
 }
 
-// waitDaemonSet polls the DaemonSet every interval until rolledOut says it
-// is done, or timeout; the error then wraps context.DeadlineExceeded and
-// says which count is short.
-func waitDaemonSet(ctx context.Context, kube kubernetes.Interface, ns, name string, timeout, interval time.Duration) error {
+// waitDaemonSet polls the DaemonSet every interval until dsDone says it is
+// done and, with cover set, it schedules at least as many pods as the
+// DaemonSet cover has on nodes, or timeout; the error then wraps
+// context.DeadlineExceeded and says which count is short. It returns the
+// number of pods it waited for.
+func waitDaemonSet(ctx context.Context, kube kubernetes.Interface, ns, name, cover string, timeout, interval time.Duration) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
 	for {
 		ds, err := kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
-			if last = dsDone(ds); last == nil {
-				return nil
-			}
+			last = dsDone(ds)
 		} else {
 			last = err
 		}
+		if last == nil && cover != "" {
+			last = covers(ctx, kube, ds, cover)
+		}
+		if last == nil {
+			return ds.Status.DesiredNumberScheduled, nil
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ctx.Err(), last)
+			return 0, fmt.Errorf("%w: %v", ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}
+}
+
+// covers says why ds does not schedule a pod on each node where the
+// DaemonSet cover has one. A node tainted after cover's pod started there
+// keeps that pod (counted as misscheduled where the taint is not tolerated),
+// so both counts are nodes whose files the uninstall must reach.
+func covers(ctx context.Context, kube kubernetes.Interface, ds *appsv1.DaemonSet, cover string) error {
+	agent, err := kube.AppsV1().DaemonSets(ds.Namespace).Get(ctx, cover, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("DaemonSet %s/%s to cover: %w", ds.Namespace, cover, err)
+	}
+	on := agent.Status.CurrentNumberScheduled + agent.Status.NumberMisscheduled
+	if ds.Status.DesiredNumberScheduled < on {
+		return fmt.Errorf("DaemonSet %s/%s schedules %d pods, DaemonSet %s has pods on %d nodes (%d scheduled, %d misscheduled)",
+			ds.Namespace, ds.Name, ds.Status.DesiredNumberScheduled, cover, on, agent.Status.CurrentNumberScheduled, agent.Status.NumberMisscheduled)
+	}
+	return nil
 }
 
 // dsDone says why ds has not every pod up to date and ready.

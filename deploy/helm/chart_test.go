@@ -152,6 +152,7 @@ type daemonSetSpec struct {
 			AutomountServiceAccountToken *bool             `json:"automountServiceAccountToken"`
 			TerminationGracePeriod       *int64            `json:"terminationGracePeriodSeconds"`
 			NodeSelector                 map[string]string `json:"nodeSelector"`
+			Tolerations                  []map[string]any  `json:"tolerations"`
 			InitContainers               []container       `json:"initContainers"`
 			Containers                   []container       `json:"containers"`
 			Volumes                      []struct {

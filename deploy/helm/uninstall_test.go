@@ -28,10 +28,16 @@ func hooks(objs []object) map[string]object {
 // then a Job waits for that DaemonSet with the one permission it needs;
 // only then does helm delete the agent. The hook's pods match no selector of
 // the agent's, and only the Job's pod has a token. The hook removes the
-// agent's pools file too: it mounts the allocDir at the agent's path.
+// agent's pools file too: it mounts the allocDir at the agent's path. The
+// hook's DaemonSet tolerates every taint (a node tainted after the agent's
+// pod started there keeps that pod and its files), and the Job waits until
+// it covers the agent's nodes; the Job's own tolerations are the chart's and
+// then cni.uninstallHook.jobTolerations.
 func TestUninstallHook(t *testing.T) {
 	objs := render(t, "--set", "cni.install=true,cni.mode=chained,cni.chained.pool=ib",
-		"--set-json", `nodeSelector={"gpu":"yes"}`)
+		"--set-json", `nodeSelector={"gpu":"yes"}`,
+		"--set-json", `tolerations=[{"key":"gpu","operator":"Exists","effect":"NoSchedule"}]`,
+		"--set-json", `cni.uninstallHook.jobTolerations=[{"key":"infra","operator":"Exists"}]`)
 	h := hooks(objs)
 	if diff := cmp.Diff([]string{"DaemonSet", "Job", "Role", "RoleBinding", "ServiceAccount"}, slices.Sorted(func(yield func(string) bool) {
 		for k := range h {
@@ -67,6 +73,9 @@ func TestUninstallHook(t *testing.T) {
 	spec := ds.Template.Spec
 	if diff := cmp.Diff(agent.Template.Spec.NodeSelector, spec.NodeSelector); diff != "" {
 		t.Errorf("hook DaemonSet node selector differs from the agent's (-agent +hook):\n%s", diff)
+	}
+	if diff := cmp.Diff([]map[string]any{{"operator": "Exists"}}, spec.Tolerations); diff != "" {
+		t.Errorf("hook DaemonSet tolerations (-want +got):\n%s", diff)
 	}
 	if matches(agentSelector(t, objs), ds.Template.Metadata.Labels) {
 		t.Errorf("the agent's selector matches the hook's pods (labels %v)", ds.Template.Metadata.Labels)
@@ -111,10 +120,11 @@ func TestUninstallHook(t *testing.T) {
 	var job struct {
 		Template struct {
 			Spec struct {
-				ServiceAccountName           string      `json:"serviceAccountName"`
-				AutomountServiceAccountToken *bool       `json:"automountServiceAccountToken"`
-				HostNetwork                  bool        `json:"hostNetwork"`
-				Containers                   []container `json:"containers"`
+				ServiceAccountName           string           `json:"serviceAccountName"`
+				AutomountServiceAccountToken *bool            `json:"automountServiceAccountToken"`
+				HostNetwork                  bool             `json:"hostNetwork"`
+				Tolerations                  []map[string]any `json:"tolerations"`
+				Containers                   []container      `json:"containers"`
 			} `json:"spec"`
 		} `json:"template"`
 	}
@@ -125,20 +135,25 @@ func TestUninstallHook(t *testing.T) {
 	if js.ServiceAccountName != h["ServiceAccount"].Metadata.Name || js.AutomountServiceAccountToken == nil || !*js.AutomountServiceAccountToken {
 		t.Errorf("Job service account %q automount %v: want the hook's, with its token", js.ServiceAccountName, js.AutomountServiceAccountToken)
 	}
+	wantJobTol := []map[string]any{{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "infra", "operator": "Exists"}}
+	if diff := cmp.Diff(wantJobTol, js.Tolerations); diff != "" {
+		t.Errorf("Job tolerations, the chart's then jobTolerations (-want +got):\n%s", diff)
+	}
 	if !js.HostNetwork {
 		t.Error("the Job's pod needs a pod network; the conflist it would use is the one being edited")
 	}
 	c := js.Containers[0]
 	if !slices.Equal(c.Command, []string{"/usr/local/bin/device-plugin", "wait-daemonset"}) ||
-		!slices.Contains(c.Args, "--name="+h["DaemonSet"].Metadata.Name) || !slices.Contains(c.Args, "--timeout=2m") {
-		t.Errorf("Job container %q %q: want wait-daemonset of %s", c.Command, c.Args, h["DaemonSet"].Metadata.Name)
+		!slices.Contains(c.Args, "--name="+h["DaemonSet"].Metadata.Name) || !slices.Contains(c.Args, "--timeout=2m") ||
+		!slices.Contains(c.Args, "--cover="+find(t, objs, "DaemonSet").Metadata.Name) {
+		t.Errorf("Job container %q %q: want wait-daemonset of %s covering the agent's DaemonSet", c.Command, c.Args, h["DaemonSet"].Metadata.Name)
 	}
 	if c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser == 0 {
 		t.Error("the waiting Job runs as root; it only reads the API")
 	}
 	rules := h["Role"].Rules
 	if diff := cmp.Diff([]rule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"},
-		ResourceNames: []string{h["DaemonSet"].Metadata.Name}}}, rules); diff != "" {
+		ResourceNames: []string{h["DaemonSet"].Metadata.Name, find(t, objs, "DaemonSet").Metadata.Name}}}, rules); diff != "" {
 		t.Errorf("hook Role rules (-want +got):\n%s", diff)
 	}
 
