@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,7 +229,11 @@ func writeValues(dir, prefix string, vs []values) ([]string, error) {
 // install runs helm install of r and waits until its DaemonSet has rolled out.
 func (e *env) install(t *testing.T, phase string, r release) {
 	t.Helper()
-	args, err := writeValues(t.TempDir(), "values-"+phase, r.values)
+	vs := r.values
+	if r.chart == "" {
+		vs = append(slices.Clone(vs), drainValues())
+	}
+	args, err := writeValues(t.TempDir(), "values-"+phase, vs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +272,7 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 	t.Helper()
 	// The releases at once: each one's uninstall hook runs on its own nodes (a pod start there
 	// can take a minute under emulation), so one after the other costs their sum.
+	undrain := e.drainForUninstall(t, releases)
 	errs := make([]error, len(releases))
 	took := make([]time.Duration, len(releases))
 	var wg sync.WaitGroup
@@ -278,6 +284,7 @@ func (e *env) uninstall(t *testing.T, releases []release, before map[string]stri
 		})
 	}
 	wg.Wait()
+	undrain()
 	for i, r := range releases {
 		if errs[i] != nil {
 			t.Logf("the release's pods (its uninstall hook's too) after %s:\n%s", took[i].Round(time.Second),

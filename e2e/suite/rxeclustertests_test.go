@@ -34,8 +34,12 @@ const portDetectLimit = time.Second
 // daemon's own part well inside portDetectLimit), and the daemon's /state serves the health
 // it set at healthSince.
 
-// portDetectSamples is how many times testPortDownDetection takes the link down.
-const portDetectSamples = 3
+// portDetectSamples is how many times testPortDownDetection takes the link down, and
+// portDetectRetakes how many flaps it takes again when the guest stalled in its own link change.
+const (
+	portDetectSamples = 3
+	portDetectRetakes = 3
+)
 
 // portWait is one port-wait: the seconds from the link change to the guest's poll of /state
 // that saw the new health, and to the daemon's healthSince (the re-read that found it), both
@@ -118,11 +122,23 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	}
 	// Three flaps, the medians held to the limits: one sample of a TCG guest sharing two host
 	// cores with the rest of the run measures the host's load as much as the daemon.
+	// A flap whose own `ip link set` took longer than the limit times a stalled guest (its vCPU
+	// not scheduled), not the daemon: it is reported and taken again, up to portDetectRetakes
+	// times in all; more such flaps fail the test, saying the host is too loaded to measure.
 	var daemon, own, linkSet, seen []time.Duration
-	for i := range portDetectSamples {
+	retaken := 0
+	for len(daemon) < portDetectSamples {
 		w := wait("down")
-		daemon, own, linkSet, seen = append(daemon, w.daemon), append(own, w.own()), append(linkSet, w.linkSet), append(seen, w.seen)
-		if i < portDetectSamples-1 {
+		if w.linkSet > portDetectLimit {
+			retaken++
+			t.Logf("flap taken again: the guest's `ip link set` itself took %s (the daemon: %s after it went down)", w.linkSet, w.daemon)
+			if retaken > portDetectRetakes {
+				t.Fatalf("%d flaps whose `ip link set` took longer than %s: the host is too loaded to time the daemon", retaken, portDetectLimit)
+			}
+		} else {
+			daemon, own, linkSet, seen = append(daemon, w.daemon), append(own, w.own()), append(linkSet, w.linkSet), append(seen, w.seen)
+		}
+		if len(daemon) < portDetectSamples {
 			wait("up")
 		}
 	}
@@ -168,8 +184,8 @@ func testPortDownDetection(t *testing.T, e *env, c rxeClusterDesc) {
 	if err := e.waitAllocatable(t.Context(), time.Minute, e.counts()); err != nil {
 		t.Errorf("port up again: %v", err)
 	}
-	line := fmt.Sprintf("port down: %s Unhealthy in the daemon after %.2f s median of %d, worst %.2f (healthSince), %.2f s median after the guest's `ip link set` returned (it took %.2f s); seen by a /state poller in the guest after %.2f s median, worst %.2f; in the RDMANodeState %.1f s later; Healthy %.2f s (daemon) %.2f s (poller) after the link came back",
-		c.device, down.Seconds(), len(daemon), slowest.Seconds(), ownMed.Seconds(), linkMed.Seconds(), seenMed.Seconds(), seenWorst.Seconds(), inState.Seconds(), up.daemon.Seconds(), up.seen.Seconds())
+	line := fmt.Sprintf("port down: %s Unhealthy in the daemon after %.2f s median of %d, worst %.2f (healthSince), %.2f s median after the guest's `ip link set` returned (it took %.2f s); seen by a /state poller in the guest after %.2f s median, worst %.2f; in the RDMANodeState %.1f s later; Healthy %.2f s (daemon) %.2f s (poller) after the link came back; %d flaps taken again (the guest stalled in its own link change)",
+		c.device, down.Seconds(), len(daemon), slowest.Seconds(), ownMed.Seconds(), linkMed.Seconds(), seenMed.Seconds(), seenWorst.Seconds(), inState.Seconds(), up.daemon.Seconds(), up.seen.Seconds(), retaken)
 	t.Log(line)
 	e.appendReport(t, line)
 }
