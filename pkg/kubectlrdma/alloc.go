@@ -32,6 +32,7 @@ func podResources(pod *corev1.Pod) []string {
 // state was prepared for.
 func podAllocation(pod *corev1.Pod, byNode map[string]*v1alpha1.RDMANodeState) (PodAllocation, bool) {
 	a := PodAllocation{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Resources: podResources(pod)}
+	a.Health, a.DeviceHealth = podHealth(pod, a.Resources)
 	s := byNode[a.Node]
 	var claimed []NIC
 	if s != nil {

@@ -58,7 +58,8 @@ readable and fresh, the pools file has no errors, each pool is advertised in the
 node's allocatable, devices are healthy, the RDMA netns mode suits each pool's
 mode. For a pod: it is scheduled and asks for a kube-rdma resource, the node
 checks of its node, each requested resource is a pool there, the kubelet's
-allocation is in the state and its devices are healthy; then, through exec in
+allocation is in the state and its devices are healthy, and the device health
+the kubelet reports in the pod's status; then, through exec in
 each container that has kube-rdma devices (pods/exec, /bin/sh in the image;
 --no-exec skips them): /dev/infiniband nodes open read-write, the moved netdev
 is up with an address, the RoCE v2 GID is there, ulimit -l, and NCCL_IB_HCA,
@@ -155,6 +156,7 @@ func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, f 
 		return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
 	}
 	checks = append(checks, allocationChecks(pod, s)...)
+	checks = append(checks, healthCheck(pod, podResources(pod)))
 	return append(checks, o.containerChecks(ctx, pod, s, f.noExec)...), nil
 }
 

@@ -121,6 +121,7 @@ func escapedPods(in []PodAllocation) []PodAllocation {
 	out := make([]PodAllocation, len(in))
 	for i, a := range in {
 		a.Resources, a.NICs, a.GPUs = slices.Clone(a.Resources), slices.Clone(a.NICs), slices.Clone(a.GPUs)
+		a.Claims, a.DeviceHealth = slices.Clone(a.Claims), slices.Clone(a.DeviceHealth)
 		escapeAll(&a)
 		out[i] = a
 	}

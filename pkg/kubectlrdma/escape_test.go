@@ -123,7 +123,9 @@ func hostileWorld(t *testing.T) (*world, fakeExecer) {
 	st.Summary.Table = v1alpha1.NewSummaryTable(st) // what nodes prints without -o wide
 	w.states = append(w.states, *s)
 	w.nodes = append(w.nodes, node("evil-1", map[string]int64{ibRes: 2}))
-	w.pods = append(w.pods, withUID(pod("train", "evil-0", "evil-1", "Running", map[string]int64{ibRes: 1}), "pod-uid-evil-0"))
+	// Its kubelet (compromised too) writes them into the pod's device health.
+	w.pods = append(w.pods, withHealth(withUID(pod("train", "evil-0", "evil-1", "Running", map[string]int64{ibRes: 1}), "pod-uid-evil-0"),
+		health(ibRes, bad(1, "0000:9a:00.0"), "Unhealthy", bad(0, "port down"))))
 	ex := fakeExecer{probe: maps.Clone(containers.probe)}
 	ex.probe["train/evil-0"] = "dev /dev/infiniband/uverbs1\x1b[2J ok\nmemlock 64\x1b]0;pwned\x07\nhca =mlx5_1\u202e\ngidindex <unset>\r\n" +
 		"netdev net1\xff up\naddr net1 inet 10.77.0.5/24\nrdma mlx5_1 present\n"

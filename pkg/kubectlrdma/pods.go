@@ -42,6 +42,10 @@ type PodAllocation struct {
 	WorstLevel string `json:"worstLevel,omitempty"`
 	// Status is "allocated", or why there is no allocation.
 	Status string `json:"status"`
+	// Health is the worst of DeviceHealth (Unhealthy, Unknown, Healthy); empty when the
+	// kubelet reports no health of the pod's kube-rdma devices.
+	Health       string         `json:"health,omitempty"`
+	DeviceHealth []DeviceHealth `json:"deviceHealth,omitempty"`
 }
 
 // NIC is one allocated RDMA device.
@@ -80,7 +84,11 @@ claim: its node, the RDMA devices the kubelet allocated to it or its claims
 hold (name, netdev, PCI address), its GPUs (when the
 node's RDMANodeState carries the pod's nvidia.com/gpu allocation; else "-")
 and the worst GPU<->NIC level of that allocation from the node's affinity
-matrix (PIX best .. SYS worst).`,
+matrix (PIX best .. SYS worst). -o wide adds HEALTH: the worst health the
+kubelet reports in the pod's status for its kube-rdma devices (Healthy,
+Unknown or Unhealthy; "-" when it reports none: kubelets before 1.36 report
+it only with the ResourceHealthStatus feature gate on); -o json|yaml give
+each device's.`,
 		Example: `  kubectl rdma pods
   kubectl rdma pods -n training -o wide
   kubectl rdma pods -A -o json`,
@@ -158,7 +166,7 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if wide {
-		header = append(header, "NUMA", "POD NETDEVS", "RESOURCES", "STATUS", "CLAIMS")
+		header = append(header, "NUMA", "POD NETDEVS", "RESOURCES", "STATUS", "CLAIMS", "HEALTH")
 	}
 	row(tw, header...)
 	for _, a := range items {
@@ -183,7 +191,7 @@ func writePods(w io.Writer, items []PodAllocation, allNS, wide bool) error {
 			if slices.ContainsFunc(a.NICs, func(n NIC) bool { return n.PodNetdev != "" }) {
 				inPod = strings.Join(podNetdevs, ",")
 			}
-			cells = append(cells, strings.Join(numas, ","), inPod, strings.Join(a.Resources, ","), a.Status, strings.Join(a.Claims, ","))
+			cells = append(cells, strings.Join(numas, ","), inPod, strings.Join(a.Resources, ","), a.Status, strings.Join(a.Claims, ","), dashed(a.Health))
 		}
 		row(tw, cells...)
 	}

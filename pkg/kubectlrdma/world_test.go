@@ -1,6 +1,7 @@
 package kubectlrdma
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -88,21 +89,52 @@ func newWorld(t *testing.T) *world {
 			node("cpu-1", nil),
 		},
 		pods: []corev1.Pod{
-			pod("train", "worker-0", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+			// The kubelet's device health (ResourceHealthStatus): one of worker-0's NICs
+			// Unhealthy; worker-2's NICs Healthy and a GPU Unhealthy, which is not kube-rdma's.
+			withHealth(pod("train", "worker-0", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+				health(ibRes, dev(0), "Healthy", ""), health(ibRes, dev(1), "Unhealthy", "port 1 DOWN"), health(gpuRes, uuid(0), "Healthy", "")),
 			pod("train", "worker-1", "gpu-a", corev1.PodRunning, map[string]int64{ibRes: 1}),
 			pod("train", "vf-0", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
-			pod("train", "worker-2", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+			withHealth(pod("train", "worker-2", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
+				health(ibRes, dev(2), "Healthy", ""), health(ibRes, dev(4), "Healthy", ""), health(gpuRes, uuid(6), "Unhealthy", "")),
 			pod("train", "pending-0", "", corev1.PodPending, map[string]int64{ibRes: 1}),
 			pod("default", "rxe-client", "soft-1", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/rxe": 1}),
 			pod("default", "web", "cpu-1", corev1.PodRunning, nil),
 			pod("default", "lost", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
-			withUID(pod("train", "dra-0", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-0"),
+			// A claim's device Healthy; another driver's device of the pod Unhealthy (left out).
+			withHealth(withUID(pod("train", "dra-0", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-0"),
+				health("claim:nic/nic", "rdma.kube-rdma.io/gpu-a/roce-dra/pci-0000-1c-00-0", "Healthy", ""),
+				health("claim:gpu", "gpu.example.com/gpu-a/gpus/gpu-0", "Unhealthy", "")),
 			withUID(pod("train", "dra-1", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-1"),
 			withUID(pod("train", "dra-2", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-2"),
 			// Its UID is in no claim: a pod with a claim of another driver.
 			withUID(pod("train", "other-claim", "gpu-a", corev1.PodRunning, nil), "pod-uid-other"),
 		},
 	}
+}
+
+// health is the kubelet's health of one device of the resource (or claim:NAME[/REQUEST]).
+func health(resource, id, h, msg string) corev1.ResourceStatus {
+	r := corev1.ResourceHealth{ResourceID: corev1.ResourceID(id), Health: corev1.ResourceHealthStatus(h)}
+	if msg != "" {
+		r.Message = &msg
+	}
+	return corev1.ResourceStatus{Name: corev1.ResourceName(resource), Resources: []corev1.ResourceHealth{r}}
+}
+
+// withHealth gives p's container "main" the kubelet's allocatedResourcesStatus, merging
+// statuses of the same resource as the kubelet lists them (one entry per resource).
+func withHealth(p corev1.Pod, rs ...corev1.ResourceStatus) corev1.Pod {
+	var merged []corev1.ResourceStatus
+	for _, r := range rs {
+		if i := slices.IndexFunc(merged, func(m corev1.ResourceStatus) bool { return m.Name == r.Name }); i >= 0 {
+			merged[i].Resources = append(merged[i].Resources, r.Resources...)
+			continue
+		}
+		merged = append(merged, r)
+	}
+	p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "main", AllocatedResourcesStatus: merged})
+	return p
 }
 
 // withUID sets p's UID: DRA claims in a state name their pods by UID.
