@@ -168,7 +168,9 @@ elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s
 # devices' capacity (kube-rdma publishes none yet; on as a cluster using it would have it).
 # DRAExtendedResource: a DeviceClass's extendedResourceName (API server), a claim made for a
 # pod's extended resource (scheduler), prepared for its containers (kubelet).
-FEATURE_GATES=${E2E_FEATURE_GATES-DRADeviceTaints=true,DRAConsumableCapacity=true,DRAExtendedResource=true}
+# ResourceHealthStatus (alpha in 1.34, on by default from 1.36): the kubelet writes the health of
+# a pod's devices into its status (API server: the field kept), which the PortDown test checks.
+FEATURE_GATES=${E2E_FEATURE_GATES-DRADeviceTaints=true,DRAConsumableCapacity=true,DRAExtendedResource=true,ResourceHealthStatus=true}
 RUNTIME_CONFIG=${E2E_RUNTIME_CONFIG-resource.k8s.io/v1alpha3=true}
 start etcd etcd --name e2e --data-dir "$NODE_RUN/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \

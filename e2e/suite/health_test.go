@@ -16,7 +16,9 @@ import (
 )
 
 // testPortDown: port 1 of the phase's portDevice going down takes one device out of
-// its pool's allocatable within 30 s; coming up puts it back.
+// its pool's allocatable within 30 s; coming up puts it back. Where the kubelet writes device
+// health into pods' status (ResourceHealthStatus), a pod holding the device shows it
+// Unhealthy there, `kubectl rdma pods` and `doctor` say so, and it is Healthy again after.
 func testPortDown(t *testing.T, e *env) {
 	if e.portDevice == "" {
 		t.Skip("the phase names no port device")
@@ -32,6 +34,24 @@ func testPortDown(t *testing.T, e *env) {
 	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
 		t.Fatalf("before the port goes down: %v", err)
 	}
+	// Where the kubelet writes device health into pods' status, every device of the exclusive
+	// pools is held by a pod: the one whose port goes down must show Unhealthy in its pod's
+	// status, and only there.
+	gate, err := e.kubeletGateOn(t.Context(), resourceHealthGate, 36)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns string
+	var holders map[string]string
+	if gate {
+		ns = e.namespace(t)
+		holders = e.holdPools(t, ns, exclusive, want)
+		if err := e.waitPodsHealth(t.Context(), ns, holders, want, ""); err != nil {
+			t.Fatalf("before the port goes down: %v", err)
+		}
+	} else {
+		t.Logf("the kubelet runs without %s: no device health in pods' status to check", resourceHealthGate)
+	}
 	restored := e.portUpOnCleanup(t, e.portDevice, func(ctx context.Context) error {
 		if err := e.waitAllocatable(ctx, 30*time.Second, want); err != nil {
 			return fmt.Errorf("after restoring the port: %w", err)
@@ -41,7 +61,7 @@ func testPortDown(t *testing.T, e *env) {
 	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "down")
 	start := time.Now()
 	var dropped string
-	err := eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
+	err = eventually(t.Context(), 30*time.Second, func(ctx context.Context) error {
 		got, err := e.nodeResources(ctx, false, poolNames(want)...)
 		if err != nil {
 			return err
@@ -54,9 +74,26 @@ func testPortDown(t *testing.T, e *env) {
 	}
 	t.Logf("port 1 of %s down: pool %s allocatable %d -> %d after %s", e.portDevice, dropped,
 		want[dropped], want[dropped]-1, time.Since(start).Round(time.Millisecond))
+	if gate {
+		if err := e.waitPodsHealth(t.Context(), ns, holders, want, dropped); err != nil {
+			t.Fatalf("port 1 of %s down: %v", e.portDevice, err)
+		}
+		line := fmt.Sprintf("port down: the pod holding %s showed it Unhealthy in its status (allocatedResourcesStatus) %s after the port went down, the other pools' pods all Healthy",
+			e.portDevice, time.Since(start).Round(time.Millisecond))
+		t.Log(line)
+		e.appendReport(t, line)
+		e.checkPodHealthCLI(t, ns, holders, dropped)
+	}
 	e.mustHook(t, 30*time.Second, "port-state", e.portDevice, "1", "up")
+	up := time.Now()
 	if err := e.waitAllocatable(t.Context(), 30*time.Second, want); err != nil {
 		t.Fatalf("port 1 of %s up again: %v", e.portDevice, err)
+	}
+	if gate {
+		if err := e.waitPodsHealth(t.Context(), ns, holders, want, ""); err != nil {
+			t.Fatalf("port 1 of %s up again: %v", e.portDevice, err)
+		}
+		t.Logf("port up: every pod's devices Healthy in its status %s after the port came back", time.Since(up).Round(time.Millisecond))
 	}
 	restored()
 }
