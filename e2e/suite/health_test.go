@@ -37,7 +37,7 @@ func testPortDown(t *testing.T, e *env) {
 	// Where the kubelet writes device health into pods' status, every device of the exclusive
 	// pools is held by a pod: the one whose port goes down must show Unhealthy in its pod's
 	// status, and only there.
-	gate, err := e.kubeletGateOn(t.Context(), resourceHealthGate, 36)
+	gate, err := e.kubeletGateOn(t, resourceHealthGate, 36)
 	if err != nil {
 		t.Fatal(err)
 	}
