@@ -126,7 +126,12 @@ func (e *env) checkPodHealthCLI(t *testing.T, ns string, pods map[string]string,
 	t.Helper()
 	out, code := e.kubectlRDMA(t, "pods", "-n", ns, "-o", "json")
 	var l kubectlrdma.PodAllocationList
-	if err := json.Unmarshal([]byte(out), &l); code != 0 || err != nil {
+	// Its stdout and stderr are one stream here: the object is the first JSON value in it.
+	err := fmt.Errorf("no JSON object")
+	if i := strings.Index(out, "{"); i >= 0 {
+		err = json.NewDecoder(strings.NewReader(out[i:])).Decode(&l)
+	}
+	if code != 0 || err != nil {
 		t.Errorf("kubectl rdma pods -n %s -o json: exit %d, %v:\n%s", ns, code, err, out)
 		return
 	}
