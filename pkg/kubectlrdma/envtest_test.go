@@ -37,6 +37,9 @@ func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "deploy", "helm", "kube-rdma", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// The fixture pods' device health (status.containerStatuses[].allocatedResourcesStatus):
+	// an API server without the gate drops the field (off by default before 1.36).
+	env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", "ResourceHealthStatus=true")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)

@@ -1,12 +1,14 @@
 package kubectlrdma
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
 	"github.com/kube-rdma/kube-rdma/pkg/discovery/nodesim"
@@ -91,8 +93,10 @@ func newWorld(t *testing.T) *world {
 		pods: []corev1.Pod{
 			// The kubelet's device health (ResourceHealthStatus): one of worker-0's NICs
 			// Unhealthy; worker-2's NICs Healthy and a GPU Unhealthy, which is not kube-rdma's.
+			// No message: the field is new in 1.36 and TestAgainstAPIServer's 1.34 server
+			// drops it (TestPodHealth and the hostile world carry one).
 			withHealth(pod("train", "worker-0", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
-				health(ibRes, dev(0), "Healthy", ""), health(ibRes, dev(1), "Unhealthy", "port 1 DOWN"), health(gpuRes, uuid(0), "Healthy", "")),
+				health(ibRes, dev(0), "Healthy", ""), health(ibRes, dev(1), "Unhealthy", ""), health(gpuRes, uuid(0), "Healthy", "")),
 			pod("train", "worker-1", "gpu-a", corev1.PodRunning, map[string]int64{ibRes: 1}),
 			pod("train", "vf-0", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
 			withHealth(pod("train", "worker-2", "hgx-1", corev1.PodRunning, map[string]int64{ibRes: 2, gpuRes: 2}),
@@ -102,7 +106,8 @@ func newWorld(t *testing.T) *world {
 			pod("default", "web", "cpu-1", corev1.PodRunning, nil),
 			pod("default", "lost", "gpu-a", corev1.PodRunning, map[string]int64{"rdma.kube-rdma.io/roce-vf": 1}),
 			// A claim's device Healthy; another driver's device of the pod Unhealthy (left out).
-			withHealth(withUID(pod("train", "dra-0", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-0"),
+			withHealth(withClaims(withUID(pod("train", "dra-0", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-0"),
+				map[string]string{"nic": "roce-a", "gpu": "gpu-a-0"}, map[string]string{"nic": "nic", "gpu": ""}),
 				health("claim:nic/nic", "rdma.kube-rdma.io/gpu-a/roce-dra/pci-0000-1c-00-0", "Healthy", ""),
 				health("claim:gpu", "gpu.example.com/gpu-a/gpus/gpu-0", "Unhealthy", "")),
 			withUID(pod("train", "dra-1", "gpu-a", corev1.PodRunning, nil), "pod-uid-dra-1"),
@@ -134,6 +139,18 @@ func withHealth(p corev1.Pod, rs ...corev1.ResourceStatus) corev1.Pod {
 		merged = append(merged, r)
 	}
 	p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "main", AllocatedResourcesStatus: merged})
+	return p
+}
+
+// withClaims gives p the ResourceClaims claims (its name in the pod -> the ResourceClaim's)
+// and its container "main" the requests (claim -> request, "" for all of it): the API server
+// checks the claim names of the pod's device health against them.
+func withClaims(p corev1.Pod, claims, requests map[string]string) corev1.Pod {
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To(claims[name])})
+		p.Spec.Containers[0].Resources.Claims = append(p.Spec.Containers[0].Resources.Claims,
+			corev1.ResourceClaim{Name: name, Request: requests[name]})
+	}
 	return p
 }
 
