@@ -257,3 +257,22 @@ func TestDRAClaimStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestDRADeviceMetadata: the claims' metadata files are on by default and off with
+// dra.deviceMetadata=false; without dra the daemon gets no such flag.
+func TestDRADeviceMetadata(t *testing.T) {
+	for _, tc := range []struct{ set, want, not string }{
+		{"dra.enabled=true", "--dra-device-metadata=true", "--dra-device-metadata=false"},
+		{"dra.enabled=true,dra.deviceMetadata=false", "--dra-device-metadata=false", "--dra-device-metadata=true"},
+	} {
+		args := daemonSet(t, render(t, "--set", tc.set, "--set-json", draPools)).Template.Spec.Containers[0].Args
+		if !slices.Contains(args, tc.want) || slices.Contains(args, tc.not) {
+			t.Errorf("%s: device plugin args %q, want %s", tc.set, args, tc.want)
+		}
+	}
+	for _, a := range daemonSet(t, render(t)).Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--dra-device-metadata") {
+			t.Errorf("without dra.enabled: device plugin arg %s", a)
+		}
+	}
+}

@@ -17,8 +17,8 @@ import (
 
 // testDRAClaimTemplate: for each dra pool, a pod whose claim template asks for one NIC of the
 // pool's DeviceClass runs; the claim made for it is allocated one device of the pool and
-// reserved for the pod; the container gets that device's nodes and NCCL_IB_HCA; the claim
-// goes with the pod.
+// reserved for the pod; the container gets that device's nodes and NCCL_IB_HCA, and reads
+// the claim's device metadata file naming the device; the claim goes with the pod.
 func testDRAClaimTemplate(t *testing.T, e *env) {
 	c := e.needDRA(t)
 	ns := e.namespace(t)
@@ -44,6 +44,19 @@ func testDRAClaimTemplate(t *testing.T, e *env) {
 				t.Errorf("claim %s got device %s of pool %q, want %q", claim.Name, dev.Name, got, pool)
 			}
 			e.checkNICContainer(t, ns, name, dev)
+			_, m := e.checkMetadata(t, ns, name, "devices", "nic", dev)
+			line := fmt.Sprintf("dra: pod %s read its claim's metadata file: %s of pool %s", name, dev.Name, pool)
+			for _, k := range []string{attrRDMA, "kube-rdma.io/port", "kube-rdma.io/uverbs", "kube-rdma.io/closestGPUs", "kube-rdma.io/closestGPULevel"} {
+				a := m.Attributes[resourceapi.QualifiedName(k)]
+				switch {
+				case a.StringValue != nil:
+					line += fmt.Sprintf(", %s=%s", k, *a.StringValue)
+				case a.IntValue != nil:
+					line += fmt.Sprintf(", %s=%d", k, *a.IntValue)
+				}
+			}
+			t.Log(line)
+			e.appendReport(t, line)
 			e.deletePod(t, ns, name)
 			e.waitClaimGone(t, ns, claim.Name)
 		})

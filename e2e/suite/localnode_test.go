@@ -618,6 +618,7 @@ func (l localNodeDesc) draPhase() phase {
 			{"DRAClaimTemplate", testDRAClaimTemplate},
 			{"DRAAlignPCIeRoot", testDRAAlignPCIeRoot},
 			{"DRAAlignPCIeSwitch", testDRAAlignPCIeSwitch},
+			{"DRAPrioritized", testDRAPrioritized},
 			{"DRAPortDownTaint", testDRAPortDownTaint},
 			{"DRAExtendedResource", testDRAExtendedResource},
 			{"DRAStartLatency", testDRAStartLatency},

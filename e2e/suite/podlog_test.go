@@ -11,13 +11,17 @@ import (
 )
 
 // podScript is what every device pod runs (busybox sh): what it got, once
-// for people reading the log, its environment, then every 2 s a "tick" line
+// for people reading the log, the DRA device metadata files mounted into it
+// (each as a "file <path>" line, then its content), its environment, then
+// every 2 s a "tick" line
 // with its link names and /dev/infiniband entries, so that tests can see the
 // pod's devices and netdevs at any later time without exec. It exits on
 // SIGTERM (PID 1 ignores signals it has no handler for).
 const podScript = `trap 'exit 0' TERM
 echo '== dev'; ls -1 /dev/infiniband 2>&1
 echo '== links'; ip -o link
+echo '== metadata'
+find /var/run/kubernetes.io/dra-device-attributes -type f 2>/dev/null | sort | while read -r f; do echo "file $f"; cat "$f"; done
 echo '== env'; env | sort
 echo '== end'
 while :; do
@@ -30,6 +34,9 @@ done
 type podLog struct {
 	env   map[string]string // nil until the env section is complete
 	ticks []tick
+	// metadata are the DRA device metadata files by in-container path,
+	// complete once env is.
+	metadata map[string]string
 }
 
 // tick is one tick line: the pod's link names and /dev/infiniband entries.
@@ -45,11 +52,23 @@ func (l podLog) last() tick {
 func parseLog(s string) podLog {
 	var l podLog
 	var env map[string]string
+	var meta map[string]string
+	file := ""
 	for line := range strings.Lines(s) {
 		line = strings.TrimRight(line, "\n")
 		switch {
+		case line == "== metadata":
+			meta = map[string]string{}
 		case line == "== env":
+			l.metadata, meta = meta, nil
 			env = map[string]string{}
+		case meta != nil:
+			if f, ok := strings.CutPrefix(line, "file "); ok {
+				file = f
+				meta[file] = ""
+			} else if file != "" {
+				meta[file] += line + "\n"
+			}
 		case line == "== end":
 			l.env, env = env, nil
 		case env != nil:
@@ -197,6 +216,12 @@ rdma_cm
 uverbs3
 == links
 1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue qlen 1000\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00
+== metadata
+file /var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/devices/nic/rdma.kube-rdma.io-metadata.json
+{"kind":"DeviceMetadata"}
+file /x/y.json
+{"a":1}
+{"a":2}
 == env
 KUBE_RDMA_VF_RDMA_DEVICES=mlx5_4
 NCCL_IB_HCA==mlx5_4
@@ -208,6 +233,12 @@ tick links=lo,eth0, dev=
 	want := map[string]string{"KUBE_RDMA_VF_RDMA_DEVICES": "mlx5_4", "NCCL_IB_HCA": "=mlx5_4"}
 	if diff := cmp.Diff(want, l.env); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	wantMeta := map[string]string{
+		"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/devices/nic/rdma.kube-rdma.io-metadata.json": "{\"kind\":\"DeviceMetadata\"}\n",
+		"/x/y.json": "{\"a\":1}\n{\"a\":2}\n"}
+	if diff := cmp.Diff(wantMeta, l.metadata); diff != "" {
+		t.Errorf("metadata (-want +got):\n%s", diff)
 	}
 	wantTicks := []tick{{[]string{"eth0", "lo", "net1"}, []string{"rdma_cm", "uverbs3"}}, {[]string{"eth0", "lo"}, nil}}
 	if diff := cmp.Diff(wantTicks, l.ticks, cmp.AllowUnexported(tick{})); diff != "" {

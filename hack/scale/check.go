@@ -59,14 +59,26 @@ func (r Result) violations() []string {
 		}
 	}
 	for _, s := range r.Sched {
-		if s.Claim != "aligned" {
-			continue
-		}
-		if s.Scheduled != s.Pods {
-			v = append(v, fmt.Sprintf("aligned claims: %d of %d pods scheduled", s.Scheduled, s.Pods))
-		}
-		if s.Aligned != 1 {
-			v = append(v, fmt.Sprintf("aligned claims: %.1f%% of the NICs under their GPU's switch, want 100%%", 100*s.Aligned))
+		switch s.Claim {
+		case claimAligned:
+			if s.Scheduled != s.Pods {
+				v = append(v, fmt.Sprintf("aligned claims: %d of %d pods scheduled", s.Scheduled, s.Pods))
+			}
+			if s.Aligned != 1 {
+				v = append(v, fmt.Sprintf("aligned claims: %.1f%% of the NICs under their GPU's switch, want 100%%", 100*s.Aligned))
+			}
+		case claimPrioritized:
+			// Every claim can be placed (the last choice is any NIC), and
+			// one that got its first choice has its NIC under its GPU's
+			// switch.
+			if s.Scheduled != s.Pods {
+				v = append(v, fmt.Sprintf("prioritized claims: %d of %d pods scheduled", s.Scheduled, s.Pods))
+			}
+			if s.Fallback == nil {
+				v = append(v, "prioritized claims: no fallback share measured")
+			} else if s.Aligned+*s.Fallback < 1-1e-9 {
+				v = append(v, fmt.Sprintf("prioritized claims: %.1f%% under their GPU's switch and %.2f fell back: a first choice not under the switch", 100*s.Aligned, *s.Fallback))
+			}
 		}
 	}
 	return v

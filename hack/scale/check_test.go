@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 )
 
 func TestViolations(t *testing.T) {
@@ -13,7 +14,8 @@ func TestViolations(t *testing.T) {
 			Storm: Storm{Flaps: 75, PerFlappingNodeMinute: map[string]float64{
 				"leases": 0.5, "rdmanodestates/status": 17.9, "resourceslices": 23.9}},
 			Sched: []Sched{{Claim: "aligned", Pods: 60, Scheduled: 60, Aligned: 1},
-				{Claim: "unaligned", Pods: 60, Scheduled: 58, Aligned: 0.9}},
+				{Claim: "unaligned", Pods: 60, Scheduled: 58, Aligned: 0.9},
+				{Claim: "prioritized", Pods: 60, Scheduled: 60, Aligned: 0.75, Fallback: ptr.To(0.25)}},
 			ClaimWatch: &ClaimWatch{Nodes: 50, ClaimsPerNode: 8, SteadyPerMin: map[string]float64{"LIST": 0, "WATCH": 0.2, "GET": 0}},
 		}
 	}
@@ -32,6 +34,9 @@ func TestViolations(t *testing.T) {
 		{"misaligned", func(r *Result) { r.Sched[0].Aligned, r.Sched[0].Scheduled = 0.95, 59 },
 			[]string{"aligned claims: 59 of 60 pods scheduled",
 				"aligned claims: 95.0% of the NICs under their GPU's switch, want 100%"}},
+		{"prioritized first choice off its switch", func(r *Result) { r.Sched[2].Aligned, r.Sched[2].Scheduled = 0.7, 59 },
+			[]string{"prioritized claims: 59 of 60 pods scheduled",
+				"prioritized claims: 70.0% under their GPU's switch and 0.25 fell back: a first choice not under the switch"}},
 		{"claim reconciler polling", func(r *Result) { r.ClaimWatch.SteadyPerMin["GET"] = 16 },
 			[]string{"steady state: the DRA claim reconciler made 16.2000 reads per node per minute, want at most 1"}},
 		{"claim reconciler writing", func(r *Result) { r.ClaimWatch.SteadyPerMin["PATCH"] = 0.5 },

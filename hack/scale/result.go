@@ -139,9 +139,22 @@ func (r Result) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-28s %6.2f s %7.1f MiB  %d lines\n", t.Command, t.WallS, t.RSSMiB, t.Lines)
 	}
 	fmt.Fprintln(w, "DRA scheduling (GPU + NIC per pod):")
+	var ref *Sched
+	for i, x := range r.Sched {
+		if x.Claim == claimUnaligned {
+			ref = &r.Sched[i]
+		}
+	}
 	for _, x := range r.Sched {
-		fmt.Fprintf(w, "  %-10s %d/%d scheduled at %.1f/s created %.1f/s; create-to-scheduled P50 %.2f s P99 %.2f s; NIC under the GPU's switch %.0f%%\n",
+		fmt.Fprintf(w, "  %-11s %d/%d scheduled at %.1f/s created %.1f/s; create-to-scheduled P50 %.2f s P99 %.2f s; NIC under the GPU's switch %.0f%%",
 			x.Claim, x.Scheduled, x.Pods, x.PerS, x.RatePerS, x.P50S, x.P99S, 100*x.Aligned)
+		if x.Fallback != nil {
+			fmt.Fprintf(w, "; fallback %.0f%%", 100**x.Fallback)
+		}
+		if ref != nil && x.Claim != claimUnaligned && ref.PerS > 0 && ref.P50S > 0 {
+			fmt.Fprintf(w, "; against unaligned: %.2fx the pods/s, %.2fx the P50", x.PerS/ref.PerS, x.P50S/ref.P50S)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

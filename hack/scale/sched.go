@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,18 +32,41 @@ type Sched struct {
 	// Aligned is the share of allocated claims whose NIC sits under the
 	// GPU's PCIe switch.
 	Aligned float64 `json:"alignedShare"`
+	// Fallback is the share of allocated claims of a prioritized list that
+	// got a later choice than its first (the prioritized run only).
+	Fallback *float64 `json:"fallbackShare,omitempty"`
 }
+
+// The claims of the scheduling runs: one GPU and one NIC each.
+const (
+	// claimAligned: matchAttribute on pcieRoot.
+	claimAligned = "aligned"
+	// claimUnaligned: no constraint.
+	claimUnaligned = "unaligned"
+	// claimPrioritized: a prioritized list (firstAvailable): a NIC under
+	// the GPU's PCIe switch (matchAttribute kube-rdma.io/pcieSwitch), else
+	// any NIC.
+	claimPrioritized = "prioritized"
+)
 
 const schedNS = "sched"
 
-func claimTemplate(name string, aligned bool) *resourceapi.ResourceClaimTemplate {
+func claimTemplate(name string) *resourceapi.ResourceClaimTemplate {
 	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
 		{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "sim-gpu"}},
 		{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "rdma-nic"}},
 	}}}
-	if aligned {
+	switch name {
+	case claimAligned:
 		spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"},
 			MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot))}}
+	case claimPrioritized:
+		sub := func(n string) resourceapi.DeviceSubRequest {
+			return resourceapi.DeviceSubRequest{Name: n, DeviceClassName: "rdma-nic", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+		}
+		spec.Devices.Requests[1] = resourceapi.DeviceRequest{Name: "nic", FirstAvailable: []resourceapi.DeviceSubRequest{sub("switch"), sub("any")}}
+		spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic/switch"},
+			MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(dra.AttrPCIeSwitch))}}
 	}
 	return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: schedNS, Name: name},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
@@ -62,9 +86,9 @@ func schedPod(name, tmpl string) *corev1.Pod {
 // schedule creates pods pods at rate per second asking for the template
 // tmpl's claim, and times each from its create call to the scheduler's
 // binding (the first watch event with a node name).
-func (c *cluster) schedule(ctx context.Context, tmpl string, aligned bool, pods int, rate float64) (Sched, error) {
+func (c *cluster) schedule(ctx context.Context, tmpl string, pods int, rate float64) (Sched, error) {
 	out := Sched{Claim: tmpl, Pods: pods, RatePerS: rate}
-	if _, err := c.kube.ResourceV1().ResourceClaimTemplates(schedNS).Create(ctx, claimTemplate(tmpl, aligned), metav1.CreateOptions{}); err != nil {
+	if _, err := c.kube.ResourceV1().ResourceClaimTemplates(schedNS).Create(ctx, claimTemplate(tmpl), metav1.CreateOptions{}); err != nil {
 		return out, fmt.Errorf("create claim template: %w", err)
 	}
 	w, err := c.kube.CoreV1().Pods(schedNS).Watch(ctx, metav1.ListOptions{LabelSelector: "run=" + tmpl})
@@ -130,14 +154,18 @@ func (c *cluster) schedule(ctx context.Context, tmpl string, aligned bool, pods 
 		out.PerS = float64(len(lat)) / last.Sub(start).Seconds()
 	}
 	out.P50S, out.P99S = quantile(lat, 0.5), quantile(lat, 0.99)
-	share, err := c.alignedShare(ctx, tmpl)
+	share, fallback, err := c.alignedShare(ctx, tmpl)
 	out.Aligned = share
+	if tmpl == claimPrioritized {
+		out.Fallback = &fallback
+	}
 	return out, err
 }
 
 // alignedShare is the share of the allocated claims of template tmpl whose
-// NIC is under the same PCIe switch as their GPU.
-func (c *cluster) alignedShare(ctx context.Context, tmpl string) (float64, error) {
+// NIC is under the same PCIe switch as their GPU, and the share whose NIC
+// came from a later subrequest than the first (nic/any).
+func (c *cluster) alignedShare(ctx context.Context, tmpl string) (float64, float64, error) {
 	pools := map[string]*topo{}
 	for _, n := range c.nodes {
 		pools[n.name] = n.topo
@@ -145,17 +173,21 @@ func (c *cluster) alignedShare(ctx context.Context, tmpl string) (float64, error
 	}
 	claims, err := c.kube.ResourceV1().ResourceClaims(schedNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("list claims: %w", err)
+		return 0, 0, fmt.Errorf("list claims: %w", err)
 	}
-	alloc, aligned := 0, 0
+	alloc, aligned, fallback := 0, 0, 0
 	for _, cl := range claims.Items {
 		if cl.Status.Allocation == nil || !ownedBy(cl, tmpl) {
 			continue
 		}
 		sw := map[string]string{}
 		for _, r := range cl.Status.Allocation.Devices.Results {
+			req, sub, _ := strings.Cut(r.Request, "/")
+			if sub == "any" {
+				fallback++
+			}
 			if t := pools[r.Pool]; t != nil {
-				sw[r.Request] = t.switchOf[r.Device]
+				sw[req] = t.switchOf[r.Device]
 			}
 		}
 		alloc++
@@ -164,9 +196,9 @@ func (c *cluster) alignedShare(ctx context.Context, tmpl string) (float64, error
 		}
 	}
 	if alloc == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	return float64(aligned) / float64(alloc), nil
+	return float64(aligned) / float64(alloc), float64(fallback) / float64(alloc), nil
 }
 
 // ownedBy: the claim was made for a pod of template tmpl (the pods are

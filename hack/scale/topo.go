@@ -75,10 +75,16 @@ func scanTopology(t nodesim.Topology) (*topo, error) {
 		name := fmt.Sprintf("gpu-%d", i)
 		tp.switchOf[name] = dra.PCIeSwitch(g.Location())
 		root, uuid := g.PCIeRoot, g.UUID
-		tp.gpus = append(tp.gpus, resourceapi.Device{Name: name, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: &root},
 			gpuDriver + "/uuid":                             {StringValue: &uuid},
-		}})
+		}
+		// As a GPU driver following docs/dra.md's rule would: the prioritized
+		// claim matches GPU and NIC on it.
+		if sw := tp.switchOf[name]; sw != "" {
+			attrs[dra.AttrPCIeSwitch] = resourceapi.DeviceAttribute{StringValue: &sw}
+		}
+		tp.gpus = append(tp.gpus, resourceapi.Device{Name: name, Attributes: attrs})
 	}
 	return tp, nil
 }

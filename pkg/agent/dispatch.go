@@ -52,6 +52,9 @@ func (d *Agent) push(raw *nodewatch.Snapshot) {
 	for _, name := range sortedKeys(d.cfg.FrontEnds) {
 		// Every snapshot: a health change is a device list or taint change.
 		u := Update{Pools: d.pools[name], MembersChanged: members, Healthy: snap.Healthy}
+		if snap.Node != nil {
+			u.GPUs = snap.Node.GPUs
+		}
 		if err := d.cfg.FrontEnds[name].Update(u); err != nil {
 			d.log.Warn("update front end", "frontend", name, "err", err)
 		}

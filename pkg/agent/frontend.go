@@ -70,6 +70,8 @@ type Update struct {
 	MembersChanged bool
 	// Healthy is the node's device health by RDMA device name.
 	Healthy map[string]bool
+	// GPUs are the node's GPUs (the last scan's).
+	GPUs []discovery.GPU
 }
 
 // Assignment is one configured pool as the agent hands it to its front end.

@@ -14,8 +14,10 @@ import (
 
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -66,7 +68,14 @@ type DriverConfig struct {
 	// PublishInterval is the least time between two publications of the
 	// ResourceSlices; 0 means DefaultPublishInterval (pace.go).
 	PublishInterval time.Duration
-	Logger          *slog.Logger
+	// DeviceMetadata has the kubelet plugin helper write each prepared
+	// claim's device metadata file (DeviceMetadata) and the CDI spec that
+	// mounts it into the claim's containers
+	// (kubeletplugin.EnableDeviceMetadata; metadata.resource.k8s.io/v1beta1).
+	// Nothing in the kubelet needs a feature gate for it: the file reaches
+	// the container as one more CDI device of the claim.
+	DeviceMetadata bool
+	Logger         *slog.Logger
 }
 
 // Driver is the DRA front end (agent.FrontEnd): the kubelet plugin
@@ -81,6 +90,8 @@ type Driver struct {
 
 	mu      sync.Mutex
 	index   *Index
+	gpus    []discovery.GPU // the node's, for the metadata's closest GPUs
+	numa    int             // the node's NUMA node count
 	health  []kubeletplugin.DeviceHealth
 	changed chan struct{} // closed when health changes
 	// want is the latest publication Publish asked for; the pacer hands it
@@ -147,6 +158,14 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	}
 	if cfg.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(cfg.PodUID))
+	}
+	if cfg.DeviceMetadata {
+		// The latest metadata version only: no consumer of an older one
+		// exists for this driver.
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}))
+		if cfg.CDIDir != "" {
+			opts = append(opts, kubeletplugin.CDIDirectory(cfg.CDIDir))
+		}
 	}
 	h, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
@@ -338,11 +357,23 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 	}
 	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
 	for _, p := range prepared {
-		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{p.Request}, PoolName: p.Pool,
-			DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs})
+		dev := kubeletplugin.Device{Requests: []string{p.Request}, PoolName: p.Pool, DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs}
+		if d.cfg.DeviceMetadata {
+			dev.Metadata = d.metadata(p.Pool, p.Device)
+		}
+		res.Devices = append(res.Devices, dev)
 	}
 	d.log.Info("prepared claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(prepared))
 	return res
+}
+
+// metadata is a prepared device's metadata from the last publication (the
+// Preparer found the device in it a moment ago).
+func (d *Driver) metadata(pool, device string) *kubeletplugin.DeviceMetadata {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rdma, _ := d.index.Device(pool, device)
+	return DeviceMetadata(rdma, d.index.Attributes(pool, device), d.gpus, d.numa)
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.

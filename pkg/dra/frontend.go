@@ -15,8 +15,14 @@ var (
 
 // Start implements agent.FrontEnd: StartDriver has registered the driver
 // with the kubelet already, so that its claims' records are there before
-// the agent's first scan; nothing is left to start.
-func (d *Driver) Start(context.Context, agent.Node) error { return nil }
+// the agent's first scan; what is left is the node's NUMA node count, for
+// the devices' closest GPUs in the claims' metadata.
+func (d *Driver) Start(_ context.Context, n agent.Node) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.numa = n.NUMANodes
+	return nil
+}
 
 // Update implements agent.FrontEnd: it publishes the served pools (every
 // configured dra pool the agent does not refuse; one without members is
@@ -36,6 +42,9 @@ func (d *Driver) Update(u agent.Update) error {
 		}
 		opts[a.Pool.Name] = o
 	}
+	d.mu.Lock()
+	d.gpus = u.GPUs
+	d.mu.Unlock()
 	return d.Publish(pools, opts, u.Healthy)
 }
 

@@ -1,6 +1,8 @@
 package dra
 
 import (
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/kube-rdma/kube-rdma/pkg/discovery"
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
@@ -19,7 +21,7 @@ func PoolName(node, pool string) string { return claimrecord.DRAPool(node, pool)
 // Index finds published devices by pool and name; it is the Lookup a
 // Preparer uses. Build a new one for every publication.
 type Index struct {
-	devices map[string]map[string]discovery.RDMADevice
+	devices map[string]map[string]Device
 	noNCCL  map[string]bool
 	memlock map[string]uint64
 }
@@ -37,12 +39,12 @@ func (ix *Index) Memlock(pool string) uint64 { return ix.memlock[pool] }
 
 // Add records a pool's published devices.
 func (ix *Index) Add(pool string, devs []Device) {
-	m := make(map[string]discovery.RDMADevice, len(devs))
+	m := make(map[string]Device, len(devs))
 	for _, d := range devs {
-		m[d.API.Name] = d.RDMA
+		m[d.API.Name] = d
 	}
 	if ix.devices == nil {
-		ix.devices = map[string]map[string]discovery.RDMADevice{}
+		ix.devices = map[string]map[string]Device{}
 	}
 	ix.devices[pool] = m
 }
@@ -59,7 +61,13 @@ func (ix *Index) SetNoNCCL(pool string) {
 // Device implements Lookup.
 func (ix *Index) Device(pool, device string) (discovery.RDMADevice, bool) {
 	d, ok := ix.devices[pool][device]
-	return d, ok
+	return d.RDMA, ok
+}
+
+// Attributes are the device's published attributes; nil when it is not
+// published.
+func (ix *Index) Attributes(pool, device string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	return ix.devices[pool][device].API.Attributes
 }
 
 // NCCL implements Lookup.

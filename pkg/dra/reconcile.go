@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kube-rdma/kube-rdma/pkg/hostapi/claimrecord"
 )
@@ -46,9 +47,29 @@ type ClaimWatcher struct {
 }
 
 func (d *Driver) reconcileLoop(ctx context.Context) {
-	w := &ClaimWatcher{Kube: d.cfg.KubeClient, Records: d.prep.Prepared, Unprepare: d.prep.Unprepare,
+	w := &ClaimWatcher{Kube: d.cfg.KubeClient, Records: d.prep.Prepared, Unprepare: d.unprepareGone,
 		Log: d.log, Interval: d.cfg.ReconcileInterval}
 	w.Run(ctx)
+}
+
+// unprepareGone unprepares a claim whose ResourceClaim is gone, and removes
+// the device metadata the kubelet plugin helper wrote for it: the helper
+// removes it only at the kubelet's Unprepare, which never came. Whether or
+// not metadata is on now: an earlier run may have written it.
+func (d *Driver) unprepareGone(uid string) error {
+	recs, _ := d.prep.Prepared()
+	i := slices.IndexFunc(recs, func(r claimrecord.Record) bool { return r.UID == uid })
+	if err := d.prep.Unprepare(uid); err != nil {
+		return err
+	}
+	if i < 0 {
+		return nil
+	}
+	cdi := d.cfg.CDIDir
+	if cdi == "" {
+		cdi = kubeletplugin.DefaultCDIDir
+	}
+	return removeMetadata(d.cfg.PluginDir, cdi, recs[i].Namespace, recs[i].Name, uid)
 }
 
 // Run watches until ctx ends.
