@@ -28,9 +28,8 @@ var servedSince = map[string]int{
 
 // TestRenderPerKubeVersion renders the chart for every minor from 1.28 to
 // 1.37, with the default values and with everything on: below the chart's
-// kubeVersion (1.30) helm refuses it, naming the requirement; dra.enabled
-// below 1.34 fails naming it; every other render holds only kinds that
-// minor serves.
+// kubeVersion (1.34, the oldest supported minor) helm refuses it, naming the
+// requirement; every other render holds only kinds that minor serves.
 func TestRenderPerKubeVersion(t *testing.T) {
 	all := []string{"--set", "dra.enabled=true", "--set", "nri.enabled=true", "--set", "monitoring.podMonitor.enabled=true", "--set", "devicePlugin.metricsHost=0.0.0.0",
 		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.grafanaDashboard.enabled=true", "--set", "cni.install=true"}
@@ -41,13 +40,10 @@ func TestRenderPerKubeVersion(t *testing.T) {
 			min  int
 			msg  string
 		}{
-			{"defaults", nil, 30, "kubeVersion"},
-			{"dra", all, 34, "dra.enabled needs Kubernetes >= 1.34"},
+			{"defaults", nil, 34, "kubeVersion"},
+			{"dra", all, 34, "kubeVersion"},
 		} {
 			args := append([]string{"--kube-version", fmt.Sprintf("1.%d.0", minor)}, c.args...)
-			if minor < 30 {
-				c.msg = "kubeVersion"
-			}
 			out, err := helmTemplate(t, args...)
 			if minor < c.min {
 				if err == nil || !strings.Contains(string(out), c.msg) {

@@ -8,7 +8,9 @@
 # all: kubernetes etcd helm containerd debs cniplugins multus (the Multus CNI thick plugin, for the multus
 # phase: images.sh images it). Only when named: registry (the CNCF distribution registry,
 # hack/registry.sh) and crane (go-containerregistry's CLI, at the kube-rdma go.mod's version),
-# for make release-check.
+# for make release-check; kubernetes-newest (the newest supported Kubernetes minor, for
+# e2e/rxe-cluster: its binaries are linked from $E2E_CACHE/bin/kubernetes-newest/, not from
+# current/, which keeps modules/kubernetes's, the oldest supported minor).
 #
 # Each component is a throw-away Go module under e2e/local-node/modules/<name> (go.mod pins the
 # release, go.sum pins every dependency, tools.go names the commands). Its binaries go to
@@ -29,7 +31,7 @@ E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
 E2E_BUILD_JOBS=${E2E_BUILD_JOBS:-1}
 ALL=(kubernetes etcd helm containerd debs cniplugins multus)
 # Built only when named (make release, make release-check).
-EXTRA=(registry crane)
+EXTRA=(registry crane kubernetes-newest)
 
 log() { printf '%s local-node-build: %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -52,7 +54,8 @@ recipe_key() {
 }
 
 # go_component NAME VERSION LDFLAGS TAGS OUT PKG...: build PKG... of module NAME into its cache
-# dir; OUT names the binary when there is one package, else empty (go's names).
+# dir; OUT names the binary when there is one package, else empty (go's names). The binaries
+# are linked from $E2E_CACHE/bin/$LINK_DIR (default current).
 go_component() {
   local name=$1 version=$2 ldflags=$3 tags=$4 out=$5; shift 5
   local key dir start
@@ -76,24 +79,27 @@ go_component() {
 }
 
 link_current() {
-  local f
-  mkdir -p "$E2E_CACHE/bin/current"
-  for f in "$1"/*; do ln -sfn "$f" "$E2E_CACHE/bin/current/$(basename "$f")"; done
+  local f links=$E2E_CACHE/bin/${LINK_DIR:-current}
+  mkdir -p "$links"
+  for f in "$1"/*; do ln -sfn "$f" "$links/$(basename "$f")"; done
 }
 
+# build_kubernetes [MODULE]: the Kubernetes commands of modules/MODULE (default kubernetes).
 build_kubernetes() {
-  local v ld p
-  v=$(required_version kubernetes k8s.io/kubernetes)
+  local m=${1:-kubernetes} v ld p
+  v=$(required_version "$m" k8s.io/kubernetes)
   ld="-s -w"
   # What hack/lib/version.sh sets, minus the commit (the module proxy does not carry it).
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$(cut -d. -f1 <<<"${v#v}") -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
     ld+=" -X $p.gitTreeState=clean"
   done
-  go_component kubernetes "$v" "$ld" "" "" \
+  go_component "$m" "$v" "$ld" "" "" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 }
+
+build_kubernetes_newest() { LINK_DIR=kubernetes-newest build_kubernetes kubernetes-newest; }
 
 build_etcd() {
   local v
@@ -207,7 +213,7 @@ main() {
     # build in parallel (separate build.sh runs).
     exec 9>"$E2E_CACHE/bin/.$c.lock"
     flock 9
-    "build_$c"
+    "build_${c//-/_}"
     exec 9>&-
   done
   echo "$E2E_CACHE/bin/current"

@@ -12,6 +12,16 @@ E2E_CACHE=${E2E_CACHE:-/var/cache/kube-rdma-e2e}
 RXEC_CACHE=${RXEC_CACHE:-$E2E_CACHE/rxe-cluster}
 RXEC_RUN=${RXEC_RUN:-/var/lib/kube-rdma-rxec}
 BIN=${NODE_BIN:-$E2E_CACHE/bin/current}
+# The cluster's Kubernetes minor: newest (the default; modules/kubernetes-newest, linked from
+# $E2E_CACHE/bin/kubernetes-newest: the guests run cgroup v2, which kubelets from 1.35 on need)
+# or oldest (modules/kubernetes, the local-node e2e's). KBIN has its kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet and kubectl; BIN the rest.
+RXEC_KUBE=${RXEC_KUBE:-newest}
+case $RXEC_KUBE in
+newest) KBIN=$E2E_CACHE/bin/kubernetes-newest ;;
+oldest) KBIN=$BIN ;;
+*) printf 'rxe-cluster: RXEC_KUBE=%s: want newest or oldest\n' "$RXEC_KUBE" >&2; exit 2 ;;
+esac
 NETNS=${RXEC_NETNS:-kube-rdma-rxec}
 CTL_BRIDGE=rxecctl0
 RDMA_BRIDGE=rxecrdma0

@@ -14,12 +14,13 @@ HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-PATH=$BIN:$PATH:/usr/local/go/bin
+PATH=$KBIN:$BIN:$PATH:/usr/local/go/bin
 T0=$(date +%s)
 
 [[ $(id -u) == 0 ]] || die "needs root (it starts qemu guests and a control plane in a netns)"
 [[ ! -e $RXEC_RUN/pids ]] || die "a cluster is running ($RXEC_RUN): down.sh stops it"
 bash "$REPO/e2e/local-node/build.sh" >/dev/null
+[[ $RXEC_KUBE != newest ]] || bash "$REPO/e2e/local-node/build.sh" kubernetes-newest >/dev/null
 bash "$REPO/e2e/local-node/images.sh" >/dev/null
 bash "$HERE/images.sh" >/dev/null
 T_BUILD=$(($(date +%s) - T0))
@@ -52,6 +53,7 @@ trap 'exit 130' INT TERM
 bash "$HERE/up.sh" >/dev/null
 {
   echo "nodes: $RXEC_NODES qemu guests ($RXEC_ACCEL, $RXEC_SMP vCPU, $RXEC_MEM MiB), kernel $(awk '{print $3}' "$RXEC_RUN/guest-image")"
+  echo "kubernetes: $("$KBIN/kubelet" --version) (the $RXEC_KUBE supported minor; feature gates: $(cat "$RXEC_RUN/feature-gates"))"
   awk '$2 == "ready" {printf "node %s Ready %.1f s after up.sh started\n", $1, $3}' "$RXEC_RUN/times"
 } >>"$REPORT"
 

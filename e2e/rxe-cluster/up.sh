@@ -22,9 +22,11 @@ elapsed() { awk -v s="$T0" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}';
 [[ ! -e $RXEC_RUN/pids ]] || die "$RXEC_RUN/pids exists: a cluster is running or was not stopped (down.sh)"
 ! ip netns list | grep -qw "$NETNS" || die "netns $NETNS exists (down.sh removes it)"
 IMAGES=$E2E_CACHE/images
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd \
-  containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback cni/static; do
+for b in etcd containerd containerd-shim-runc-v2 ctr runc cni/bridge cni/host-local cni/loopback cni/static; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: run e2e/local-node/build.sh"
+done
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  [[ -x $KBIN/$b ]] || die "$KBIN/$b missing: run e2e/local-node/build.sh$([[ $RXEC_KUBE == newest ]] && echo " kubernetes-newest")"
 done
 for i in pause kube-rdma rdma-test; do
   [[ -s $IMAGES/$i.tar ]] || die "$IMAGES/$i.tar missing: run e2e/local-node/images.sh"
@@ -44,7 +46,7 @@ trap 'exit 130' INT TERM
 
 mkdir -p "$RXEC_RUN"/{logs,pki,etcd} "$RXEC_RUN"/common/{bin,cni,lib,images,pki}
 : >"$RXEC_RUN/pids"
-PATH=$BIN:$PATH
+PATH=$KBIN:$BIN:$PATH
 
 # --- the guest kernel and initramfs (e2e/rxe/run.sh, cache of its own) ---------------------------
 RXE_CACHE=$RXEC_CACHE/rxe RXE_EXTRA_MODULES=$RXEC_MODULES RXE_PREPARE_ONLY=$RXEC_RUN/guest-image \
@@ -54,7 +56,7 @@ read -r KDIR INITRD KVER <"$RXEC_RUN/guest-image"
 log "guest kernel $KVER ($(elapsed)s)"
 
 # --- what every guest reads from its read-only share ---------------------------------------------
-cp -L "$BIN"/{kubelet,containerd,containerd-shim-runc-v2,ctr,runc} "$RXEC_RUN/common/bin/"
+cp -L "$KBIN/kubelet" "$BIN"/{containerd,containerd-shim-runc-v2,ctr,runc} "$RXEC_RUN/common/bin/"
 cp -L "$BIN"/cni/{bridge,host-local,loopback,static} "$RXEC_RUN/common/cni/"
 cp -L /usr/lib/x86_64-linux-gnu/libseccomp.so.2 "$RXEC_RUN/common/lib/"
 cp "$IMAGES"/{pause,kube-rdma,rdma-test}.tar "$RXEC_CACHE/images/rdma-perf.tar" "$RXEC_RUN/common/images/"
@@ -119,14 +121,26 @@ wait_for() {
 }
 
 # --- control plane (as e2e/local-node/up.sh, in $NETNS) -----------------------------------------
-FEATURE_GATES=${E2E_FEATURE_GATES-DRADeviceTaints=true,DRAConsumableCapacity=true,DRAExtendedResource=true}
-RUNTIME_CONFIG=${E2E_RUNTIME_CONFIG-resource.k8s.io/v1alpha3=true}
+# The newest minor runs with its default feature gates (device taints, consumable capacity,
+# extended resources and pod resource health are on by default from 1.36/1.37); the oldest
+# needs the alpha gates, and the v1alpha3 API of DeviceTaintRules, as the local-node e2e.
+if [[ $RXEC_KUBE == newest ]]; then
+  FEATURE_GATES=${E2E_FEATURE_GATES-}
+  RUNTIME_CONFIG=${E2E_RUNTIME_CONFIG-}
+else
+  FEATURE_GATES=${E2E_FEATURE_GATES-DRADeviceTaints=true,DRAConsumableCapacity=true,DRAExtendedResource=true}
+  RUNTIME_CONFIG=${E2E_RUNTIME_CONFIG-resource.k8s.io/v1alpha3=true}
+fi
+echo "${FEATURE_GATES:-the defaults}" >"$RXEC_RUN/feature-gates"
+gates=() api=()
+[[ -z $FEATURE_GATES ]] || gates=(--feature-gates "$FEATURE_GATES")
+[[ -z $RUNTIME_CONFIG ]] || api=(--runtime-config "$RUNTIME_CONFIG")
 start etcd "$BIN/etcd" --name rxec --data-dir "$RXEC_RUN/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
   --initial-cluster "rxec=http://127.0.0.1:2380" --quota-backend-bytes 1073741824 --unsafe-no-fsync
 wait_for "etcd healthy" 30 in_ns curl -sf "http://127.0.0.1:$ETCD_PORT/health"
-start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+start kube-apiserver "$KBIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 0.0.0.0 --advertise-address "$CTL_NET.1" --secure-port "$API_PORT" \
   --cert-dir "$RXEC_RUN/pki" --tls-cert-file "$RXEC_RUN/pki/apiserver.crt" --tls-private-key-file "$RXEC_RUN/pki/apiserver.key" \
   --client-ca-file "$RXEC_RUN/pki/ca.crt" --authorization-mode Node,RBAC \
@@ -134,15 +148,15 @@ start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETC
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$RXEC_RUN/pki/sa.pub" \
   --service-account-signing-key-file "$RXEC_RUN/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
   --kubelet-preferred-address-types InternalIP --allow-privileged=true --profiling=false \
-  --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG"
-start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG" \
+  "${gates[@]}" "${api[@]}"
+start kube-controller-manager "$KBIN/kube-controller-manager" --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
   --service-account-private-key-file "$RXEC_RUN/pki/sa.key" --root-ca-file "$RXEC_RUN/pki/ca.crt" \
   --cluster-signing-cert-file "$RXEC_RUN/pki/ca.crt" --cluster-signing-key-file "$RXEC_RUN/pki/ca.key" \
-  --leader-elect=false --secure-port 0 --profiling=false --feature-gates "$FEATURE_GATES"
-start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
+  --leader-elect=false --secure-port 0 --profiling=false "${gates[@]}"
+start kube-scheduler "$KBIN/kube-scheduler" --kubeconfig "$KUBECONFIG" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
-  --leader-elect=false --secure-port 0 --profiling=false --feature-gates "$FEATURE_GATES"
+  --leader-elect=false --secure-port 0 --profiling=false "${gates[@]}"
 
 # --- the guests (booting while the API server starts) --------------------------------------------
 for ((i = 1; i <= RXEC_NODES; i++)); do
