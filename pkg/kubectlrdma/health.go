@@ -8,9 +8,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// draDriverName is the kube-rdma DRA driver's name (claimrecord.DriverName): the first part of
-// the kubelet's resource ID of a device a claim holds, <driver>/<pool>/<device>.
-const draDriverName = "rdma.kube-rdma.io"
+// The kubelet's resource ID of a device a claim holds is the first CDI device the driver
+// returned for it, else <driver>/<pool>/<device>. kube-rdma's driver returns its claim CDI
+// device (claimrecord.CDIKind, "kube-rdma.io/claim=<claim UID>-<request>") with a request's first
+// device and none with the others.
+const (
+	// draDriverName is the kube-rdma DRA driver's name (claimrecord.DriverName).
+	draDriverName = "rdma.kube-rdma.io"
+	// draCDIKind is the kind of its claims' CDI devices (claimrecord.CDIKind).
+	draCDIKind = "kube-rdma.io/claim"
+)
+
+// ourClaimDevice reports whether the kubelet's resource ID id of a claim's device is one of
+// kube-rdma's devices.
+func ourClaimDevice(id string) bool {
+	return strings.HasPrefix(id, draDriverName+"/") || strings.HasPrefix(id, draCDIKind+"=")
+}
 
 // DeviceHealth is the kubelet's health of one kube-rdma device a container holds, from the
 // pod's status (containerStatuses[].allocatedResourcesStatus, written by kubelets with the
@@ -19,7 +32,8 @@ type DeviceHealth struct {
 	Container string `json:"container"`
 	// Resource is the extended resource, or claim:<claim>[/<request>] for a DRA claim's device.
 	Resource string `json:"resource"`
-	// Device is the device plugin's device ID, or <driver>/<pool>/<device> for a DRA device.
+	// Device is the device plugin's device ID; for a DRA device, the claim's CDI device
+	// (kube-rdma.io/claim=<claim UID>-<request>) or <driver>/<pool>/<device>.
 	Device string `json:"device"`
 	// Health is Healthy, Unhealthy or Unknown (the device's plugin or driver is gone).
 	Health  string `json:"health"`
@@ -29,8 +43,8 @@ type DeviceHealth struct {
 // podHealth is the kubelet's health of the kube-rdma devices of pod: one entry per container
 // and device (init containers first), and the worst of them (Unhealthy, then Unknown, then
 // Healthy; "" when the kubelet reports none). resources are the pod's kube-rdma extended
-// resources; a claim's device is kube-rdma's when its resource ID names the kube-rdma driver,
-// so a GPU plugin's or a GPU claim's devices are left out.
+// resources; a claim's device is kube-rdma's when its resource ID names the kube-rdma driver or
+// its claims' CDI kind, so a GPU plugin's or a GPU claim's devices are left out.
 func podHealth(pod *corev1.Pod, resources []string) (string, []DeviceHealth) {
 	var out []DeviceHealth
 	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
@@ -42,7 +56,7 @@ func podHealth(pod *corev1.Pod, resources []string) (string, []DeviceHealth) {
 			}
 			for _, r := range rs.Resources {
 				id := string(r.ResourceID)
-				if claim && !strings.HasPrefix(id, draDriverName+"/") {
+				if claim && !ourClaimDevice(id) {
 					continue
 				}
 				h := DeviceHealth{Container: cs.Name, Resource: name, Device: id, Health: string(r.Health)}

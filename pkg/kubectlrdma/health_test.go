@@ -13,8 +13,8 @@ import (
 // resources, claims' devices of the kube-rdma driver), init containers first, a missing health
 // read as Unknown, and the worst of them: Unhealthy over Unknown over Healthy.
 func TestPodHealth(t *testing.T) {
-	if draDriverName != claimrecord.DriverName {
-		t.Fatalf("draDriverName %q, the driver's name is %q", draDriverName, claimrecord.DriverName)
+	if draDriverName != claimrecord.DriverName || draCDIKind != claimrecord.CDIKind {
+		t.Fatalf("draDriverName %q, draCDIKind %q; the driver's name is %q, its CDI kind %q", draDriverName, draCDIKind, claimrecord.DriverName, claimrecord.CDIKind)
 	}
 	p := pod("train", "w", "n1", corev1.PodRunning, map[string]int64{ibRes: 1})
 	if worst, hs := podHealth(&p, []string{ibRes}); worst != "" || hs != nil {
@@ -22,7 +22,9 @@ func TestPodHealth(t *testing.T) {
 	}
 	p = withHealth(p, health(ibRes, "a", "Healthy", ""), health(gpuRes, "g", "Unhealthy", ""),
 		health("claim:gpu", "gpu.example.com/n1/p/g0", "Unhealthy", ""),
-		health("claim:nic/r", "rdma.kube-rdma.io/n1/roce/d0", "", "plugin gone"))
+		health("claim:nic/r", "rdma.kube-rdma.io/n1/roce/d0", "", "plugin gone"),
+		health("claim:nic/ib", "kube-rdma.io/claim=0d6c1a35-0000-4000-8000-0000000000b1-ib", "Healthy", ""),
+		health("claim:gpu/cdi", "gpu.example.com/gpu=0", "Unhealthy", ""))
 	p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "sidecar",
 		AllocatedResourcesStatus: []corev1.ResourceStatus{health(ibRes, "b", "Healthy", "")}}}
 	worst, hs := podHealth(&p, []string{ibRes})
@@ -30,6 +32,7 @@ func TestPodHealth(t *testing.T) {
 		{Container: "sidecar", Resource: ibRes, Device: "b", Health: "Healthy"},
 		{Container: "main", Resource: ibRes, Device: "a", Health: "Healthy"},
 		{Container: "main", Resource: "claim:nic/r", Device: "rdma.kube-rdma.io/n1/roce/d0", Health: "Unknown", Message: "plugin gone"},
+		{Container: "main", Resource: "claim:nic/ib", Device: "kube-rdma.io/claim=0d6c1a35-0000-4000-8000-0000000000b1-ib", Health: "Healthy"},
 	}
 	if diff := cmp.Diff(want, hs); diff != "" || worst != "Unknown" {
 		t.Errorf("worst %q, want Unknown; devices (-want +got):\n%s", worst, diff)
