@@ -84,19 +84,29 @@ verb_port_state() {
   gx "$(link_set "$1" "$2" "$state")"
 }
 
-# link_set DEV PORT up|down: a guest script that sets the state of DEV's netdev, which must be
-# in the guest's root netns (the tests take down a free device's) and not eth0. It leaves t0
+# link_set DEV PORT up|down: a guest script that sets the state of DEV's netdev, not eth0: in the
+# guest's root netns, or in the one pod netns (containerd's, under /var/run/netns) that has a
+# link of that name when a pod holds the device (the CNI moved it there as net1). It leaves t0
 # (/proc/uptime) and w0 (the wall clock, seconds.microseconds: busybox date has no %N, its
 # adjtimex prints the kernel's time) taken just before the change.
 link_set() {
   local s
   s=$(cat <<'EOS'
 nd=$(cat /sys/class/infiniband/@DEV@/ports/@PORT@/gid_attrs/ndevs/0 2>/dev/null) || { echo 'no port @PORT@ on @DEV@' >&2; exit 1; }
-[ -e /sys/class/net/$nd ] || { echo "$nd is not in the root netns" >&2; exit 1; }
 [ $nd != eth0 ] || { echo 'eth0 carries the control traffic' >&2; exit 1; }
+in=
+if [ ! -e /sys/class/net/$nd ]; then
+  found=
+  for ns in $(@IP@ netns list | awk '{print $1}'); do
+    @IP@ -n "$ns" link show dev "$nd" >/dev/null 2>&1 && found="$found $ns"
+  done
+  set -- $found
+  [ $# = 1 ] || { echo "$nd (port @PORT@ of @DEV@) is not in the root netns, and in $# pod netns:$found" >&2; exit 1; }
+  in="-n $1"
+fi
 t0=$(cut -d' ' -f1 /proc/uptime)
 w0=$(busybox adjtimex | awk '/tv_sec/ { s = $2 } /tv_usec/ { u = $2 } END { printf "%d.%06d", s, u }')
-@IP@ link set $nd @STATE@ || exit 1
+@IP@ $in link set $nd @STATE@ || exit 1
 read -r tl _ </proc/uptime
 EOS
 )

@@ -149,3 +149,36 @@ func (e *env) checkPodHealthCLI(t *testing.T, ns string, pods map[string]string,
 		t.Errorf("kubectl rdma doctor %s: device health %q, want a warning naming the Unhealthy device:\n%s", pods[unhealthy], got, out)
 	}
 }
+
+// waitClaimPodHealth waits until every device of kube-rdma's DRA driver in the claims of pod
+// has health want in the pod's status (at least one), as the kubelet names them: by the
+// claim's CDI device (kube-rdma.io/claim=...) or <driver>/<pool>/<device>.
+func (e *env) waitClaimPodHealth(ctx context.Context, ns, pod string, want corev1.ResourceHealthStatus) error {
+	return eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+		p, err := e.core.Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var got []string
+		ok := true
+		for _, cs := range p.Status.ContainerStatuses {
+			for _, rs := range cs.AllocatedResourcesStatus {
+				if !strings.HasPrefix(string(rs.Name), "claim:") {
+					continue
+				}
+				for _, r := range rs.Resources {
+					id := string(r.ResourceID)
+					if !strings.HasPrefix(id, "kube-rdma.io/claim=") && !strings.HasPrefix(id, draDriver+"/") {
+						continue
+					}
+					got = append(got, fmt.Sprintf("%s %s %s", rs.Name, id, r.Health))
+					ok = ok && r.Health == want
+				}
+			}
+		}
+		if len(got) == 0 || !ok {
+			return fmt.Errorf("pod %s: its claim devices' health in its status %q, want each %s", pod, got, want)
+		}
+		return nil
+	})
+}

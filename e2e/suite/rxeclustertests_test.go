@@ -353,6 +353,16 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 		e.waitRunning(t, ns, p.Name)
 	}
 	claim := e.podClaim(t, ns, a.Name)
+	// The claim pod read its device metadata file (KEP-5304), naming its device.
+	dev, err := e.draDevice(t.Context(), draDriver, allocated(t, claim)["nic"].Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, m := e.checkMetadata(t, ns, a.Name, "devices", "nic", dev); m.Attributes[attrRDMA].StringValue != nil {
+		line := fmt.Sprintf("dra: claim pod %s read its metadata file: device %s (%s)", a.Name, m.Name, *m.Attributes[attrRDMA].StringValue)
+		t.Log(line)
+		e.appendReport(t, line)
+	}
 	ex, err := kubectlrdma.NewExecer(kubeconfigFlags())
 	if err != nil {
 		t.Fatal(err)
@@ -556,6 +566,32 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 	}
 	target := devs[i].Name
 	e.waitTaint(t, target, false)
+	// Where the kubelet writes device health into pods' status (ResourceHealthStatus, on by
+	// default from 1.36), a claim pod holds the device during the first flap: its status must
+	// show the device Unhealthy while the port is down, Healthy again after (the driver's
+	// health reports, KEP-4680), and kubectl rdma must say so.
+	gate, err := e.kubeletGateOn(t, resourceHealthGate, 36)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns, holder string
+	if gate {
+		ns, holder = e.namespace(t), "dra-holder"
+		tmpl := "hold-" + rxeDRAPool
+		e.createTemplate(t, ns, tmpl, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{request("nic", draClass(rxeDRAPool))}})
+		p := e.claimPod(ns, holder, tmpl)
+		p.Spec.NodeSelector = map[string]string{hostnameLabel: c.nodes[0]}
+		e.createPod(t, p)
+		e.waitRunning(t, ns, holder)
+		if got := allocated(t, e.podClaim(t, ns, holder))["nic"].Device; got != target {
+			t.Fatalf("claim of %s got device %s, want %s (the pool's one device on %s)", holder, got, target, c.nodes[0])
+		}
+		if err := e.waitClaimPodHealth(t.Context(), ns, holder, corev1.ResourceHealthStatusHealthy); err != nil {
+			t.Fatalf("before the port goes down: %v", err)
+		}
+	} else {
+		t.Logf("the kubelet runs without %s: no device health in the claim pod's status to check", resourceHealthGate)
+	}
 	restored := e.portUpOnCleanup(t, c.device, nil)
 	tainted := func(want bool) (took, hook time.Duration) {
 		t.Helper()
@@ -592,7 +628,23 @@ func testRXEDRATaint(t *testing.T, e *env, c rxeClusterDesc) {
 		}
 		took, hook := tainted(true)
 		downs, afterHook, hooks = append(downs, took), append(afterHook, took-hook), append(hooks, hook)
+		if holder != "" && i == 0 {
+			start := time.Now().Add(-took)
+			if err := e.waitClaimPodHealth(t.Context(), ns, holder, corev1.ResourceHealthStatusUnhealthy); err != nil {
+				t.Fatalf("port down: %v", err)
+			}
+			line := fmt.Sprintf("dra: the claim pod holding %s showed it Unhealthy in its status (allocatedResourcesStatus) %.1f s after the hook that took its link down started",
+				target, time.Since(start).Seconds())
+			t.Log(line)
+			e.appendReport(t, line)
+			e.checkPodHealthCLI(t, ns, map[string]string{rxeDRAPool: holder}, rxeDRAPool)
+		}
 		up, _ = tainted(false)
+		if holder != "" && i == 0 {
+			if err := e.waitClaimPodHealth(t.Context(), ns, holder, corev1.ResourceHealthStatusHealthy); err != nil {
+				t.Fatalf("port up again: %v", err)
+			}
+		}
 	}
 	restored()
 	down, slowest := medianWorst(downs)
