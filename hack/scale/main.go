@@ -63,7 +63,7 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", time.Minute, "the steady-state window")
 	flag.DurationVar(&o.storm, "storm", time.Minute, "the port-flap storm")
 	flag.Float64Var(&o.stormShare, "storm-share", 0.1, "share of the nodes that flap a port every second in the storm")
-	flag.IntVar(&o.schedPods, "sched-pods", 400, "pods per DRA scheduling run (at most 3/8 of the GPUs)")
+	flag.IntVar(&o.schedPods, "sched-pods", 400, "pods per DRA scheduling run (at most a quarter of the GPUs: three runs share the nodes)")
 	flag.Float64Var(&o.schedRate, "sched-rate", 20, "pods created per second in the DRA scheduling runs")
 	flag.IntVar(&o.claimNodes, "claim-watch-nodes", 50, "simulated nodes that run the DRA claim reconciler (dra.ClaimWatcher) in the steady state; 0: none")
 	flag.IntVar(&o.claimsPer, "claims-per-node", 8, "prepared claims of each of those nodes")
