@@ -138,8 +138,11 @@ func (o *Options) doctor(ctx context.Context, target string, f doctorFlags) (*Do
 }
 
 func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, f doctorFlags) ([]Check, error) {
-	checks := podPreChecks(pod)
-	if pod.Spec.NodeName == "" || len(podResources(pod)) == 0 {
+	res := podResources(pod)
+	checks := podPreChecks(pod, res, nil)
+	// A pod with ResourceClaims may hold NICs of kube-rdma's DRA driver: the node's state
+	// lists the claims prepared there with their pods, which decides.
+	if pod.Spec.NodeName == "" || (len(res) == 0 && len(pod.Spec.ResourceClaims) == 0) {
 		return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
 	}
 	node, err := cl.GetNode(ctx, pod.Spec.NodeName)
@@ -147,6 +150,13 @@ func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, f 
 		return nil, err
 	}
 	s, serr := stateOf(ctx, cl, node.Name)
+	if len(res) == 0 {
+		claims := podDRAClaims(pod, s)
+		checks = podPreChecks(pod, res, claims)
+		if len(claims) == 0 && serr == nil {
+			return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
+		}
+	}
 	nc, err := nodeChecks(node, s, serr, o.Now(), f.staleAfter)
 	if err != nil {
 		return nil, err
@@ -155,9 +165,26 @@ func (o *Options) podDoctor(ctx context.Context, cl Cluster, pod *corev1.Pod, f 
 	if serr != nil {
 		return append(checks, o.containerChecks(ctx, pod, nil, f.noExec)...), nil
 	}
-	checks = append(checks, allocationChecks(pod, s)...)
-	checks = append(checks, healthCheck(pod, podResources(pod)))
+	if len(res) > 0 {
+		checks = append(checks, allocationChecks(pod, s)...)
+	}
+	checks = append(checks, healthCheck(pod, res))
 	return append(checks, o.containerChecks(ctx, pod, s, f.noExec)...), nil
+}
+
+// podDRAClaims names the claims of kube-rdma's DRA driver prepared for pod (by its UID) on its
+// node, as the node's state lists them; none without a state.
+func podDRAClaims(pod *corev1.Pod, s *v1alpha1.RDMANodeState) []string {
+	if s == nil || pod.UID == "" {
+		return nil
+	}
+	var out []string
+	for _, c := range s.Status.Claims {
+		if slices.ContainsFunc(c.Pods, func(p v1alpha1.ClaimPod) bool { return p.UID == string(pod.UID) }) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }
 
 func count(checks []Check, v Verdict) int {

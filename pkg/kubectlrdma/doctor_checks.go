@@ -135,19 +135,22 @@ func netnsCheck(mode string, p v1alpha1.Pool) Check {
 	return c
 }
 
-// podPreChecks need only the pod.
-func podPreChecks(pod *corev1.Pod) []Check {
+// podPreChecks need only the pod, its kube-rdma resources res and the claims of kube-rdma's
+// DRA driver prepared for it (podDRAClaims).
+func podPreChecks(pod *corev1.Pod, res, claims []string) []Check {
 	checks := []Check{{Name: "pod scheduled", Verdict: Pass, Detail: "on node " + pod.Spec.NodeName + ", phase " + string(pod.Status.Phase)}}
 	if pod.Spec.NodeName == "" {
 		checks[0] = Check{Name: "pod scheduled", Verdict: Fail, Detail: "not scheduled (phase " + string(pod.Status.Phase) + ")",
 			Fix: "kubectl describe pod " + pod.Name + ": an event says which resource no node has"}
 	}
-	res := podResources(pod)
-	if len(res) == 0 {
-		return append(checks, Check{Name: "requests RDMA", Verdict: Fail, Detail: "no container asks for a " + resourcePrefix + "* resource",
-			Fix: "add resources.limits: {" + resourcePrefix + "POOL: 1} to the container that uses RDMA"})
+	switch {
+	case len(res) > 0:
+		return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: strings.Join(res, ", ")})
+	case len(claims) > 0:
+		return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: "DRA claims of " + draDriverName + ": " + strings.Join(claims, ", ")})
 	}
-	return append(checks, Check{Name: "requests RDMA", Verdict: Pass, Detail: strings.Join(res, ", ")})
+	return append(checks, Check{Name: "requests RDMA", Verdict: Fail, Detail: "no container asks for a " + resourcePrefix + "* resource, and no claim of " + draDriverName + " is prepared for the pod",
+		Fix: "add resources.limits: {" + resourcePrefix + "POOL: 1} to the container that uses RDMA, or a ResourceClaim of a kube-rdma DeviceClass"})
 }
 
 // cniCheck says how the chart set up the kube-rdma CNI plugin on the node,

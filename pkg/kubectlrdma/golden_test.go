@@ -46,6 +46,8 @@ var goldenCases = []goldenCase{
 	{"doctor-rxe-client", []string{"doctor", "-n", "default", "rxe-client"}},
 	{"doctor-vf-0", []string{"doctor", "-n", "train", "vf-0"}},
 	{"doctor-pending", []string{"doctor", "-n", "train", "pending-0"}},
+	{"doctor-dra-0", []string{"doctor", "-n", "train", "dra-0"}},
+	{"doctor-other-claim", []string{"doctor", "-n", "train", "other-claim", "--no-exec"}},
 	{"doctor-lost", []string{"doctor", "-n", "default", "lost"}},
 	{"doctor-web", []string{"doctor", "-n", "default", "web"}},
 	{"doctor-node-hgx", []string{"doctor", "node/hgx-1"}},
