@@ -59,6 +59,7 @@ func (r *gpuRequest) allocFiles(rec *attachment.Attachment) (map[string][]byte, 
 		if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 			fmt.Fprintf(&nccl, "NCCL_IB_GID_INDEX=%d\n", idx)
 			fmt.Fprintf(&env, "export NCCL_IB_GID_INDEX=%d\n", idx)
+			fmt.Fprintf(&env, "export UCX_IB_GID_INDEX=%d\n", idx)
 		}
 		// UCX reads no nccl.conf: the env file only, in the pod's NIC order.
 		if ucx := discovery.UCXNetDevices(devs); ucx != "" {

@@ -264,7 +264,7 @@ func TestGPUAlignedTwoPods(t *testing.T) {
 			if got, want := readFile(t, g.allocPath(c.slots, "nccl.conf")), "NCCL_IB_HCA=="+tc.hca+"\nNCCL_IB_GID_INDEX=3\n"; got != want {
 				t.Errorf("%s: nccl.conf = %q, want %q", tc.pod.name, got, want)
 			}
-			wantEnv := "export NCCL_IB_HCA='=" + tc.hca + "'\nexport NCCL_IB_GID_INDEX=3\n" +
+			wantEnv := "export NCCL_IB_HCA='=" + tc.hca + "'\nexport NCCL_IB_GID_INDEX=3\nexport UCX_IB_GID_INDEX=3\n" +
 				"export UCX_NET_DEVICES='" + strings.ReplaceAll(tc.hca, ",", ":1,") + ":1'\n" +
 				"export KUBE_RDMA_GPU_NICS_RDMA_DEVICES='" + tc.hca + "'\nexport KUBE_RDMA_GPU_NICS_NETDEVS='net1,net2'\n"
 			if got := readFile(t, g.allocPath(c.slots, "env")); got != wantEnv {

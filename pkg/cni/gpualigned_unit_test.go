@@ -131,7 +131,7 @@ func TestAllocFilesNCCL(t *testing.T) {
 		nccl, envFile string
 	}{
 		{"nccl pool", false, "NCCL_IB_HCA==mlx5_3\nNCCL_IB_GID_INDEX=3\n",
-			"export NCCL_IB_HCA='=mlx5_3'\nexport NCCL_IB_GID_INDEX=3\nexport UCX_NET_DEVICES='mlx5_3:1'\nexport KUBE_RDMA_STORAGE_RDMA_DEVICES='mlx5_3'\nexport KUBE_RDMA_STORAGE_NETDEVS='net1'\n"},
+			"export NCCL_IB_HCA='=mlx5_3'\nexport NCCL_IB_GID_INDEX=3\nexport UCX_IB_GID_INDEX=3\nexport UCX_NET_DEVICES='mlx5_3:1'\nexport KUBE_RDMA_STORAGE_RDMA_DEVICES='mlx5_3'\nexport KUBE_RDMA_STORAGE_NETDEVS='net1'\n"},
 		{"nccl: false", true, "",
 			"export KUBE_RDMA_STORAGE_RDMA_DEVICES='mlx5_3'\nexport KUBE_RDMA_STORAGE_NETDEVS='net1'\n"},
 	}

@@ -43,9 +43,12 @@ func DeviceNodes(devs []discovery.RDMADevice) []string {
 // FabricEnv names the devices for the libraries that choose a fabric by
 // environment: NCCL_IB_HCA with the "=" prefix so NCCL matches the names
 // exactly (mlx5_1 does not also pick mlx5_10), NCCL_IB_GID_INDEX when every
-// port is RoCE and they agree on the index, and UCX_NET_DEVICES (UCX, so
-// Open MPI's and NIXL's UCX transports) as device:port for every port of
-// the devices, in the same order.
+// port is RoCE and they agree on the index, with UCX_IB_GID_INDEX naming the
+// same GID (UCX's own choice can differ from NCCL's: it takes an IPv4 GID
+// the pod's IPAM added after this answer, which a verbs-only connection
+// cannot always route from the pod), and UCX_NET_DEVICES (UCX, so Open
+// MPI's and NIXL's UCX transports) as device:port for every port of the
+// devices, in the same order.
 func FabricEnv(devs []discovery.RDMADevice) map[string]string {
 	names := make([]string, 0, len(devs))
 	for _, d := range devs {
@@ -54,6 +57,7 @@ func FabricEnv(devs []discovery.RDMADevice) map[string]string {
 	e := map[string]string{"NCCL_IB_HCA": "=" + strings.Join(names, ",")}
 	if idx, ok := discovery.CommonRoCEv2GIDIndex(devs); ok {
 		e["NCCL_IB_GID_INDEX"] = strconv.Itoa(idx)
+		e["UCX_IB_GID_INDEX"] = strconv.Itoa(idx)
 	}
 	if ucx := discovery.UCXNetDevices(devs); ucx != "" {
 		e["UCX_NET_DEVICES"] = ucx

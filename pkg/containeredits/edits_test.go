@@ -31,7 +31,7 @@ func TestFabricEnv(t *testing.T) {
 	}{
 		{"infiniband", []discovery.RDMADevice{ib}, map[string]string{"NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"}},
 		{"roce, IPv4-mapped GID first", []discovery.RDMADevice{roce("mlx5_1", v2, v2ipv4), roce("mlx5_2", v2ipv4)},
-			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_2:1"}},
+			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "NCCL_IB_GID_INDEX": "3", "UCX_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_2:1"}},
 		{"roce, indexes differ", []discovery.RDMADevice{roce("mlx5_1", v2), roce("mlx5_2", v2ipv4)},
 			map[string]string{"NCCL_IB_HCA": "=mlx5_1,mlx5_2", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_2:1"}},
 		{"mixed link layers", []discovery.RDMADevice{ib, roce("mlx5_2", v2ipv4)},

@@ -97,7 +97,7 @@ func TestAllocate(t *testing.T) {
 			Devices: spec(e, "/dev/infiniband/uverbs9", "/dev/infiniband/umad9", "/dev/infiniband/issm9", "/dev/infiniband/rdma_cm"),
 			Envs: map[string]string{
 				"KUBE_RDMA_VF_GPU0_RDMA_DEVICES": "mlx5_9", "KUBE_RDMA_VF_GPU0_PCI_ADDRESSES": "0000:15:00.3",
-				"NCCL_IB_HCA": "=mlx5_9", "NCCL_IB_GID_INDEX": "1", "UCX_NET_DEVICES": "mlx5_9:1",
+				"NCCL_IB_HCA": "=mlx5_9", "NCCL_IB_GID_INDEX": "1", "UCX_IB_GID_INDEX": "1", "UCX_NET_DEVICES": "mlx5_9:1",
 			}}},
 		{"SF of a pool that is not NCCL's", "sf", []string{"mlx5_core.sf.2"}, &pluginapi.ContainerAllocateResponse{
 			Devices: spec(e, "/dev/infiniband/uverbs12", "/dev/infiniband/umad12", "/dev/infiniband/issm12", "/dev/infiniband/rdma_cm"),

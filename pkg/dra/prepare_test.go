@@ -204,8 +204,8 @@ func TestPrepareClaimOfTwoPools(t *testing.T) {
 			[]dra.Result{{Request: "a", Pool: "n/vf", Device: byRDMA["mlx5_3"].API.Name}, {Request: "b", Pool: "n/vf", Device: byRDMA["mlx5_4"].API.Name},
 				{Request: "c", Pool: "n/ib", Device: byRDMA["mlx5_0"].API.Name}},
 			// LocalNode's VFs carry an IPv4-mapped RoCE v2 GID at index 3.
-			map[string]map[string]string{"a": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"},
-				"b": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"}, "c": {}}},
+			map[string]map[string]string{"a": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"},
+				"b": {"NCCL_IB_HCA": "=mlx5_3,mlx5_4", "NCCL_IB_GID_INDEX": "3", "UCX_IB_GID_INDEX": "3", "UCX_NET_DEVICES": "mlx5_3:1,mlx5_4:1"}, "c": {}}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -230,7 +230,7 @@ func TestDecideNCCLEnv(t *testing.T) {
 		env   []KeyValue
 	}{
 		{"two rails", ctr("uverbs2", "uverbs0", "uverbs1"), []string{"rail0", "rail1"}, []KeyValue{
-			{"NCCL_IB_GID_INDEX", "3"}, {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2"}, {"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_2:1"}}},
+			{"NCCL_IB_GID_INDEX", "3"}, {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2"}, {"UCX_IB_GID_INDEX", "3"}, {"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_2:1"}}},
 		{"one rail", ctr("uverbs0", "uverbs1"), []string{"rail0"}, nil},
 		{"a rail and storage", ctr("uverbs0", "uverbs3"), []string{"rail0"}, nil},
 		{"nothing of ours", ctr("nvidia0"), nil, nil},
