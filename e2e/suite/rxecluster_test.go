@@ -147,6 +147,7 @@ func rxeCluster(d map[string]string) (harness, error) {
 			{"PortDown", testPortDown},
 			{"PortDownDetection", func(t *testing.T, e *env) { testPortDownDetection(t, e, c) }},
 			{"NodeState", testNodeState},
+			{"RestartHeld", testRestartHeld},
 			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
 			{"NonRootRegister", func(t *testing.T, e *env) { testNonRootRegister(t, e, c) }},
 		},
