@@ -30,6 +30,7 @@ while read -r a b c d _; do [ "$a $b $c" = "Max locked memory" ] && echo "memloc
 echo "hca ${NCCL_IB_HCA-<unset>}"
 echo "gidindex ${NCCL_IB_GID_INDEX-<unset>}"
 echo "ucx ${UCX_NET_DEVICES-<unset>}"
+echo "ucxgid ${UCX_IB_GID_INDEX-<unset>}"
 command -v ip >/dev/null 2>&1 || echo "noip"
 `)
 	for _, n := range netdevs {
@@ -67,6 +68,7 @@ type containerView struct {
 	hca       string            // "<unset>" when unset
 	gidIndex  string            // "<unset>" when unset
 	ucx       string            // UCX_NET_DEVICES, "<unset>" when unset; "" when not printed (an older script)
+	ucxGID    string            // UCX_IB_GID_INDEX, the same
 	noIP      bool
 	operstate map[string]string   // netdev -> operstate ("missing")
 	addrs     map[string][]string // netdev -> addresses
@@ -96,6 +98,8 @@ func parseContainerView(out string) containerView {
 			v.gidIndex = rest
 		case key == "ucx":
 			v.ucx = rest
+		case key == "ucxgid":
+			v.ucxGID = rest
 		case key == "noip":
 			v.noIP = true
 		case key == "netdev" && len(f) == 2:

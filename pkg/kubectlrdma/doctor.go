@@ -63,7 +63,7 @@ the kubelet reports in the pod's status; then, through exec in
 each container that has kube-rdma devices (pods/exec, /bin/sh in the image;
 --no-exec skips them): /dev/infiniband nodes open read-write, the moved netdev
 is up with an address, the RoCE v2 GID is there, ulimit -l, and NCCL_IB_HCA,
-NCCL_IB_GID_INDEX and UCX_NET_DEVICES match the allocation. Exits 1 when a check
+NCCL_IB_GID_INDEX, UCX_NET_DEVICES and UCX_IB_GID_INDEX match the allocation. Exits 1 when a check
 fails.`,
 		Example: `  kubectl rdma doctor my-training-pod-0
   kubectl rdma doctor -n training pod/my-training-pod-0

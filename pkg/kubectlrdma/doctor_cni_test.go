@@ -139,6 +139,28 @@ func TestDoctorMultiPoolPod(t *testing.T) {
 		})
 	}
 
+	roce := map[string][]gidEntry{"mlx5_0": {{port: 1, index: 3, typ: "RoCE v2"}}}
+	for _, tt := range []struct {
+		name, nccl, ucx string // "": not printed (an older script)
+		gids            map[string][]gidEntry
+		want            Verdict
+		detail          string
+	}{
+		{"UCX_IB_GID_INDEX with NCCL_IB_GID_INDEX, the same", "3", "3", roce, Pass, "NCCL_IB_GID_INDEX=3, UCX_IB_GID_INDEX=3"},
+		{"UCX_IB_GID_INDEX not printed (an older kubectl-rdma script)", "3", "", roce, Pass, "NCCL_IB_GID_INDEX=3"},
+		{"UCX_IB_GID_INDEX differs from NCCL_IB_GID_INDEX", "3", "1", nil, Fail, "UCX_IB_GID_INDEX=1, NCCL_IB_GID_INDEX=3"},
+		{"UCX_IB_GID_INDEX alone, on a RoCE v2 GID", "<unset>", "3", roce, Pass, "UCX_IB_GID_INDEX=3"},
+		{"UCX_IB_GID_INDEX alone, on no RoCE v2 GID", "<unset>", "1", roce, Fail, "the allocated ports' RoCE v2 GIDs are at 3"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := containerView{hca: "=mlx5_0", gidIndex: tt.nccl, ucxGID: tt.ucx, ucx: "<unset>", gids: tt.gids}
+			c := ncclCheck(v, allocs[0])
+			if c.Verdict != tt.want || !strings.Contains(c.Detail, tt.detail) {
+				t.Errorf("got %+v, want %s with %q", c, tt.want, tt.detail)
+			}
+		})
+	}
+
 	t.Run("a state older than the pod is not a missing allocation", func(t *testing.T) {
 		old := s.DeepCopy()
 		old.Status.LastUpdate = metav1.NewTime(started.Add(-time.Second))

@@ -268,8 +268,9 @@ func memlockCheck(v containerView) Check {
 // that set NCCL's variables (by their names in the pod; pools with nccl:
 // false name theirs in KUBE_RDMA_<POOL>_* only), NCCL_IB_GID_INDEX with
 // the RoCE v2 GIDs the container sees (the state's index when it sees none),
-// and UCX_NET_DEVICES, when set (a daemon before it set none), with the same
-// devices.
+// UCX_NET_DEVICES, when set (a daemon before it set none), with the same
+// devices, and UCX_IB_GID_INDEX, when set, with NCCL_IB_GID_INDEX (the agent
+// sets both to one index) or else the RoCE v2 GIDs.
 func ncclCheck(v containerView, a containerAlloc) Check {
 	c := Check{Name: containerCheckNames[4], Verdict: Pass}
 	if len(a.nccl) == 0 {
@@ -317,16 +318,31 @@ func ncclCheck(v containerView, a containerAlloc) Check {
 	case v.ucx != "" && v.ucx != "<unset>" && !slices.Equal(ucxDevices(v.ucx), names):
 		c.Verdict, c.Detail = Fail, fmt.Sprintf("UCX_NET_DEVICES=%s, allocated %s (UCX names each port as device:port)", v.ucx, strings.Join(names, ","))
 		c.Fix = "remove UCX_NET_DEVICES from the pod spec: the device plugin sets it to the allocation's ports"
+	case v.ucxGID != "" && v.ucxGID != "<unset>" && v.gidIndex != "<unset>" && v.ucxGID != v.gidIndex:
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("UCX_IB_GID_INDEX=%s, NCCL_IB_GID_INDEX=%s: UCX and NCCL use different GIDs of the port", v.ucxGID, v.gidIndex)
+		c.Fix = "remove UCX_IB_GID_INDEX from the pod spec: the device plugin sets it with NCCL_IB_GID_INDEX"
+	case v.ucxGID != "" && v.ucxGID != "<unset>" && v.gidIndex == "<unset>" && len(valid) > 0 && !validIndex(v.ucxGID, valid):
+		c.Verdict, c.Detail = Fail, fmt.Sprintf("UCX_IB_GID_INDEX=%s, the allocated ports' RoCE v2 GIDs are at %s", v.ucxGID, joinInts(slices.Sorted(maps.Keys(valid))))
+		c.Fix = "remove UCX_IB_GID_INDEX from the pod spec, or set it to one of those indexes"
 	default:
 		c.Detail = "NCCL_IB_HCA=" + v.hca
 		if v.gidIndex != "<unset>" {
 			c.Detail += ", NCCL_IB_GID_INDEX=" + v.gidIndex
+		}
+		if v.ucxGID != "" && v.ucxGID != "<unset>" {
+			c.Detail += ", UCX_IB_GID_INDEX=" + v.ucxGID
 		}
 		if v.ucx != "" && v.ucx != "<unset>" {
 			c.Detail += ", UCX_NET_DEVICES=" + v.ucx
 		}
 	}
 	return c
+}
+
+// validIndex is whether s is one of the indexes in valid.
+func validIndex(s string, valid map[int]bool) bool {
+	i, err := strconv.Atoi(s)
+	return err == nil && valid[i]
 }
 
 // ucxDevices is the sorted device names of a UCX_NET_DEVICES value
