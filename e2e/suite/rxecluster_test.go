@@ -149,6 +149,7 @@ func rxeCluster(d map[string]string) (harness, error) {
 			{"NodeState", testNodeState},
 			{"RestartHeld", testRestartHeld},
 			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
+			{"MPIJob", func(t *testing.T, e *env) { testMPIJob(t, e, c) }},
 			{"NonRootRegister", func(t *testing.T, e *env) { testNonRootRegister(t, e, c) }},
 		},
 	}, c.draPhase()}}, nil

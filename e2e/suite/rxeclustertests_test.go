@@ -237,6 +237,9 @@ func testCrossNode(t *testing.T, e *env, c rxeClusterDesc) {
 		t.Fatal(err)
 	}
 	t.Logf("ib_write_bw host-to-host %s -> %s: %.2f Gb/sec, %d writes", c.nodes[1], c.nodes[0], host, hostWrites)
+	rxeHostBW.Lock()
+	rxeHostBW.gbps = host
+	rxeHostBW.Unlock()
 
 	ns := e.namespace(t)
 	names := []string{"rdma-a", "rdma-b"}
