@@ -123,6 +123,9 @@ func testMPIJob(t *testing.T, e *env, c rxeClusterDesc) {
 	if len(c.nodes) < 2 {
 		t.Skipf("one node (%s): the MPI job's ranks run on two", c.nodes[0])
 	}
+	// Its own 6 min on a starved guest (four pods, the job twice and the failing job), then
+	// the phase's uninstall and checks (up to 8).
+	skipNearDeadline(t, e, "rxe-cluster's MPIJob", 14*time.Minute)
 	ns := e.namespace(t)
 	secret, err := mpiSSHSecret(ns)
 	if err != nil {

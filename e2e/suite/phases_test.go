@@ -65,6 +65,21 @@ func deadlineSkip(p phase, deadline string, now time.Time) (string, error) {
 		p.name, left.Truncate(time.Second), p.budget), nil
 }
 
+// skipNearDeadline skips test (in the report too) when E2E_DEADLINE leaves less than budget:
+// the test's own longest time on a starved host plus what its phase still needs after it.
+// Run past the deadline, the suite's timeout fails the whole run and keeps nothing it found.
+func skipNearDeadline(t *testing.T, e *env, test string, budget time.Duration) {
+	t.Helper()
+	why, err := deadlineSkip(phase{name: test + " (a test)", budget: budget}, os.Getenv("E2E_DEADLINE"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why != "" {
+		e.appendReport(t, why)
+		t.Skip(why)
+	}
+}
+
 // release is one helm release of a phase, and the node whose state it must leave as it was.
 type release struct {
 	name string

@@ -712,14 +712,7 @@ func testNonRootRegister(t *testing.T, e *env, c rxeClusterDesc) {
 	// Under CI's deadline the test runs only with the time it needs left (about 2 min on a
 	// starved guest) plus what the phase still needs after it (its uninstall took up to 7.2 min
 	// and its checks 1 min): run past the deadline, the suite's timeout fails the whole run.
-	why, err := deadlineSkip(phase{name: "rxe-cluster's NonRootRegister (a test)", budget: 14 * time.Minute}, os.Getenv("E2E_DEADLINE"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if why != "" {
-		e.appendReport(t, why)
-		t.Skip(why)
-	}
+	skipNearDeadline(t, e, "rxe-cluster's NonRootRegister", 14*time.Minute)
 	const port, control = 18600, 18601
 	ns := e.namespace(t)
 	script := strings.NewReplacer("SIZE", strconv.Itoa(registerBytes), "CONTROLPORT", strconv.Itoa(control),
@@ -733,7 +726,7 @@ func testNonRootRegister(t *testing.T, e *env, c rxeClusterDesc) {
 	p.Spec.Containers[0].Image, p.Spec.Containers[0].Command = c.perfImage, []string{"sh", "-c", script}
 	e.createPod(t, p)
 	var pod *corev1.Pod
-	err = eventually(t.Context(), podStartup+2*time.Minute, func(ctx context.Context) error {
+	err := eventually(t.Context(), podStartup+2*time.Minute, func(ctx context.Context) error {
 		var err error
 		if pod, err = e.core.Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return err
