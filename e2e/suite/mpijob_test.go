@@ -126,6 +126,9 @@ func testMPIJob(t *testing.T, e *env, c rxeClusterDesc) {
 	// Its own 6 min on a starved guest (four pods, the job twice and the failing job), then
 	// the phase's uninstall and checks (up to 8).
 	skipNearDeadline(t, e, "rxe-cluster's MPIJob", 14*time.Minute)
+	// Before the workers exist: each takes its node's eth1, which host-bw runs on, into its
+	// netns (CrossNode's figure when it ran first).
+	host := hostGbps(t, e, c)
 	ns := e.namespace(t)
 	secret, err := mpiSSHSecret(ns)
 	if err != nil {
@@ -201,7 +204,6 @@ func testMPIJob(t *testing.T, e *env, c rxeClusterDesc) {
 			t.Errorf("UCX used %s, want only the pod's %s:1", d, c.device)
 		}
 	}
-	host := hostGbps(t, e, c)
 	ratio := 0.0
 	if host > 0 {
 		ratio = res.mbps * 8 / 1000 / host
