@@ -37,6 +37,7 @@ type bwFlags struct {
 	port      int
 	qpTimeout int
 	wait      time.Duration
+	image     string // run perftest in an ephemeral container of this image
 }
 
 func newBWCommand(o *Options) *cobra.Command {
@@ -48,8 +49,21 @@ func newBWCommand(o *Options) *cobra.Command {
 each on the first RDMA device kube-rdma allocated to it, under the device's and
 netdev's names in the pod (a soft-RoCE device the CNI plugin re-created there
 may have another name), the client connecting to POD_A's IP; prints the pair's
-devices and the average and peak bandwidth. Both images need ib_write_bw;
-both pods must be Running with a kube-rdma allocation. A pod whose containers
+devices and the average and peak bandwidth. Both pods must be Running with a
+kube-rdma allocation.
+
+Where perftest runs: by default in each pod's container that holds the device,
+whose image then needs ib_write_bw. With --image IMAGE, bw adds an ephemeral
+container of IMAGE to each pod instead (as kubectl debug does) and runs
+perftest there, so the pods' own images need nothing: it shares the pod's
+network namespace (the netdev and, in exclusive RDMA netns mode, the RDMA
+device the CNI plugin moved there), and runs privileged to open the node's
+RDMA device nodes and lock the memory perftest registers. IMAGE needs sh,
+sleep and ib_write_bw (any image with Debian's or Ubuntu's perftest package).
+This takes update on pods/ephemeralcontainers and a namespace whose Pod
+Security level lets a container be privileged. An ephemeral container cannot
+be removed from its pod: each run leaves one more, ended, in the pod's spec
+and status (it ends when bw is done, or on its own after the run's deadline). A pod whose containers
 started after its node's state was last written is not in that state yet (the
 daemon writes it within seconds): bw waits up to --wait for the state to list
 it, then fails saying so. bw waits the duration and a minute for perftest on
@@ -67,7 +81,8 @@ without KVM) can take longer than that to ack, and spurious retransmits then
 make runs report 0; 18 (about 1 s) avoids that.`,
 		Example: `  kubectl rdma bw -n training worker-0 worker-1
   kubectl rdma bw worker-0 worker-1 --duration 10 --size 1048576
-  kubectl rdma bw rxe-a rxe-b --qp-timeout 18   # soft-RoCE on emulated nodes`,
+  kubectl rdma bw rxe-a rxe-b --qp-timeout 18   # soft-RoCE on emulated nodes
+  kubectl rdma bw worker-0 worker-1 --image registry.example.com/perftest:bookworm   # images without perftest`,
 		Args: exactArgs(2, "two pods: POD_A (server) and POD_B (client)"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if f.qpTimeout < 0 || f.qpTimeout > 31 {
@@ -84,6 +99,7 @@ make runs report 0; 18 (about 1 s) avoids that.`,
 	c.Flags().IntVar(&f.port, "port", f.port, "TCP port of the out-of-band exchange (ib_write_bw -p)")
 	c.Flags().IntVar(&f.qpTimeout, "qp-timeout", f.qpTimeout, "QP retransmit timeout exponent, 4.096 us * 2^N (ib_write_bw -u); 0: perftest's default (14); 18 under software emulation")
 	c.Flags().DurationVar(&f.wait, "wait", f.wait, "how long to wait for a node's state to list a pod that started after the state's last write (0: do not wait)")
+	c.Flags().StringVar(&f.image, "image", "", "run ib_write_bw in a privileged ephemeral container of this image added to each pod, not in the pods' own containers (the image needs sh, sleep and ib_write_bw)")
 	return c
 }
 
@@ -141,6 +157,33 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.image != "" {
+		newDebugger := o.NewDebugger
+		if newDebugger == nil {
+			newDebugger = NewDebugger
+		}
+		dbg, err := newDebugger(o.flags)
+		if err != nil {
+			return err
+		}
+		// Long enough for the other side's container to start, both probes and
+		// perftest; bw ends it sooner when it is done.
+		life := 2*bwContainerWait + bwDeadline(f) + time.Minute
+		var started []bwEnd
+		defer func() {
+			for _, e := range started {
+				o.bwContainerDone(ex, e)
+			}
+		}()
+		for _, e := range []*bwEnd{&server, &client} {
+			if err := bwInImage(ctx, cl, dbg, e, f.image, life); err != nil {
+				return err
+			}
+			started = append(started, *e)
+			fmt.Fprintf(o.Streams.ErrOut, "%s/%s: ephemeral container %s (image %s) running\n",
+				escapeString(e.pod.Namespace), escapeString(e.pod.Name), e.container, escapeString(f.image))
+		}
+	}
 	for _, e := range []*bwEnd{&server, &client} {
 		if err := probeEnd(ctx, ex, e); err != nil {
 			return err
@@ -170,6 +213,18 @@ func (o *Options) runBW(ctx context.Context, a, b string, f bwFlags) error {
 	// 0.00 Gb/sec while its writes went through; the count says they did.
 	fmt.Fprintf(o.Streams.Out, ", %d writes\n", r.writes)
 	return nil
+}
+
+// bwContainerDone ends e's ephemeral container (bwInImage's): its loop
+// exits once bwDoneFile exists. A failure is said on stderr only: the
+// container ends on its own at the end of its life.
+func (o *Options) bwContainerDone(ex Execer, e bwEnd) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := ex.Exec(ctx, e.pod.Namespace, e.pod.Name, e.container, []string{"touch", bwDoneFile}); err != nil {
+		fmt.Fprintf(o.Streams.ErrOut, "note: could not end ephemeral container %s of %s/%s (it ends on its own): %s\n",
+			e.container, escapeString(e.pod.Namespace), escapeString(e.pod.Name), escapeString(err.Error()))
+	}
 }
 
 // bwEndWait is bwEndOf, re-read every bwStatePoll for up to wait while the

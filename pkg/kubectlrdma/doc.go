@@ -4,8 +4,10 @@
 // conventions (genericclioptions flags, -o table|wide|json|yaml, exit 0 ok,
 // 1 error, 2 usage).
 //
-// It never creates, patches or deletes an object. doctor execs a probe
-// script that only reads into containers; bw execs ib_write_bw in two pods.
+// It never creates, patches or deletes an object, but for bw --image, which
+// adds an ephemeral container to each of its two pods (the Debugger
+// interface). doctor execs a probe script that only reads into containers;
+// bw execs ib_write_bw in two pods.
 // It talks to the API server through the Cluster interface it declares; the
 // binary's main only wires streams and the process exit code.
 //

@@ -27,6 +27,8 @@ type Options struct {
 	NewCluster func(genericclioptions.RESTClientGetter) (Cluster, error)
 	// NewExecer builds what doctor execs in containers with.
 	NewExecer func(genericclioptions.RESTClientGetter) (Execer, error)
+	// NewDebugger builds what bw --image adds ephemeral containers with.
+	NewDebugger func(genericclioptions.RESTClientGetter) (Debugger, error)
 	// Now is the clock ages are measured against.
 	Now func() time.Time
 	// Color colours doctor's verdicts (set when stdout is a terminal).
@@ -74,8 +76,9 @@ func NewRootCommand(o *Options) *cobra.Command {
 publish (one per node), with Nodes and Pods, and shows them: pools and health per
 node, the GPU x NIC PCIe matrix of a node, the NICs and GPUs of each pod, and a
 checklist of what stands between a pod and working RDMA, and the RDMA bandwidth
-between two pods. It creates, patches or deletes no object; doctor and bw exec
-into pods (pods/exec).`,
+between two pods. It creates, patches or deletes no object (bw --image alone adds
+an ephemeral container to each of its two pods); doctor and bw exec into pods
+(pods/exec).`,
 		Example: `  kubectl rdma nodes
   kubectl rdma topo gpu-node-1
   kubectl rdma pods -A
