@@ -123,9 +123,6 @@ func testMPIJob(t *testing.T, e *env, c rxeClusterDesc) {
 	if len(c.nodes) < 2 {
 		t.Skipf("one node (%s): the MPI job's ranks run on two", c.nodes[0])
 	}
-	// Its own 6 min on a starved guest (four pods, the job twice and the failing job), then
-	// the phase's uninstall and checks (up to 8).
-	skipNearDeadline(t, e, "rxe-cluster's MPIJob", 14*time.Minute)
 	// Before the workers exist: each takes its node's eth1, which host-bw runs on, into its
 	// netns (CrossNode's figure when it ran first).
 	host := hostGbps(t, e, c)

@@ -43,6 +43,12 @@ type phase struct {
 	// slowest host it passed on; with E2E_DEADLINE set, a phase with less time left than this
 	// is skipped, and says so, instead of running into the deadline (0: never skipped).
 	budget time.Duration
+	// teardown and testBudgets: with E2E_DEADLINE set and teardown > 0, a test starts only
+	// with its budget (its longest time on the slowest host it passed on) plus teardown (the
+	// phase's uninstall and checks) left; else it is skipped, and says so: the phase still
+	// uninstalls and checks the node before the deadline. Every test of such a phase has one.
+	teardown    time.Duration
+	testBudgets map[string]time.Duration
 }
 
 // deadlineSkip says why p does not start now: E2E_DEADLINE (unix seconds: CI's budget, set by
@@ -65,19 +71,18 @@ func deadlineSkip(p phase, deadline string, now time.Time) (string, error) {
 		p.name, left.Truncate(time.Second), p.budget), nil
 }
 
-// skipNearDeadline skips test (in the report too) when E2E_DEADLINE leaves less than budget:
-// the test's own longest time on a starved host plus what its phase still needs after it.
-// Run past the deadline, the suite's timeout fails the whole run and keeps nothing it found.
-func skipNearDeadline(t *testing.T, e *env, test string, budget time.Duration) {
-	t.Helper()
-	why, err := deadlineSkip(phase{name: test + " (a test)", budget: budget}, os.Getenv("E2E_DEADLINE"), time.Now())
-	if err != nil {
-		t.Fatal(err)
+// testDeadlineSkip says why test of p does not start now: E2E_DEADLINE leaves less than the
+// test's budget plus the phase's teardown; "" when it runs (or p has no teardown). Run past the
+// deadline, the suite's timeout fails the whole run and keeps nothing it found.
+func testDeadlineSkip(p phase, test, deadline string, now time.Time) (string, error) {
+	if p.teardown <= 0 {
+		return "", nil
 	}
-	if why != "" {
-		e.appendReport(t, why)
-		t.Skip(why)
+	b, ok := p.testBudgets[test]
+	if !ok {
+		return "", fmt.Errorf("phase %s: test %s has no budget (testBudgets), and the phase has a teardown", p.name, test)
 	}
+	return deadlineSkip(phase{name: p.name + "'s " + test + " (a test; then the phase's uninstall and checks)", budget: b + p.teardown}, deadline, now)
 }
 
 // release is one helm release of a phase, and the node whose state it must leave as it was.
@@ -203,6 +208,16 @@ func (e *env) runPhase(t *testing.T, p phase) {
 		p.installed(t, e)
 	}
 	for _, tc := range p.tests {
+		why, err := testDeadlineSkip(p, tc.name, os.Getenv("E2E_DEADLINE"), time.Now())
+		if err != nil {
+			t.Error(err)
+			break
+		}
+		if why != "" {
+			e.appendReport(t, why)
+			t.Run(tc.name, func(t *testing.T) { t.Skip(why) })
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
 	}
 	// Not a subtest: -run may leave out any test, never the uninstall.

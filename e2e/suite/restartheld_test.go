@@ -24,9 +24,6 @@ import (
 // namespace all along, where a daemon that starts cannot see it.
 func testRestartHeld(t *testing.T, e *env) {
 	e.needHelm(t)
-	// Its own 3 min on a starved guest (the daemon's restart, 9 s of samples, the container's
-	// restart), then the phase's CrossNode (up to 5) and uninstall and checks (up to 8).
-	skipNearDeadline(t, e, "rxe-cluster's RestartHeld", 16*time.Minute)
 	ns := e.namespace(t)
 	p := e.devicePool(t)
 	w := e.startWatchedPod(t, ns)

@@ -298,3 +298,53 @@ func TestDeadlineSkip(t *testing.T) {
 		t.Error("E2E_DEADLINE=soon: no error")
 	}
 }
+
+// TestTestDeadlineSkip: in a phase with a teardown, a test starts only with its budget plus the
+// teardown left, and says so when it does not; a test without a budget there is an error, and
+// the rxe-cluster harness gives every test of such a phase one.
+func TestTestDeadlineSkip(t *testing.T) {
+	now := time.Unix(1795800000, 0)
+	p := phase{name: "rxe-cluster", teardown: 8 * time.Minute, testBudgets: map[string]time.Duration{"CrossNode": 5 * time.Minute}}
+	for _, tc := range []struct {
+		name, deadline string
+		skip           bool
+	}{
+		{"no deadline", "", false},
+		{"enough", "1795800780", false}, // 13 min
+		{"short", "1795800779", true},   // 12m59s: CrossNode's 5 and the teardown's 8 do not fit
+		{"no time", "1795799000", true}, // past
+	} {
+		why, err := testDeadlineSkip(p, "CrossNode", tc.deadline, now)
+		if err != nil || (why != "") != tc.skip {
+			t.Errorf("%s: %q, %v; want skip %v", tc.name, why, err, tc.skip)
+		}
+		if tc.skip && !strings.Contains(why, "rxe-cluster's CrossNode") {
+			t.Errorf("%s: %q does not name the test", tc.name, why)
+		}
+	}
+	if _, err := testDeadlineSkip(p, "MPIJob", "1795800780", now); err == nil {
+		t.Error("a test without a budget: no error")
+	}
+	if why, err := testDeadlineSkip(phase{name: "device-plugin"}, "Allocatable", "1795800001", now); why != "" || err != nil {
+		t.Errorf("a phase without a teardown: %q, %v; want it to run", why, err)
+	}
+	h, err := rxeCluster(map[string]string{"harness": "rxe-cluster", "image": "localhost/kube-rdma:e2e", "test-image": "localhost/rdma-test:e2e",
+		"perf-image": "localhost/rdma-perf:e2e", "nodes": "rxec-1 rxec-2", "rdma-subnet-prefix": "10.78.0", "rdma-device": "rxe0",
+		"api-server": "10.77.0.1:6443", "bw-seconds": "3", "rdma-netns-mode": "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range h.phases {
+		if p.teardown <= 0 {
+			continue
+		}
+		if p.budget < p.teardown {
+			t.Errorf("phase %s: budget %s < its teardown %s", p.name, p.budget, p.teardown)
+		}
+		for _, tc := range p.tests {
+			if p.testBudgets[tc.name] <= 0 {
+				t.Errorf("phase %s: test %s has no budget", p.name, tc.name)
+			}
+		}
+	}
+}

@@ -709,10 +709,6 @@ kill $pid
 // lowered to containerd's default 8 MiB fails. NRI is off in this phase: the
 // limit comes from the memlock hook of the pool's CDI spec.
 func testNonRootRegister(t *testing.T, e *env, c rxeClusterDesc) {
-	// Under CI's deadline the test runs only with the time it needs left (about 2 min on a
-	// starved guest) plus what the phase still needs after it (its uninstall took up to 7.2 min
-	// and its checks 1 min): run past the deadline, the suite's timeout fails the whole run.
-	skipNearDeadline(t, e, "rxe-cluster's NonRootRegister", 14*time.Minute)
 	const port, control = 18600, 18601
 	ns := e.namespace(t)
 	script := strings.NewReplacer("SIZE", strconv.Itoa(registerBytes), "CONTROLPORT", strconv.Itoa(control),
