@@ -50,7 +50,10 @@ each on the first RDMA device kube-rdma allocated to it, under the device's and
 netdev's names in the pod (a soft-RoCE device the CNI plugin re-created there
 may have another name), the client connecting to POD_A's IP; prints the pair's
 devices and the average and peak bandwidth. Both pods must be Running with a
-kube-rdma allocation.
+kube-rdma allocation: a device of a kube-rdma resource, else one of a claim of
+kube-rdma's DRA driver prepared for the pod (its first device, in the first
+container that names the claim; the node's name of the device, which the pod
+must see under that name).
 
 Where perftest runs: by default in each pod's container that holds the device,
 whose image then needs ib_write_bw. With --image IMAGE, bw adds an ephemeral
@@ -267,8 +270,8 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 	if err != nil {
 		return bwEnd{}, err
 	}
-	if len(podResources(pod)) == 0 {
-		return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device: it asks for no %s* resource", ns, name, resourcePrefix)
+	if len(podResources(pod)) == 0 && len(pod.Spec.ResourceClaims) == 0 {
+		return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device: it asks for no %s* resource and has no ResourceClaim", ns, name, resourcePrefix)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return bwEnd{}, fmt.Errorf("pod %s/%s is %s, not Running", ns, name, pod.Status.Phase)
@@ -304,6 +307,9 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 		}
 		return e, nil
 	}
+	if e, ok := claimEnd(s, pod); ok {
+		return e, nil
+	}
 	if stateOlderThan(s, pod) {
 		// pod is returned for bwEndWait's message.
 		return bwEnd{pod: pod}, fmt.Errorf("pod %s/%s has no allocation in node %s's state yet: %w (written %s, the pod's containers started %s)",
@@ -315,6 +321,64 @@ func bwEndOf(ctx context.Context, cl Cluster, ns, name string) (bwEnd, error) {
 	}
 	return bwEnd{}, fmt.Errorf("pod %s/%s has no RDMA device from kube-rdma (no allocation in node %s's state, written %s%s)",
 		ns, name, pod.Spec.NodeName, s.Status.LastUpdate.UTC().Format(time.RFC3339), after)
+}
+
+// claimEnd is the first device a claim of kube-rdma's DRA driver prepared for pod holds (not
+// one of an adminAccess request), in the container that names the claim; ok is false when the
+// node's state lists none. The state has no attachment record of a claim's device, so its
+// netdev is the node's name of it; the probe's GID rule then takes the pod's first RoCE v2
+// IPv4 GID (the netdev the CNI plugin moved into the pod carries the pod's address).
+func claimEnd(s *v1alpha1.RDMANodeState, pod *corev1.Pod) (bwEnd, bool) {
+	for _, c := range s.Status.Claims {
+		if c.Namespace != pod.Namespace || !slices.ContainsFunc(c.Pods, func(p v1alpha1.ClaimPod) bool { return p.UID == string(pod.UID) }) {
+			continue
+		}
+		for _, d := range c.Devices {
+			if d.AdminAccess || d.RDMADevice == "" {
+				continue
+			}
+			e := bwEnd{pod: pod, container: claimContainer(pod, c.Name), dev: v1alpha1.Device{Name: d.RDMADevice}, podDev: d.RDMADevice, port: 1}
+			if dev := device(s, d.RDMADevice); dev != nil {
+				e.dev = *dev
+				if len(dev.Netdevs) > 0 {
+					e.netdev = dev.Netdevs[0]
+				}
+				if len(dev.Ports) > 0 {
+					e.port, e.stateGID = dev.Ports[0].Port, dev.Ports[0].RoCEv2GIDIndex
+				}
+			}
+			return e, true
+		}
+	}
+	return bwEnd{}, false
+}
+
+// claimContainer is the first of pod's containers that names the ResourceClaim claim (through
+// the pod's resourceClaims and, for one made from a template, the pod's
+// status.resourceClaimStatuses); the pod's first container when none does.
+func claimContainer(pod *corev1.Pod, claim string) string {
+	var names []string // the pod-level names of claim
+	for _, rc := range pod.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil && *rc.ResourceClaimName == claim {
+			names = append(names, rc.Name)
+		}
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName != nil && *st.ResourceClaimName == claim {
+			names = append(names, st.Name)
+		}
+	}
+	for _, ct := range pod.Spec.Containers {
+		for _, rc := range ct.Resources.Claims {
+			if slices.Contains(names, rc.Name) {
+				return ct.Name
+			}
+		}
+	}
+	if len(pod.Spec.Containers) == 0 {
+		return ""
+	}
+	return pod.Spec.Containers[0].Name
 }
 
 // bwDeadline is how long bw waits for perftest, both sides: its duration

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-rdma/kube-rdma/internal/cli"
 	"github.com/kube-rdma/kube-rdma/pkg/apis/v1alpha1"
@@ -104,16 +105,23 @@ func TestRunPerftestRoCE(t *testing.T) {
 // recordingExecer is a fakeExecer that records the ib_write_bw commands.
 type recordingExecer struct {
 	fakeExecer
-	mu    sync.Mutex
-	perft map[string][]string // pod -> its ib_write_bw command
+	mu         sync.Mutex
+	perft      map[string][]string // pod -> its ib_write_bw command
+	containers map[string][]string // ns/pod -> the containers bw exec'd in, each once
 }
 
 func (r *recordingExecer) Exec(ctx context.Context, ns, pod, container string, cmd []string) (string, error) {
+	r.mu.Lock()
 	if slices.Contains(cmd, "ib_write_bw") {
-		r.mu.Lock()
 		r.perft[pod] = cmd
-		r.mu.Unlock()
 	}
+	if r.containers == nil {
+		r.containers = map[string][]string{}
+	}
+	if k := ns + "/" + pod; !slices.Contains(r.containers[k], container) {
+		r.containers[k] = append(r.containers[k], container)
+	}
+	r.mu.Unlock()
 	return r.fakeExecer.Exec(ctx, ns, pod, container, cmd)
 }
 
@@ -418,5 +426,62 @@ func TestPickGID(t *testing.T) {
 				t.Errorf("pickGID = %d, %q, %v; want %d, %v", idx, why, ok, tc.wantIdx, tc.wantOK)
 			}
 		})
+	}
+}
+
+// TestBWClaimPod: a pod whose NIC comes from a claim of kube-rdma's DRA driver (no kube-rdma
+// resource; the claim made from a template, named in the pod's status) is an end of bw: the
+// claim's device in the container that names the claim, the GID from the pod's own table. An
+// adminAccess device of the claim is not used; a pod with a claim the state does not list for
+// it fails as one without an allocation.
+func TestBWClaimPod(t *testing.T) {
+	w := rxeWorld("rxe0", "rxe0")
+	st := &w.states[0].Status
+	st.Allocations = nil
+	a := &w.pods[0]
+	a.UID = "uid-a"
+	a.Spec.Containers[0].Resources.Limits = nil
+	side := corev1.Container{Name: "trainer", Image: "example.com/nccl-tests:1"}
+	side.Resources.Claims = []corev1.ResourceClaim{{Name: "nic"}}
+	a.Spec.Containers = append(a.Spec.Containers, side)
+	a.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "nic", ResourceClaimTemplateName: ptr.To("one-nic")}}
+	a.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "nic", ResourceClaimName: ptr.To("a-nic-x7k2q")}}
+	st.Claims = []v1alpha1.Claim{{Namespace: "e2e", Name: "a-nic-x7k2q", UID: "claim-1", Pods: []v1alpha1.ClaimPod{{UID: "uid-a"}},
+		Devices: []v1alpha1.ClaimDevice{
+			{Request: "monitor", Pool: "rxe-a/rxe-dra", Device: "rxe0-admin", RDMADevice: "mlx5_9", AdminAccess: true},
+			{Request: "nic", Pool: "rxe-a/rxe-dra", Device: "rxe0", RDMADevice: "rxe0"},
+		}}}
+	run := func(t *testing.T) (*recordingExecer, string, string, int) {
+		f := &fakeCluster{w: w}
+		ex := &recordingExecer{perft: map[string][]string{}, fakeExecer: fakeExecer{
+			probe:    map[string]string{"e2e/a": "", "e2e/b": ""},
+			perftest: map[string]bool{"e2e/a": true, "e2e/b": true},
+			gids:     map[string]string{"e2e/a": gidsA, "e2e/b": gidsB},
+		}}
+		var out, errOut bytes.Buffer
+		code := Execute(context.Background(), []string{"bw", "-n", "e2e", "a", "b", "--wait", "0s"}, Options{
+			Streams:    genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+			NewCluster: f.newCluster,
+			NewExecer:  func(genericclioptions.RESTClientGetter) (Execer, error) { return ex, nil },
+		})
+		return ex, out.String(), errOut.String(), code
+	}
+	ex, out, errOut, code := run(t)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "server e2e/a (node rxe-a, rxe0 eth1, GID index 3 (in the pod: RoCE v2, 192.0.2.21 on eth1))\n"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if cmd := ex.perft["a"]; !slices.Contains(cmd, "rxe0") || slices.Contains(cmd, "mlx5_9") {
+		t.Errorf("server: ib_write_bw %q, want -d rxe0 (not the adminAccess device)", cmd)
+	}
+	if got := ex.containers["e2e/a"]; !slices.Equal(got, []string{"trainer"}) {
+		t.Errorf("server ran in containers %q, want the one that names the claim (trainer)", got)
+	}
+
+	st.Claims[0].Pods = []v1alpha1.ClaimPod{{UID: "uid-other"}}
+	if _, _, errOut, code := run(t); code == 0 || !strings.Contains(errOut, "pod e2e/a has no RDMA device from kube-rdma") {
+		t.Errorf("claim prepared for another pod: exit %d, %q; want no RDMA device from kube-rdma", code, errOut)
 	}
 }
