@@ -154,7 +154,6 @@ func rxeCluster(d map[string]string) (harness, error) {
 			{"PortDownDetection", func(t *testing.T, e *env) { testPortDownDetection(t, e, c) }},
 			{"NodeState", testNodeState},
 			{"CrossNode", func(t *testing.T, e *env) { testCrossNode(t, e, c) }},
-			{"BWImage", func(t *testing.T, e *env) { testBWImage(t, e, c) }},
 			{"RestartHeld", testRestartHeld},
 			{"MPIJob", func(t *testing.T, e *env) { testMPIJob(t, e, c) }},
 			{"NonRootRegister", func(t *testing.T, e *env) { testNonRootRegister(t, e, c) }},
@@ -170,8 +169,6 @@ func rxeCluster(d map[string]string) (harness, error) {
 			"PortDown": 3 * time.Minute, "PortDownDetection": 4 * time.Minute, "NodeState": 2 * time.Minute,
 			// Two pod starts (up to 2 min each), host and pod ib_write_bw, rping, doctor.
 			"CrossNode": 5 * time.Minute,
-			// Two pod starts, bw without --image, then with it: an ephemeral container per pod.
-			"BWImage": 5 * time.Minute,
 			// The daemon's restart, 9 s of samples, the container's restart.
 			"RestartHeld": 3 * time.Minute,
 			// Four pods, the job twice and the failing job.

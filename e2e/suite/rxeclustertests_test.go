@@ -391,40 +391,14 @@ func testDRAToDevicePluginPod(t *testing.T, e *env, c rxeClusterDesc) {
 	if err != nil {
 		t.Fatalf("%s %s -> %s: %v\n%s", perfName, b.Name, a.Name, err, out)
 	}
-	bw := claimPodBW(t, e, c, ns, a.Name, b.Name)
-	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (%s) %d/%d, %s %.2f Gb/sec (%d writes); %s",
-		c.nodes[0], claim.Name, c.nodes[1], rdmaCM, pings, rpingCountWant, perfName, gbps, writes, bw)
+	line := fmt.Sprintf("dra: claim pod on %s (claim %s) <-> device plugin pod on %s: rping (%s) %d/%d, %s %.2f Gb/sec (%d writes)",
+		c.nodes[0], claim.Name, c.nodes[1], rdmaCM, pings, rpingCountWant, perfName, gbps, writes)
 	t.Log(line)
 	e.appendReport(t, line)
 	for _, p := range []*corev1.Pod{a, b} {
 		e.deletePod(t, ns, p.Name)
 	}
 	e.waitClaimGone(t, ns, claim.Name)
-}
-
-// claimPodBW runs `kubectl rdma bw` with the claim pod as its server and the device plugin pod
-// as its client: bw finds the claim pod's device in the node state's claims. In the exclusive
-// RDMA netns mode the CNI re-creates a soft-RoCE device in the pod under a name the state does
-// not record for a claim, so bw is not run there (it says so in the report).
-func claimPodBW(t *testing.T, e *env, c rxeClusterDesc, ns, claimPod, dpPod string) string {
-	t.Helper()
-	if c.netnsMode == "exclusive" {
-		return "kubectl rdma bw not run (exclusive mode: the claim's soft-RoCE device is re-created in the pod under a name the state lacks)"
-	}
-	for attempt, port := 1, 18800; ; attempt, port = attempt+1, port+1 {
-		out, code := e.kubectlRDMA(t, "bw", "-n", ns, claimPod, dpPod, "--duration", strconv.Itoa(c.bwSeconds), "--port", strconv.Itoa(port), "--qp-timeout", "18", "--wait", "3m")
-		t.Logf("kubectl rdma bw -n %s %s %s (attempt %d): exit %d\n%s", ns, claimPod, dpPod, attempt, code, out)
-		if code == 0 {
-			gbps, writes, err := bwResult(out)
-			if err != nil {
-				t.Fatalf("kubectl rdma bw from the claim pod: %v, want RDMA writes completed", err)
-			}
-			return fmt.Sprintf("kubectl rdma bw %s -> %s %.2f Gb/sec (%d writes)", dpPod, claimPod, gbps, writes)
-		}
-		if attempt == 3 { // a starved guest's exec can miss bw's deadline
-			t.Fatalf("kubectl rdma bw between the claim pod and the device plugin pod failed %d times", attempt)
-		}
-	}
 }
 
 // rping runs rping's server in pod a and its client in pod b, over a's RDMA netdev (net1)
